@@ -1,0 +1,111 @@
+/*
+ * The parameter registry: every tunable is declared once in OFCCL__CONFIG_TABLE,
+ * read once at context creation (explicit settings override OFCCL_<NAME>
+ * environment variables), validated, and listed by `ofccl_info -c`.
+ */
+#ifndef OFCCL_BASE_CONFIG_H
+#define OFCCL_BASE_CONFIG_H
+
+#include <stdint.h>
+
+#include "err.h"
+
+typedef enum ofccl__cfg_type {
+    OFCCL__CT_BOOL,   /* 0/1, true/false, yes/no, on/off */
+    OFCCL__CT_INT,    /* decimal integer within [min, max] */
+    OFCCL__CT_SIZE,   /* bytes, optional K/M/G suffix (powers of 1024), within [min, max] */
+    OFCCL__CT_ENUM,   /* one of `allowed` ("a|b|c"); value = index */
+    OFCCL__CT_LIST,   /* comma-separated subset of `allowed`; value = bit mask */
+    OFCCL__CT_STRING, /* free text, validated by its user */
+} ofccl__cfg_type_t;
+
+/* X(ID, TYPE, default, allowed, min, max, help) */
+#define OFCCL__CONFIG_TABLE(X)                                                                     \
+    X(LOG_LEVEL, ENUM, "warn", "error|warn|info|debug|trace", 0, 0,                                \
+      "Log verbosity; each line is prefixed host:pid:rank")                                        \
+    X(LOG_SUBSYS, LIST, "all", "core|coll|prov|boot|mem|all", 0, 0,                                \
+      "Subsystems whose messages are printed (comma-separated)")                                   \
+    X(PROVIDER, STRING, "auto", "auto|shm|tcp|verbs|<libfabric provider>", 0, 0,                   \
+      "Fabric provider; auto = shm when all ranks share a host, tcp otherwise")                    \
+    X(IFACE, STRING, "", "<libfabric domain name>", 0, 0,                                          \
+      "Domain (NIC or interface) to use; empty = the one closest to this process "                 \
+      "(loopback for tcp when all ranks share a host)")                                            \
+    X(STRICT, BOOL, "0", "0|1", 0, 0,                                                              \
+      "Behave as verbs;ofi_rxm requires (register local buffers, provider keys, offset "           \
+      "addressing, 4-byte CQ data, posted receives for CQ data) on any provider")                  \
+    X(SIGNAL, ENUM, "auto", "auto|cqdata|atomic", 0, 0,                                            \
+      "How arrivals are signalled: remote CQ data, or a 64-bit atomic add on a counter")           \
+    X(BOOT, ENUM, "auto", "auto|pmix|tcp|singleton", 0, 0,                                         \
+      "Bootstrap; auto = tcp when BOOT_ROOT is set, else PMIx, else singleton")                    \
+    X(BOOT_TIMEOUT_MS, INT, "60000", "", 1, 86400000,                                              \
+      "Timeout of each bootstrap exchange (PMIx fence, TCP rendezvous), in ms")                    \
+    X(BOOT_ROOT, STRING, "", "<host:port>", 0, 0,                                                  \
+      "TCP rendezvous: address where rank 0 listens and the others connect")                       \
+    X(BOOT_RANK, INT, "-1", "", -1, 1048575, "TCP rendezvous: rank of this process")               \
+    X(BOOT_SIZE, INT, "0", "", 0, 1048576, "TCP rendezvous: number of ranks")                      \
+    X(TIMEOUT_MS, INT, "300000", "", 0, 86400000,                                                  \
+      "Deadline of a blocking call or request, in ms; 0 = none")                                   \
+    X(TOPO_XML, STRING, "", "<path>", 0, 0,                                                        \
+      "Load the hwloc topology from this XML file instead of probing the machine")                 \
+    X(OPS_INFLIGHT, INT, "1024", "", 16, 1048576,                                                  \
+      "Fabric operations in flight per communicator, including the EAGAIN retry queue")            \
+    X(RX_POSTED, INT, "256", "", 8, 65536,                                                         \
+      "Receives kept posted for remote CQ data where the provider consumes one per signal")
+
+enum ofccl__cfg_id {
+#define OFCCL__X_ID(id, type, def, allowed, min, max, help) OFCCL__CFG_##id,
+    OFCCL__CONFIG_TABLE(OFCCL__X_ID)
+#undef OFCCL__X_ID
+        OFCCL__CFG_COUNT
+};
+
+typedef struct ofccl__cfg_param {
+    const char *name; /* without the OFCCL_ prefix */
+    ofccl__cfg_type_t type;
+    const char *def;
+    const char *allowed;
+    int64_t min, max;
+    const char *help;
+} ofccl__cfg_param_t;
+
+typedef struct ofccl__cfg_value {
+    int64_t i;      /* bool, int, size, enum index, list mask */
+    char s[256];    /* the text as given (or the default) */
+    int from;       /* 0 = default, 1 = environment, 2 = explicit setting */
+} ofccl__cfg_value_t;
+
+typedef struct ofccl__config {
+    ofccl__cfg_value_t v[OFCCL__CFG_COUNT];
+} ofccl__config_t;
+
+/* Returns the value of environment variable `name` or NULL. */
+typedef const char *(*ofccl__cfg_lookup_fn)(void *arg, const char *name);
+
+extern const ofccl__cfg_param_t ofccl__cfg_params[OFCCL__CFG_COUNT];
+
+/* Load every parameter: defaults, then `lookup("OFCCL_<NAME>")` (NULL lookup =
+ * the process environment), then `settings` ("NAME=value", NULL-terminated,
+ * may be NULL). An invalid value fails with OFCCL_ERR_CONFIG naming the
+ * variable and the allowed values. */
+int ofccl__config_load(ofccl__config_t *cfg, const char *const *settings,
+                       ofccl__cfg_lookup_fn lookup, void *arg, ofccl__err_t *e);
+/* Parse one value of parameter `id`; used by load and by the fuzzer. */
+int ofccl__config_parse(int id, const char *text, ofccl__cfg_value_t *out, ofccl__err_t *e);
+
+static inline int64_t ofccl__cfg_int(const ofccl__config_t *c, int id)
+{
+    return c->v[id].i;
+}
+static inline const char *ofccl__cfg_str(const ofccl__config_t *c, int id)
+{
+    return c->v[id].s;
+}
+
+/* OFCCL_* variables in the environment that name no parameter (typos), as a
+ * comma-separated list in `buf` ("" if none). */
+void ofccl__config_unknown_env(char *buf, size_t len);
+/* Launcher variables present in the environment (SLURM_*, PMI_*, OMPI_*,
+ * PMIX_*), as a comma-separated list of names in `buf` ("" if none). */
+void ofccl__config_launcher_env(char *buf, size_t len);
+
+#endif

@@ -1,0 +1,210 @@
+/*
+ * The provider layer: the only code in ofccl that calls fi_*.
+ *
+ * Objects: a provider handle (fabric + domain, one per context), an endpoint
+ * (RDM endpoint + AV + CQ, one per communicator), memory regions (registered on
+ * an endpoint so FI_MR_ENDPOINT works). Algorithms above see only the
+ * capability struct and these calls; per-provider differences live in the
+ * quirk table (quirks.c), never in string compares scattered through code.
+ */
+#ifndef OFCCL_PROVIDERS_PROV_H
+#define OFCCL_PROVIDERS_PROV_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "err.h"
+#include "log.h"
+
+/* ---- capabilities, as ofccl sees them after probing fi_info (and strict mode) ---- */
+typedef struct ofccl__prov_caps {
+    char name[64];   /* libfabric prov_name, e.g. "tcp;ofi_rxm" */
+    char fabric[64]; /* fabric_attr->name */
+    char domain[64]; /* domain_attr->name, e.g. "lo", "eth0", "mlx5_0" */
+    int quirk_row;   /* index into ofccl__quirks, -1 if the provider has no row */
+    bool strict;     /* strict (verbs-like) mode is in force */
+
+    /* memory registration (what the provider demands, plus strict mode) */
+    bool virt_addr;     /* remote addresses are virtual addresses; else offsets */
+    bool prov_key;      /* keys are chosen by the provider (read back after reg) */
+    bool mr_local;      /* local buffers must be registered and their desc passed */
+    bool mr_endpoint;   /* regions are bound to an endpoint */
+    bool mr_allocated;  /* only allocated (backed) memory may be registered */
+    bool mr_raw;        /* keys larger than 64 bits: not supported by ofccl, rejected */
+    size_t key_size;    /* bytes of key the provider uses (<= 8) */
+
+    /* signalling */
+    size_t cq_data_size; /* bytes of remote CQ data ofccl may use (4 in strict mode) */
+    bool rx_cq_data;     /* remote CQ data consumes a posted receive (FI_RX_CQ_DATA) */
+    bool atomic_u64_sum; /* 64-bit unsigned FI_SUM atomics are valid on this domain */
+    bool atomic_native;  /* false when a utility provider emulates atomics in software */
+    bool delivery_complete; /* FI_DELIVERY_COMPLETE accepted on transmit ops */
+
+    /* ordering and sizes */
+    bool order_waw, order_raw, order_war; /* msg_order FI_ORDER_{WAW,RAW,WAR} */
+    size_t max_order_waw_size, max_order_raw_size, max_order_war_size;
+    size_t inject_size;
+    size_t max_msg_size;
+    unsigned quirks; /* OFCCL__Q_* flags of the row, as applied */
+} ofccl__prov_caps_t;
+
+/* ---- quirk table: one row per provider (data, not #ifdefs) ---- */
+enum ofccl__quirk_flag {
+    OFCCL__Q_CQDATA_4 = 1u << 0,          /* use at most 4 bytes of CQ data (IB immediate) */
+    OFCCL__Q_ATOMIC_EMULATED = 1u << 1,   /* atomics done in software by the utility layer */
+    OFCCL__Q_LOOPBACK_DOMAIN = 1u << 2,   /* has a loopback domain ("lo") for one-host jobs */
+    OFCCL__Q_DEPRECATED = 1u << 3,        /* works, but slow / for debugging only */
+    OFCCL__Q_STRICT_CAPABLE = 1u << 4,    /* strict (verbs-like) mode can be emulated on it */
+    OFCCL__Q_NEEDS_RX_CQ_DATA = 1u << 5,  /* requires posted receives for remote CQ data */
+    OFCCL__Q_NEEDS_MR_LOCAL = 1u << 6,    /* requires FI_MR_LOCAL in practice */
+    OFCCL__Q_INTRA_NODE_ONLY = 1u << 7,   /* reaches only processes on this host */
+};
+
+typedef struct ofccl__quirk {
+    const char *prov_name; /* exact libfabric prov_name, e.g. "verbs;ofi_rxm" */
+    const char *alias;     /* what users type in OFCCL_PROVIDER, e.g. "verbs" */
+    unsigned flags;        /* enum ofccl__quirk_flag */
+    const char *note;      /* why the flags are what they are (shown by ofccl_info) */
+} ofccl__quirk_t;
+
+extern const ofccl__quirk_t ofccl__quirks[];
+extern const size_t ofccl__quirk_count;
+
+/* Row for a libfabric prov_name or a user alias ("verbs" -> "verbs;ofi_rxm"); -1 if none. */
+int ofccl__quirk_find(const char *name);
+/* Apply a row (and strict mode) to caps probed from fi_info. Pure: unit-tested. */
+void ofccl__quirk_apply(ofccl__prov_caps_t *caps, int row, bool strict);
+
+/* ---- discovery (used by the context to choose, and by ofccl_info) ---- */
+typedef struct ofccl__prov_dom {
+    char prov_name[64];
+    char fabric[64];
+    char domain[64];
+    char pci_busid[32]; /* "dddd:bb:dd.f" from nic->bus_attr when known, else "" */
+} ofccl__prov_dom_t;
+
+/* Domains offered for `provider` (alias or prov_name; "" = every provider) that
+ * can do RDM + RMA + atomics. Writes up to `max` rows, sets *n to the count written. */
+int ofccl__prov_list(const char *provider, ofccl__prov_dom_t *out, int max, int *n,
+                     ofccl__err_t *e);
+/* Comma-separated, de-duplicated names of every provider libfabric offers here
+ * (any capability), for error messages and ofccl_info. */
+void ofccl__prov_available(char *buf, size_t len);
+/* libfabric version string ("1.17.0"), for ofccl_info. */
+const char *ofccl__prov_fabric_version(void);
+
+/* ---- provider handle: fabric + domain ---- */
+typedef struct ofccl__prov ofccl__prov_t;
+
+typedef struct ofccl__prov_params {
+    const char *provider; /* alias or prov_name; never "auto" (the context resolves it) */
+    const char *domain;   /* domain name to use, "" = first offered */
+    bool strict;
+    const ofccl__log_t *log; /* lives at least as long as the handle */
+} ofccl__prov_params_t;
+
+/* Fails with OFCCL_ERR_NOT_SUPPORTED (unknown/unavailable provider: the message
+ * lists the providers libfabric offers here) or OFCCL_ERR_PROVIDER. */
+int ofccl__prov_open(const ofccl__prov_params_t *params, ofccl__prov_t **out, ofccl__err_t *e);
+const ofccl__prov_caps_t *ofccl__prov_caps(const ofccl__prov_t *prov);
+/* Returns OFCCL_ERR_BUSY while endpoints are open. */
+int ofccl__prov_close(ofccl__prov_t *prov);
+/* Multi-line description of caps for ofccl_info and debug logs. */
+void ofccl__prov_caps_format(const ofccl__prov_caps_t *caps, char *buf, size_t len);
+
+/* ---- endpoint: RDM ep + AV + CQ ---- */
+typedef struct ofccl__ep ofccl__ep_t;
+
+typedef struct ofccl__ep_params {
+    int rank;            /* this process's rank in the communicator (for messages) */
+    int size;            /* ranks in the communicator = AV entries */
+    unsigned ops_inflight; /* op descriptors (in flight + EAGAIN retry queue) */
+    unsigned rx_posted;  /* receives kept posted when caps.rx_cq_data */
+} ofccl__ep_params_t;
+
+int ofccl__ep_open(ofccl__prov_t *prov, const ofccl__ep_params_t *params, ofccl__ep_t **out,
+                   ofccl__err_t *e);
+/* Returns OFCCL_ERR_BUSY while memory regions are registered on it. */
+int ofccl__ep_close(ofccl__ep_t *ep);
+/* fi_getname: on entry *len = capacity of buf; on success the name's length. */
+int ofccl__ep_name(ofccl__ep_t *ep, void *buf, size_t *len, ofccl__err_t *e);
+/* Insert every rank's name (names[r * stride], lens[r] bytes) into the AV; AV
+ * index r addresses rank r. Call once, with all `size` names. */
+int ofccl__ep_insert_peers(ofccl__ep_t *ep, const void *names, size_t stride, const size_t *lens,
+                           int n, ofccl__err_t *e);
+
+/* ---- memory registration ---- */
+enum ofccl__access {
+    OFCCL__ACC_LOCAL = 1u << 0,        /* source of local writes / atomics operands */
+    OFCCL__ACC_REMOTE_WRITE = 1u << 1, /* peers write into it */
+    OFCCL__ACC_REMOTE_READ = 1u << 2,  /* peers read from it */
+    OFCCL__ACC_REMOTE_ATOMIC = 1u << 3,/* peers do atomics on it (implies remote write+read) */
+};
+
+typedef struct ofccl__mr {
+    void *addr;
+    size_t len;
+    void *desc;    /* fi_mr_desc, pass to posting calls; NULL if not needed */
+    uint64_t key;  /* remote key to advertise */
+    uint64_t base; /* remote base to advertise: addr when caps.virt_addr, else 0 */
+    unsigned access;
+    void *fid;     /* struct fid_mr *, opaque above this layer */
+    ofccl__ep_t *ep;
+} ofccl__mr_t;
+
+/* What a peer needs to address a region: exchanged by the layer above. */
+typedef struct ofccl__rkey {
+    uint64_t base; /* from ofccl__mr_t.base */
+    uint64_t key;
+    uint64_t len;
+} ofccl__rkey_t;
+
+/* Register [addr, addr+len) with least-privilege `access`. Keys are the
+ * provider's under FI_MR_PROV_KEY, else unpredictable (getrandom). */
+int ofccl__mr_reg(ofccl__ep_t *ep, void *addr, size_t len, unsigned access, ofccl__mr_t **out,
+                  ofccl__err_t *e);
+/* Invalidates the key: a peer using it afterwards gets an error, not our memory. */
+int ofccl__mr_dereg(ofccl__mr_t *mr);
+
+/* ---- posting; every call is non-blocking ----
+ * Returns 0 when the op is accepted (posted, or queued for retry after
+ * -FI_EAGAIN; queued ops are retried from ofccl__ep_progress), OFCCL_ERR_AGAIN
+ * when every op descriptor is in use (progress, then call again), or an error.
+ * `op_ctx` comes back in exactly one completion callback per accepted op.
+ * `lmr` may be NULL unless caps.mr_local. Remote offsets are relative to the
+ * region's start; the layer adds rk->base, so callers never see the mode. */
+int ofccl__ep_write(ofccl__ep_t *ep, int peer, const void *src, size_t len, const ofccl__mr_t *lmr,
+                    const ofccl__rkey_t *rk, uint64_t roff, void *op_ctx, ofccl__err_t *e);
+/* As ofccl__ep_write plus remote CQ data (at most caps.cq_data_size bytes
+ * significant); len may be 0. The target sees exactly one on_remote_data(). */
+int ofccl__ep_writedata(ofccl__ep_t *ep, int peer, const void *src, size_t len,
+                        const ofccl__mr_t *lmr, const ofccl__rkey_t *rk, uint64_t roff,
+                        uint64_t data, void *op_ctx, ofccl__err_t *e);
+/* 64-bit unsigned atomic add of `value` at the 8-byte-aligned remote offset.
+ * Its completion means the add has been applied at the target (delivery
+ * complete, or a fetching atomic where that is not available). */
+int ofccl__ep_atomic_add(ofccl__ep_t *ep, int peer, uint64_t value, const ofccl__rkey_t *rk,
+                         uint64_t roff, void *op_ctx, ofccl__err_t *e);
+
+/* ---- completion ---- */
+typedef struct ofccl__ep_handlers {
+    void *arg;
+    /* A locally initiated op finished successfully. */
+    void (*on_done)(void *arg, void *op_ctx);
+    /* A locally initiated op failed: status is an OFCCL_ERR_*, msg names the peer
+     * rank and carries the provider's own message. */
+    void (*on_error)(void *arg, void *op_ctx, int peer, int status, const char *msg);
+    /* A peer's writedata landed here with this immediate data. */
+    void (*on_remote_data)(void *arg, uint64_t data);
+} ofccl__ep_handlers_t;
+
+/* Retry queued ops, then drain up to `max` CQ entries, calling the handlers.
+ * Returns the number of completions handled (>= 0) or an error for a failure
+ * not attributable to one op (then `e` says what). Never blocks. */
+int ofccl__ep_progress(ofccl__ep_t *ep, const ofccl__ep_handlers_t *h, int max, ofccl__err_t *e);
+/* Ops accepted and not yet completed (posted + queued). */
+unsigned ofccl__ep_pending(const ofccl__ep_t *ep);
+const ofccl__prov_caps_t *ofccl__ep_caps(const ofccl__ep_t *ep);
+
+#endif
