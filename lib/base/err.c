@@ -18,7 +18,8 @@ int ofccl__fail(const ofccl__log_t *lg, unsigned subsys, ofccl__err_t *e, int co
         e->code = code;
         memcpy(e->msg, msg, sizeof(msg));
     }
-    ofccl__log(lg, OFCCL__LOG_WARN, subsys, "%s (%s)", msg, ofccl_strerror(code));
+    if (lg != NULL) /* NULL: the caller logs, or only records (e.g. copying a message up) */
+        ofccl__log(lg, OFCCL__LOG_WARN, subsys, "%s (%s)", msg, ofccl_strerror(code));
     return code;
 }
 

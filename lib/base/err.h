@@ -14,7 +14,7 @@ typedef struct ofccl__err {
 } ofccl__err_t;
 
 /* Record `code` and the formatted message in `e` (if not NULL), log it at warn
- * level under `subsys` (if `lg` is not NULL), and return `code`. */
+ * level under `subsys` (only if `lg` is not NULL), and return `code`. */
 int ofccl__fail(const ofccl__log_t *lg, unsigned subsys, ofccl__err_t *e, int code,
                 const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 void ofccl__err_clear(ofccl__err_t *e);

@@ -1,0 +1,475 @@
+/* Communicators: creation over the bootstrap, the sticky error state, signals
+ * and the progress loop that dispatches them. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "blob.h"
+#include "core.h"
+#include "util.h"
+
+ofccl__op_t ofccl__comm_op_plain = {NULL};
+
+/* The setup blob's payload, little-endian on the wire. */
+#define SETUP_PROV_LEN 64
+#define SETUP_FIXED (4 * 6 + SETUP_PROV_LEN + 8 * 3)
+#define SETUP_MAX (SETUP_FIXED + OFCCL__NAME_MAX)
+
+typedef struct setup {
+    uint32_t size, comm_id, signal_mode, strict, cq_data_size, namelen;
+    char prov[SETUP_PROV_LEN];
+    uint64_t ctrl_base, ctrl_key, ctrl_len;
+    uint8_t name[OFCCL__NAME_MAX];
+} setup_t;
+
+static uint8_t *put32(uint8_t *p, uint32_t v)
+{
+    for (int k = 0; k < 4; k++)
+        *p++ = (uint8_t)(v >> (8 * k));
+    return p;
+}
+
+static uint8_t *put64(uint8_t *p, uint64_t v)
+{
+    for (int k = 0; k < 8; k++)
+        *p++ = (uint8_t)(v >> (8 * k));
+    return p;
+}
+
+static const uint8_t *get32(const uint8_t *p, uint32_t *v)
+{
+    *v = 0;
+    for (int k = 0; k < 4; k++)
+        *v |= (uint32_t)p[k] << (8 * k);
+    return p + 4;
+}
+
+static const uint8_t *get64(const uint8_t *p, uint64_t *v)
+{
+    *v = 0;
+    for (int k = 0; k < 8; k++)
+        *v |= (uint64_t)p[k] << (8 * k);
+    return p + 8;
+}
+
+static size_t setup_pack(const setup_t *s, uint8_t *out)
+{
+    uint8_t *p = out;
+
+    p = put32(p, s->size);
+    p = put32(p, s->comm_id);
+    p = put32(p, s->signal_mode);
+    p = put32(p, s->strict);
+    p = put32(p, s->cq_data_size);
+    p = put32(p, s->namelen);
+    memcpy(p, s->prov, SETUP_PROV_LEN);
+    p += SETUP_PROV_LEN;
+    p = put64(p, s->ctrl_base);
+    p = put64(p, s->ctrl_key);
+    p = put64(p, s->ctrl_len);
+    memcpy(p, s->name, s->namelen);
+    return (size_t)(p - out) + s->namelen;
+}
+
+/* Untrusted input: check every length before use. */
+static int setup_unpack(ofccl_comm_t *comm, int from, const uint8_t *in, size_t len, setup_t *s)
+{
+    const uint8_t *p = in;
+
+    if (len < SETUP_FIXED)
+        return ofccl__comm_fail(comm, OFCCL_ERR_CORRUPT,
+                                "comm setup: rank %d sent %zu bytes, at least %d expected", from,
+                                len, SETUP_FIXED);
+    p = get32(p, &s->size);
+    p = get32(p, &s->comm_id);
+    p = get32(p, &s->signal_mode);
+    p = get32(p, &s->strict);
+    p = get32(p, &s->cq_data_size);
+    p = get32(p, &s->namelen);
+    memcpy(s->prov, p, SETUP_PROV_LEN);
+    s->prov[SETUP_PROV_LEN - 1] = '\0';
+    p += SETUP_PROV_LEN;
+    p = get64(p, &s->ctrl_base);
+    p = get64(p, &s->ctrl_key);
+    p = get64(p, &s->ctrl_len);
+    if (s->namelen == 0 || s->namelen > OFCCL__NAME_MAX || len != SETUP_FIXED + s->namelen)
+        return ofccl__comm_fail(comm, OFCCL_ERR_CORRUPT,
+                                "comm setup: rank %d sent an endpoint name of %u bytes in a "
+                                "%zu-byte record",
+                                from, s->namelen, len);
+    if (s->ctrl_len < OFCCL__CTRL_WORDS * sizeof(uint64_t))
+        return ofccl__comm_fail(comm, OFCCL_ERR_CORRUPT,
+                                "comm setup: rank %d advertised a control region of %llu bytes",
+                                from, (unsigned long long)s->ctrl_len);
+    memcpy(s->name, p, s->namelen);
+    return 0;
+}
+
+/* Every rank must agree on what shapes the wire protocol. */
+static int setup_check(ofccl_comm_t *comm, int from, const setup_t *mine, const setup_t *theirs)
+{
+    static const char *const modes[] = {"?", "cqdata", "atomic"};
+#define SETUP_MISMATCH(field, fmt, a, b)                                                           \
+    return ofccl__comm_fail(comm, OFCCL_ERR_MISMATCH,                                              \
+                            "comm setup: rank %d has " field " " fmt ", rank %d has " fmt          \
+                            "; every rank must use the same OFCCL_PROVIDER, OFCCL_STRICT and "     \
+                            "OFCCL_SIGNAL and create communicators in the same order",             \
+                            from, b, comm->rank, a)
+    if (theirs->size != mine->size)
+        SETUP_MISMATCH("job size", "%u", mine->size, theirs->size);
+    if (theirs->comm_id != mine->comm_id)
+        SETUP_MISMATCH("communicator number", "%u", mine->comm_id, theirs->comm_id);
+    if (strcmp(theirs->prov, mine->prov) != 0)
+        SETUP_MISMATCH("provider", "%s", mine->prov, theirs->prov);
+    if (theirs->strict != mine->strict)
+        SETUP_MISMATCH("strict mode", "%u", mine->strict, theirs->strict);
+    if (theirs->signal_mode != mine->signal_mode)
+        SETUP_MISMATCH("signal path", "%s", modes[mine->signal_mode % 3],
+                       modes[theirs->signal_mode % 3]);
+#undef SETUP_MISMATCH
+    return 0;
+}
+
+static int choose_signal(ofccl_comm_t *comm, const ofccl__prov_caps_t *caps)
+{
+    ofccl_ctx_t *ctx = comm->ctx;
+    int64_t want = ofccl__cfg_int(&ctx->cfg, OFCCL__CFG_SIGNAL); /* 0 auto, 1 cqdata, 2 atomic */
+    bool cq = caps->cq_data_size >= 4, at = caps->atomic_u64_sum;
+
+    if (want == 1 && !cq)
+        return ofccl__comm_fail(comm, OFCCL_ERR_NOT_SUPPORTED,
+                                "OFCCL_SIGNAL=cqdata: provider %s offers %zu bytes of remote CQ "
+                                "data, 4 needed; use OFCCL_SIGNAL=atomic or auto",
+                                caps->name, caps->cq_data_size);
+    if (want == 2 && !at)
+        return ofccl__comm_fail(comm, OFCCL_ERR_NOT_SUPPORTED,
+                                "OFCCL_SIGNAL=atomic: provider %s has no 64-bit atomic add; use "
+                                "OFCCL_SIGNAL=cqdata or auto",
+                                caps->name);
+    if (!cq && !at)
+        return ofccl__comm_fail(comm, OFCCL_ERR_NOT_SUPPORTED,
+                                "provider %s has neither remote CQ data nor 64-bit atomics: "
+                                "ofccl cannot signal arrivals on it",
+                                caps->name);
+    if (want == 0 && !cq)
+        OFCCL__INFO(&ctx->log, OFCCL__SUB_CORE,
+                    "provider %s has no remote CQ data: signalling with atomic adds instead",
+                    caps->name);
+    comm->signal_mode = (want == 2 || (want == 0 && !cq)) ? OFCCL__SIGNAL_ATOMIC
+                                                         : OFCCL__SIGNAL_CQDATA;
+    return 0;
+}
+
+static void on_done(void *arg, void *op_ctx)
+{
+    ofccl_comm_t *comm = arg;
+    ofccl__op_t *op = op_ctx;
+
+    comm->ops_pending--;
+    if (op != NULL && op->cb != NULL)
+        op->cb(op, 0, NULL);
+}
+
+static void on_error(void *arg, void *op_ctx, int peer, int status, const char *msg)
+{
+    ofccl_comm_t *comm = arg;
+    ofccl__op_t *op = op_ctx;
+
+    comm->ops_pending--;
+    ofccl__comm_fail(comm, status, "%s", msg);
+    if (op != NULL && op->cb != NULL)
+        op->cb(op, status, msg);
+}
+
+static void on_remote_data(void *arg, uint64_t data)
+{
+    ofccl_comm_t *comm = arg;
+    unsigned kind = (unsigned)(data >> 28) & 0xfu;
+    uint32_t id = (uint32_t)(data >> 20) & 0xffu, payload = (uint32_t)data & OFCCL__SIG_PAYLOAD_MASK;
+
+    /* Signals are untrusted: a stray one is counted and logged, never acted on. */
+    if (id != (comm->id & 0xffu) || data > UINT32_MAX) {
+        comm->corrupt_signals++;
+        OFCCL__WARN(&comm->ctx->log, OFCCL__SUB_CORE,
+                    "ignoring signal 0x%llx: not for communicator %u", (unsigned long long)data,
+                    comm->id);
+        return;
+    }
+    if (kind == OFCCL__SIG_BARRIER && payload < OFCCL__ARRAY_LEN(comm->barrier_arrived)) {
+        comm->barrier_arrived[payload]++;
+    } else if (kind < OFCCL__SIG_KINDS && comm->sinks[kind].fn != NULL) {
+        comm->sinks[kind].fn(comm->sinks[kind].arg, payload);
+    } else {
+        comm->corrupt_signals++;
+        OFCCL__WARN(&comm->ctx->log, OFCCL__SUB_CORE, "ignoring signal 0x%llx of unknown kind %u",
+                    (unsigned long long)data, kind);
+    }
+}
+
+static int comm_setup(ofccl_comm_t *comm)
+{
+    ofccl_ctx_t *ctx = comm->ctx;
+    const ofccl__prov_caps_t *caps = ofccl__prov_caps(ctx->prov);
+    size_t slot = OFCCL__BLOB_HDR + SETUP_MAX, len, *lens = NULL;
+    uint8_t packed[SETUP_MAX], blob[OFCCL__BLOB_HDR + SETUP_MAX], *all = NULL;
+    setup_t mine = {0}, *theirs = NULL;
+    uint8_t *names = NULL;
+    size_t *namelens = NULL;
+    int rc;
+
+    rc = choose_signal(comm, caps);
+    if (rc)
+        return rc;
+    ofccl__ep_params_t ep_params = {
+        .rank = comm->rank,
+        .size = comm->size,
+        .ops_inflight = (unsigned)ofccl__cfg_int(&ctx->cfg, OFCCL__CFG_OPS_INFLIGHT),
+        .rx_posted = (unsigned)ofccl__cfg_int(&ctx->cfg, OFCCL__CFG_RX_POSTED),
+    };
+    rc = ofccl__ep_open(ctx->prov, &ep_params, &comm->ep, &comm->err);
+    if (rc)
+        return ofccl__comm_fail(comm, rc, "%s", comm->err.msg);
+    comm->ctrl = aligned_alloc(4096, OFCCL__CTRL_WORDS * sizeof(uint64_t));
+    if (comm->ctrl == NULL)
+        return ofccl__comm_fail(comm, OFCCL_ERR_NO_MEMORY, "comm setup: no memory");
+    memset((void *)comm->ctrl, 0, OFCCL__CTRL_WORDS * sizeof(uint64_t));
+    rc = ofccl__mr_reg(comm->ep, (void *)comm->ctrl, OFCCL__CTRL_WORDS * sizeof(uint64_t),
+                       OFCCL__ACC_LOCAL | OFCCL__ACC_REMOTE_ATOMIC | OFCCL__ACC_REMOTE_WRITE,
+                       &comm->ctrl_mr, &comm->err);
+    if (rc)
+        return ofccl__comm_fail(comm, rc, "%s", comm->err.msg);
+
+    mine.size = (uint32_t)comm->size;
+    mine.comm_id = comm->id;
+    mine.signal_mode = (uint32_t)comm->signal_mode;
+    mine.strict = caps->strict;
+    mine.cq_data_size = (uint32_t)caps->cq_data_size;
+    ofccl__strlcpy(mine.prov, caps->name, sizeof(mine.prov));
+    mine.ctrl_base = comm->ctrl_mr->base;
+    mine.ctrl_key = comm->ctrl_mr->key;
+    mine.ctrl_len = comm->ctrl_mr->len;
+    len = sizeof(mine.name);
+    rc = ofccl__ep_name(comm->ep, mine.name, &len, &comm->err);
+    if (rc)
+        return ofccl__comm_fail(comm, rc, "%s", comm->err.msg);
+    mine.namelen = (uint32_t)len;
+    len = ofccl__blob_encode(blob, sizeof(blob), OFCCL__BLOB_COMM, (uint32_t)comm->rank, packed,
+                             setup_pack(&mine, packed));
+
+    all = malloc(slot * (size_t)comm->size);
+    lens = calloc((size_t)comm->size, sizeof(*lens));
+    theirs = calloc((size_t)comm->size, sizeof(*theirs));
+    names = malloc(OFCCL__NAME_MAX * (size_t)comm->size);
+    namelens = calloc((size_t)comm->size, sizeof(*namelens));
+    comm->peer_ctrl = calloc((size_t)comm->size, sizeof(*comm->peer_ctrl));
+    if (!all || !lens || !theirs || !names || !namelens || !comm->peer_ctrl) {
+        rc = ofccl__comm_fail(comm, OFCCL_ERR_NO_MEMORY, "comm setup: no memory for %d ranks",
+                              comm->size);
+        goto out;
+    }
+    rc = ofccl__boot_allgather(ctx->boot, blob, len, all, slot, lens, &comm->err);
+    if (rc) {
+        rc = ofccl__comm_fail(comm, rc, "%s", comm->err.msg);
+        goto out;
+    }
+    for (int r = 0; r < comm->size; r++) {
+        const void *payload;
+        size_t plen;
+
+        rc = ofccl__blob_decode(all + slot * (size_t)r, lens[r], OFCCL__BLOB_COMM, (uint32_t)r,
+                                &payload, &plen, &comm->err);
+        if (rc) {
+            rc = ofccl__comm_fail(comm, rc, "%s", comm->err.msg);
+            goto out;
+        }
+        rc = setup_unpack(comm, r, payload, plen, &theirs[r]);
+        if (rc == 0)
+            rc = setup_check(comm, r, &mine, &theirs[r]);
+        if (rc)
+            goto out;
+        memcpy(names + OFCCL__NAME_MAX * (size_t)r, theirs[r].name, theirs[r].namelen);
+        namelens[r] = theirs[r].namelen;
+        comm->peer_ctrl[r] = (ofccl__rkey_t){theirs[r].ctrl_base, theirs[r].ctrl_key,
+                                             theirs[r].ctrl_len};
+    }
+    rc = ofccl__ep_insert_peers(comm->ep, names, OFCCL__NAME_MAX, namelens, comm->size,
+                                &comm->err);
+    if (rc)
+        rc = ofccl__comm_fail(comm, rc, "%s", comm->err.msg);
+out:
+    free(all);
+    free(lens);
+    free(theirs);
+    free(names);
+    free(namelens);
+    return rc;
+}
+
+static void comm_free(ofccl_comm_t *comm)
+{
+    if (comm->ctrl_mr)
+        ofccl__mr_dereg(comm->ctrl_mr);
+    if (comm->ep)
+        ofccl__ep_close(comm->ep);
+    free((void *)comm->ctrl);
+    free(comm->peer_ctrl);
+    free(comm);
+}
+
+int ofccl_comm_world(ofccl_ctx_t *ctx, ofccl_comm_t **out)
+{
+    ofccl_comm_t *comm;
+    int rc;
+
+    if (ctx == NULL)
+        return OFCCL_ERR_INVALID_ARG;
+    if (out == NULL)
+        return ofccl__fail(&ctx->log, OFCCL__SUB_CORE, &ctx->err, OFCCL_ERR_INVALID_ARG,
+                           "ofccl_comm_world: comm is NULL");
+    comm = calloc(1, sizeof(*comm));
+    if (comm == NULL)
+        return ofccl__fail(&ctx->log, OFCCL__SUB_CORE, &ctx->err, OFCCL_ERR_NO_MEMORY,
+                           "ofccl_comm_world: out of memory");
+    comm->ctx = ctx;
+    comm->rank = ctx->boot->rank;
+    comm->size = ctx->boot->size;
+    comm->local_rank = ctx->boot->local_rank;
+    comm->local_size = ctx->boot->local_size;
+    comm->id = ++ctx->comm_seq;
+    comm->handlers = (ofccl__ep_handlers_t){comm, on_done, on_error, on_remote_data};
+    rc = comm_setup(comm);
+    if (rc) {
+        ofccl__fail(NULL, OFCCL__SUB_CORE, &ctx->err, rc, "%s", comm->err.msg);
+        comm_free(comm);
+        return rc;
+    }
+    ctx->ncomms++;
+    OFCCL__INFO(&ctx->log, OFCCL__SUB_CORE, "communicator %u: %d ranks on %s, %s signals",
+                comm->id, comm->size, ofccl__prov_caps(ctx->prov)->name,
+                comm->signal_mode == OFCCL__SIGNAL_CQDATA ? "CQ data" : "atomic");
+    *out = comm;
+    return 0;
+}
+
+int ofccl_comm_destroy(ofccl_comm_t *comm)
+{
+    if (comm == NULL)
+        return OFCCL_ERR_INVALID_ARG;
+    if (comm->nwins > 0)
+        return ofccl__fail(&comm->ctx->log, OFCCL__SUB_CORE, &comm->err, OFCCL_ERR_BUSY,
+                           "ofccl_comm_destroy: %d registered window(s) still open",
+                           comm->nwins);
+    /* Local: give our own ops a moment to finish, but never wait on dead peers. */
+    if (comm->ops_pending > 0 && !comm->sticky)
+        ofccl__comm_quiesce(comm, ofccl__now_ns() + 1000000000ull, "destroy");
+    comm->ctx->ncomms--;
+    comm_free(comm);
+    return 0;
+}
+
+#define COMM_GETTER(fn, field)                                                                     \
+    int fn(const ofccl_comm_t *comm, int *out)                                                     \
+    {                                                                                              \
+        if (comm == NULL || out == NULL)                                                           \
+            return OFCCL_ERR_INVALID_ARG;                                                          \
+        *out = comm->field;                                                                        \
+        return 0;                                                                                  \
+    }
+COMM_GETTER(ofccl_comm_rank, rank)
+COMM_GETTER(ofccl_comm_size, size)
+COMM_GETTER(ofccl_comm_local_rank, local_rank)
+COMM_GETTER(ofccl_comm_local_size, local_size)
+
+const char *ofccl_comm_last_error(const ofccl_comm_t *comm)
+{
+    return comm ? comm->err.msg : "ofccl_comm_last_error: comm is NULL";
+}
+
+int ofccl__comm_fail(ofccl_comm_t *comm, int code, const char *fmt, ...)
+{
+    char msg[OFCCL__ERRMSG_LEN];
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    /* Errors that leave the communicator unusable are sticky. */
+    if (code == OFCCL_ERR_REMOTE_ERROR || code == OFCCL_ERR_PROVIDER || code == OFCCL_ERR_ABORTED ||
+        code == OFCCL_ERR_CORRUPT)
+        if (comm->sticky == 0)
+            comm->sticky = code;
+    return ofccl__fail(&comm->ctx->log, OFCCL__SUB_CORE, &comm->err, code, "rank %d: %s",
+                       comm->rank, msg);
+}
+
+int ofccl__comm_progress(ofccl_comm_t *comm)
+{
+    ofccl__err_t e;
+    int rc = ofccl__ep_progress(comm->ep, &comm->handlers, 64, &e);
+
+    if (rc < 0)
+        return ofccl__comm_fail(comm, rc, "%s", e.msg);
+    return comm->sticky;
+}
+
+void ofccl__comm_set_sink(ofccl_comm_t *comm, unsigned kind, ofccl__sig_sink_fn fn, void *arg)
+{
+    if (kind < OFCCL__SIG_KINDS) {
+        comm->sinks[kind].fn = fn;
+        comm->sinks[kind].arg = arg;
+    }
+}
+
+uint64_t ofccl__comm_deadline(const ofccl_comm_t *comm)
+{
+    int64_t ms = ofccl__cfg_int(&comm->ctx->cfg, OFCCL__CFG_TIMEOUT_MS);
+
+    return ms == 0 ? UINT64_MAX : ofccl__now_ns() + (uint64_t)ms * 1000000ull;
+}
+
+int ofccl__comm_signal(ofccl_comm_t *comm, int peer, unsigned kind, uint32_t payload,
+                       unsigned ctrl_word, uint64_t deadline_ns)
+{
+    ofccl__err_t e;
+    int rc;
+
+    for (;;) {
+        if (comm->signal_mode == OFCCL__SIGNAL_CQDATA)
+            rc = ofccl__ep_writedata(comm->ep, peer, NULL, 0, NULL, &comm->peer_ctrl[peer], 0,
+                                     ofccl__sig_encode(kind, comm->id, payload),
+                                     &ofccl__comm_op_plain, &e);
+        else
+            rc = ofccl__ep_atomic_add(comm->ep, peer, 1, &comm->peer_ctrl[peer],
+                                      (uint64_t)ctrl_word * sizeof(uint64_t),
+                                      &ofccl__comm_op_plain, &e);
+        if (rc == 0) {
+            comm->ops_pending++;
+            return 0;
+        }
+        if (rc != OFCCL_ERR_AGAIN)
+            return ofccl__comm_fail(comm, rc, "signal to peer %d: %s", peer, e.msg);
+        rc = ofccl__comm_progress(comm);
+        if (rc)
+            return rc;
+        if (ofccl__now_ns() > deadline_ns)
+            return ofccl__comm_fail(comm, OFCCL_ERR_TIMEOUT,
+                                    "signal to peer %d: no free operation slot before the "
+                                    "deadline",
+                                    peer);
+    }
+}
+
+int ofccl__comm_quiesce(ofccl_comm_t *comm, uint64_t deadline_ns, const char *what)
+{
+    while (comm->ops_pending > 0) {
+        int rc = ofccl__comm_progress(comm);
+        if (rc)
+            return rc;
+        if (ofccl__now_ns() > deadline_ns)
+            return ofccl__comm_fail(comm, OFCCL_ERR_TIMEOUT,
+                                    "%s: %u operation(s) still pending at the deadline", what,
+                                    comm->ops_pending);
+    }
+    return 0;
+}

@@ -1,0 +1,134 @@
+/*
+ * Private structures of the core layer: context, communicator, windows and
+ * the signal plumbing shared by the barrier and the collectives.
+ */
+#ifndef OFCCL_CORE_CORE_H
+#define OFCCL_CORE_CORE_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "boot.h"
+#include "config.h"
+#include "err.h"
+#include "log.h"
+#include "ofccl.h"
+#include "prov.h"
+#include "topo.h"
+
+#define OFCCL__NAME_MAX 256 /* bytes of endpoint name we accept from fi_getname */
+
+struct ofccl_ctx {
+    ofccl__config_t cfg;
+    ofccl__log_t log;
+    ofccl__err_t err;
+    ofccl__boot_t *boot;
+    ofccl__topo_t *topo;
+    ofccl__prov_t *prov;
+    char provider[64];     /* alias or prov_name asked of the provider layer */
+    char choice_why[384];  /* why this provider and domain */
+    int ncomms;
+    uint32_t comm_seq;     /* communicators created so far: gives each one an id */
+};
+
+/* ---- signals: 32 bits of immediate data, so they fit verbs and EFA ----
+ * [31:28] kind, [27:20] communicator id (low 8 bits), [19:0] payload. The
+ * receiver counts arrivals; it never relies on the order of writes. */
+enum ofccl__sig_kind {
+    OFCCL__SIG_BARRIER = 1,
+    OFCCL__SIG_TEST = 2,  /* internal tests */
+    OFCCL__SIG_COLL = 3,  /* collectives */
+    OFCCL__SIG_KINDS = 16,
+};
+#define OFCCL__SIG_PAYLOAD_BITS 20
+#define OFCCL__SIG_PAYLOAD_MASK ((1u << OFCCL__SIG_PAYLOAD_BITS) - 1)
+
+static inline uint32_t ofccl__sig_encode(unsigned kind, uint32_t comm_id, uint32_t payload)
+{
+    return (kind & 0xfu) << 28 | (comm_id & 0xffu) << 20 | (payload & OFCCL__SIG_PAYLOAD_MASK);
+}
+
+typedef void (*ofccl__sig_sink_fn)(void *arg, uint32_t payload);
+
+/* The control region of a communicator: words peers add to or write into. */
+#define OFCCL__CTRL_BARRIER 0  /* 32 words: arrivals per dissemination round (atomic path) */
+#define OFCCL__CTRL_TEST 32    /* 32 words for internal tests */
+#define OFCCL__CTRL_WORDS 512  /* 4 KiB */
+
+enum ofccl__signal_mode { OFCCL__SIGNAL_CQDATA = 1, OFCCL__SIGNAL_ATOMIC = 2 };
+
+struct ofccl_comm {
+    ofccl_ctx_t *ctx;
+    int rank, size, local_rank, local_size;
+    uint32_t id;
+    int signal_mode; /* enum ofccl__signal_mode */
+    ofccl__err_t err;
+    int sticky;      /* first fatal error: every later call reports it */
+
+    ofccl__ep_t *ep;
+    ofccl__ep_handlers_t handlers;
+    _Atomic uint64_t *ctrl; /* OFCCL__CTRL_WORDS words, registered */
+    ofccl__mr_t *ctrl_mr;
+    ofccl__rkey_t *peer_ctrl; /* [size] */
+    int nwins;
+
+    struct {
+        ofccl__sig_sink_fn fn;
+        void *arg;
+    } sinks[OFCCL__SIG_KINDS];
+    uint64_t corrupt_signals;
+
+    /* barrier: dissemination over the fabric; arrivals counted per round */
+    uint64_t barrier_seq;
+    uint64_t barrier_arrived[32];
+    unsigned ops_pending; /* our ops accepted and not completed */
+};
+
+/* A region registered on every rank of a communicator, its keys exchanged once. */
+typedef struct ofccl__win {
+    ofccl_comm_t *comm;
+    void *addr;
+    size_t len;
+    ofccl__mr_t *mr;
+    ofccl__rkey_t *peers; /* [size] */
+} ofccl__win_t;
+
+/* Every op posted by the core carries one of these as its op context; `cb`
+ * (may be NULL) runs once when the op completes or fails. */
+typedef struct ofccl__op {
+    void (*cb)(struct ofccl__op *op, int status, const char *msg);
+} ofccl__op_t;
+
+/* ---- context internals ---- */
+/* Resolve "auto" and choose a domain; pure enough for ofccl_info to call it
+ * without joining a job. `all_local`: every rank shares this host. */
+int ofccl__ctx_choose(const ofccl__config_t *cfg, ofccl__topo_t *topo, bool all_local,
+                      int nranks, const ofccl__log_t *lg, char *provider, size_t plen,
+                      char *domain, size_t dlen, char *why, size_t whylen, ofccl__err_t *e);
+
+/* ---- communicator internals ---- */
+/* Record a fatal error: the communicator reports it from every later call. */
+int ofccl__comm_fail(ofccl_comm_t *comm, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Drive the endpoint once (bounded); returns <0 on a fatal error. */
+int ofccl__comm_progress(ofccl_comm_t *comm);
+void ofccl__comm_set_sink(ofccl_comm_t *comm, unsigned kind, ofccl__sig_sink_fn fn, void *arg);
+/* Send a signal to `peer`: remote CQ data, or an atomic add of 1 to the peer's
+ * control word `ctrl_word` (atomic mode). Non-blocking; retries AGAIN by
+ * progressing, bounded by the deadline. */
+int ofccl__comm_signal(ofccl_comm_t *comm, int peer, unsigned kind, uint32_t payload,
+                       unsigned ctrl_word, uint64_t deadline_ns);
+/* Deadline for a blocking call started now (UINT64_MAX when OFCCL_TIMEOUT_MS = 0). */
+uint64_t ofccl__comm_deadline(const ofccl_comm_t *comm);
+/* Wait until every op this communicator posted has completed. */
+int ofccl__comm_quiesce(ofccl_comm_t *comm, uint64_t deadline_ns, const char *what);
+/* The op context of ops whose completion needs no action. */
+extern ofccl__op_t ofccl__comm_op_plain;
+
+/* ---- windows ---- */
+int ofccl__win_create(ofccl_comm_t *comm, void *addr, size_t len, unsigned access,
+                      ofccl__win_t **out);
+int ofccl__win_destroy(ofccl__win_t *win);
+
+#endif

@@ -1,0 +1,249 @@
+/* The context: configuration, logger, bootstrap, topology and the open fabric. */
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core.h"
+#include "util.h"
+
+#define OFCCL__STR2(x) #x
+#define OFCCL__STR(x) OFCCL__STR2(x)
+
+void ofccl_version(int *major, int *minor, int *patch)
+{
+    if (major)
+        *major = OFCCL_VERSION_MAJOR;
+    if (minor)
+        *minor = OFCCL_VERSION_MINOR;
+    if (patch)
+        *patch = OFCCL_VERSION_PATCH;
+}
+
+const char *ofccl_version_string(void)
+{
+    return OFCCL__STR(OFCCL_VERSION_MAJOR) "." OFCCL__STR(OFCCL_VERSION_MINOR) "." OFCCL__STR(
+        OFCCL_VERSION_PATCH);
+}
+
+static bool has_domain(const ofccl__prov_dom_t *doms, int n, const char *name)
+{
+    for (int k = 0; k < n; k++)
+        if (strcmp(doms[k].domain, name) == 0)
+            return true;
+    return false;
+}
+
+int ofccl__ctx_choose(const ofccl__config_t *cfg, ofccl__topo_t *topo, bool all_local,
+                      int nranks, const ofccl__log_t *lg, char *provider, size_t plen,
+                      char *domain, size_t dlen, char *why, size_t whylen, ofccl__err_t *e)
+{
+    const char *want = ofccl__cfg_str(cfg, OFCCL__CFG_PROVIDER);
+    const char *iface = ofccl__cfg_str(cfg, OFCCL__CFG_IFACE);
+    ofccl__prov_dom_t doms[64];
+    ofccl__topo_nic_t nics[64];
+    char pwhy[160], dwhy[256] = "";
+    int n = 0, row, rc;
+    unsigned flags;
+
+    if (strcasecmp(want, "auto") == 0) {
+        want = all_local ? "shm" : "tcp";
+        snprintf(pwhy, sizeof(pwhy), "%s: OFCCL_PROVIDER=auto and %s", want,
+                 all_local ? "all ranks share this host"
+                           : "the job spans several hosts");
+    } else {
+        snprintf(pwhy, sizeof(pwhy), "%s: set by OFCCL_PROVIDER", want);
+    }
+    row = ofccl__quirk_find(want);
+    flags = row >= 0 ? ofccl__quirks[row].flags : 0;
+    if ((flags & OFCCL__Q_INTRA_NODE_ONLY) && !all_local)
+        return ofccl__fail(lg, OFCCL__SUB_CORE, e, OFCCL_ERR_NOT_SUPPORTED,
+                           "provider %s reaches only processes on one host, but the %d ranks "
+                           "of this job span several hosts; use OFCCL_PROVIDER=tcp or verbs",
+                           want, nranks);
+    if (flags & OFCCL__Q_DEPRECATED)
+        OFCCL__INFO(lg, OFCCL__SUB_CORE, "provider %s: %s", want, ofccl__quirks[row].note);
+
+    rc = ofccl__prov_list(want, doms, (int)OFCCL__ARRAY_LEN(doms), &n, e);
+    if (rc)
+        return rc;
+    if (iface[0] != '\0') {
+        if (!has_domain(doms, n, iface)) {
+            char list[512] = "";
+            for (int k = 0; k < n; k++)
+                snprintf(list + strlen(list), sizeof(list) - strlen(list), "%s%s",
+                         k ? ", " : "", doms[k].domain);
+            return ofccl__fail(lg, OFCCL__SUB_CORE, e, OFCCL_ERR_CONFIG,
+                               "OFCCL_IFACE=%s: provider %s offers no such domain (it offers: "
+                               "%s)",
+                               iface, want, n ? list : "none");
+        }
+        ofccl__strlcpy(domain, iface, dlen);
+        snprintf(dwhy, sizeof(dwhy), "domain %s: set by OFCCL_IFACE", iface);
+    } else if ((flags & OFCCL__Q_LOOPBACK_DOMAIN) && all_local && has_domain(doms, n, "lo")) {
+        /* One host: loopback keeps the traffic off the NIC and off the network. */
+        ofccl__strlcpy(domain, "lo", dlen);
+        snprintf(dwhy, sizeof(dwhy), "domain lo: all ranks share this host");
+    } else if (n > 1 && topo != NULL) {
+        int chosen = 0, m = 0, map[64];
+        char twhy[200] = "";
+        /* Loopback cannot reach another host: never a candidate for a multi-host job. */
+        for (int k = 0; k < n; k++) {
+            if (!all_local && strcmp(doms[k].domain, "lo") == 0)
+                continue;
+            nics[m].name = doms[k].domain;
+            nics[m].pci_busid = doms[k].pci_busid;
+            map[m++] = k;
+        }
+        if (m == 0)
+            return ofccl__fail(lg, OFCCL__SUB_CORE, e, OFCCL_ERR_NOT_SUPPORTED,
+                               "provider %s offers only loopback here, but the job spans hosts",
+                               want);
+        rc = ofccl__topo_pick_nic(topo, NULL, nics, m, &chosen, twhy, sizeof(twhy), e);
+        if (rc)
+            return rc;
+        chosen = map[chosen];
+        ofccl__strlcpy(domain, doms[chosen].domain, dlen);
+        snprintf(dwhy, sizeof(dwhy), "domain %s: closest to this process (%s)",
+                 doms[chosen].domain, twhy);
+    } else {
+        ofccl__strlcpy(domain, n > 0 ? doms[0].domain : "", dlen);
+        snprintf(dwhy, sizeof(dwhy), "domain %s: the only one offered",
+                 n > 0 ? doms[0].domain : "(none)");
+    }
+    ofccl__strlcpy(provider, want, plen);
+    snprintf(why, whylen, "%s; %s", pwhy, dwhy);
+    return 0;
+}
+
+static void apply_log_config(ofccl__log_t *lg, const ofccl__config_t *cfg)
+{
+    static const unsigned subsys_bits[] = {OFCCL__SUB_CORE, OFCCL__SUB_COLL, OFCCL__SUB_PROV,
+                                           OFCCL__SUB_BOOT, OFCCL__SUB_MEM};
+    int64_t mask = ofccl__cfg_int(cfg, OFCCL__CFG_LOG_SUBSYS);
+
+    lg->level = (int)ofccl__cfg_int(cfg, OFCCL__CFG_LOG_LEVEL);
+    lg->subsys = 0;
+    for (size_t k = 0; k < OFCCL__ARRAY_LEN(subsys_bits); k++)
+        if (mask & (1ll << k))
+            lg->subsys |= subsys_bits[k];
+}
+
+static int ctx_open(ofccl_ctx_t *ctx, const ofccl_ctx_params_t *params)
+{
+    ofccl__err_t *e = &ctx->err;
+    char launcher[512], unknown[512], domain[64];
+    ofccl__boot_params_t bp;
+    ofccl__prov_params_t pp;
+    int rc;
+
+    ofccl__log_init(&ctx->log);
+    rc = ofccl__config_load(&ctx->cfg, params ? params->settings : NULL, NULL, NULL, e);
+    if (rc) {
+        OFCCL__WARN(&ctx->log, OFCCL__SUB_CORE, "%s", e->msg);
+        return rc;
+    }
+    apply_log_config(&ctx->log, &ctx->cfg);
+    ofccl__config_unknown_env(unknown, sizeof(unknown));
+    if (unknown[0])
+        OFCCL__WARN(&ctx->log, OFCCL__SUB_CORE,
+                    "ignoring %s: no such parameter (see `ofccl_info -c`)", unknown);
+
+    ofccl__config_launcher_env(launcher, sizeof(launcher));
+    bp = (ofccl__boot_params_t){
+        .method = ofccl__cfg_str(&ctx->cfg, OFCCL__CFG_BOOT),
+        .timeout_ms = (uint64_t)ofccl__cfg_int(&ctx->cfg, OFCCL__CFG_BOOT_TIMEOUT_MS),
+        .root = ofccl__cfg_str(&ctx->cfg, OFCCL__CFG_BOOT_ROOT),
+        .rank = (int)ofccl__cfg_int(&ctx->cfg, OFCCL__CFG_BOOT_RANK),
+        .size = (int)ofccl__cfg_int(&ctx->cfg, OFCCL__CFG_BOOT_SIZE),
+        .launcher_vars = launcher,
+        .log = &ctx->log,
+    };
+    rc = ofccl__boot_open(&bp, &ctx->boot, e);
+    if (rc)
+        return rc;
+    ctx->log.rank = ctx->boot->rank;
+
+    rc = ofccl__topo_load(ofccl__cfg_str(&ctx->cfg, OFCCL__CFG_TOPO_XML), &ctx->log, &ctx->topo,
+                          e);
+    if (rc)
+        return rc;
+    rc = ofccl__ctx_choose(&ctx->cfg, ctx->topo, ctx->boot->local_size == ctx->boot->size,
+                           ctx->boot->size, &ctx->log, ctx->provider, sizeof(ctx->provider),
+                           domain, sizeof(domain), ctx->choice_why, sizeof(ctx->choice_why), e);
+    if (rc)
+        return rc;
+    OFCCL__INFO(&ctx->log, OFCCL__SUB_CORE, "rank %d of %d (local %d of %d) via %s: %s",
+                ctx->boot->rank, ctx->boot->size, ctx->boot->local_rank, ctx->boot->local_size,
+                ctx->boot->ops->name, ctx->choice_why);
+    pp = (ofccl__prov_params_t){
+        .provider = ctx->provider,
+        .domain = domain,
+        .strict = ofccl__cfg_int(&ctx->cfg, OFCCL__CFG_STRICT) != 0,
+        .log = &ctx->log,
+    };
+    return ofccl__prov_open(&pp, &ctx->prov, e);
+}
+
+static void ctx_close(ofccl_ctx_t *ctx)
+{
+    if (ctx->prov)
+        ofccl__prov_close(ctx->prov);
+    if (ctx->topo)
+        ofccl__topo_free(ctx->topo);
+    if (ctx->boot)
+        ofccl__boot_close(ctx->boot);
+    free(ctx);
+}
+
+int ofccl_ctx_create(const ofccl_ctx_params_t *params, ofccl_ctx_t **out)
+{
+    ofccl_ctx_t *ctx;
+    int rc;
+
+    /* A size too small means an uninitialised struct: errbuf cannot be trusted either. */
+    if (params != NULL && params->size < offsetof(ofccl_ctx_params_t, errlen) + sizeof(size_t))
+        return OFCCL_ERR_INVALID_ARG;
+    if (out == NULL) {
+        if (params)
+            ofccl__err_copy(params->errbuf, params->errlen, "ofccl_ctx_create: ctx is NULL");
+        return OFCCL_ERR_INVALID_ARG;
+    }
+    ctx = calloc(1, sizeof(*ctx));
+    if (ctx == NULL) {
+        if (params)
+            ofccl__err_copy(params->errbuf, params->errlen, "ofccl_ctx_create: out of memory");
+        return OFCCL_ERR_NO_MEMORY;
+    }
+    rc = ctx_open(ctx, params);
+    if (rc) {
+        if (params)
+            ofccl__err_copy(params->errbuf, params->errlen, ctx->err.msg);
+        ctx_close(ctx);
+        return rc;
+    }
+    *out = ctx;
+    return 0;
+}
+
+int ofccl_ctx_destroy(ofccl_ctx_t *ctx)
+{
+    if (ctx == NULL)
+        return OFCCL_ERR_INVALID_ARG;
+    if (ctx->ncomms > 0)
+        return ofccl__fail(&ctx->log, OFCCL__SUB_CORE, &ctx->err, OFCCL_ERR_BUSY,
+                           "ofccl_ctx_destroy: %d communicator(s) still open; destroy them first",
+                           ctx->ncomms);
+    ctx_close(ctx);
+    return 0;
+}
+
+const char *ofccl_ctx_last_error(const ofccl_ctx_t *ctx)
+{
+    return ctx ? ctx->err.msg : "ofccl_ctx_last_error: ctx is NULL";
+}
+
+const char *ofccl_ctx_provider(const ofccl_ctx_t *ctx)
+{
+    return ctx ? ofccl__prov_caps(ctx->prov)->name : "";
+}

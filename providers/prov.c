@@ -1,0 +1,610 @@
+/*
+ * Choosing a provider and domain, probing what it can do, and opening it.
+ *
+ * The decision is made from fi_getinfo with the hints ofccl can live with;
+ * when that fails, the hints are relaxed one requirement at a time so the
+ * error names the first thing the provider lacks instead of "no data".
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "prov_impl.h"
+#include "util.h"
+
+#define RMA_CAPS (FI_RMA | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE)
+/* Modes ofccl supports: every op context is a struct with a fi_context2 first,
+ * and it can keep receives posted for remote CQ data. */
+#define OFCCL_MODES (FI_CONTEXT | FI_CONTEXT2 | FI_RX_CQ_DATA)
+/* MR modes ofccl supports; never FI_MR_RAW (keys > 64 bits) or FI_MR_HMEM. */
+#define OFCCL_MR_MODES                                                                             \
+    (FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY | FI_MR_ENDPOINT)
+/* For the relaxed probes: accept any mode so only the capability under test
+ * can make fi_getinfo fail. */
+#define PROBE_ANY_MODE (~0ull)
+#define PROBE_ANY_MR_MODE (OFCCL_MR_MODES | FI_MR_RAW | FI_MR_RMA_EVENT | FI_MR_MMU_NOTIFY)
+
+/* How much of the hint set to build; each level adds one requirement. */
+enum hint_level {
+    H_PROV = 0, /* the provider exists at all */
+    H_RDM,      /* reliable datagram endpoints */
+    H_RMA,      /* + RMA read/write, local and remote */
+    H_ATOMIC,   /* + atomics */
+    H_MODES,    /* + only the modes and MR modes ofccl supports */
+    H_FULL,     /* + FI_THREAD_SAFE: what ofccl opens */
+};
+
+struct hint_opts {
+    const char *prov_name; /* NULL = any */
+    const char *domain;    /* NULL or "" = any */
+    int level;
+    bool virt_addr;        /* offer FI_MR_VIRT_ADDR */
+    bool recv;             /* FI_MSG|FI_RECV: we will post receives for CQ data */
+    uint64_t tx_op_flags;  /* e.g. FI_DELIVERY_COMPLETE to probe for it */
+};
+
+static const char *const level_what[] = {
+    [H_RDM] = "reliable datagram endpoints (FI_EP_RDM)",
+    [H_RMA] = "RMA read/write (FI_RMA)",
+    [H_ATOMIC] = "atomics (FI_ATOMIC)",
+    [H_MODES] = "the operating and memory-registration modes ofccl supports",
+    [H_FULL] = "thread-safe domains (FI_THREAD_SAFE)",
+};
+
+static struct fi_info *make_hints(const struct hint_opts *o)
+{
+    struct fi_info *h = fi_allocinfo();
+
+    if (h == NULL)
+        return NULL;
+    if (o->prov_name != NULL) {
+        h->fabric_attr->prov_name = strdup(o->prov_name);
+        if (h->fabric_attr->prov_name == NULL)
+            goto fail;
+    }
+    if (o->domain != NULL && o->domain[0] != '\0') {
+        h->domain_attr->name = strdup(o->domain);
+        if (h->domain_attr->name == NULL)
+            goto fail;
+    }
+    h->mode = PROBE_ANY_MODE;
+    h->domain_attr->mr_mode = PROBE_ANY_MR_MODE;
+    if (o->level >= H_RDM)
+        h->ep_attr->type = FI_EP_RDM;
+    if (o->level >= H_RMA)
+        h->caps = RMA_CAPS | (o->recv ? (FI_MSG | FI_RECV) : 0);
+    if (o->level >= H_ATOMIC)
+        h->caps |= FI_ATOMIC;
+    if (o->level >= H_MODES) {
+        h->mode = OFCCL_MODES;
+        h->domain_attr->mr_mode = OFCCL_MR_MODES & ~(o->virt_addr ? 0 : FI_MR_VIRT_ADDR);
+    }
+    if (o->level >= H_FULL) {
+        h->domain_attr->threading = FI_THREAD_SAFE;
+        h->tx_attr->op_flags = o->tx_op_flags;
+    }
+    return h;
+fail:
+    fi_freeinfo(h);
+    return NULL;
+}
+
+/* First entry on `domain` (libfabric 1.17's tcp and sockets ignore the domain
+ * name in the hints and return every interface, so we filter ourselves). */
+static struct fi_info *first_on_domain(struct fi_info *list, const char *domain)
+{
+    for (struct fi_info *i = list; i != NULL; i = i->next) {
+        if (domain == NULL || domain[0] == '\0')
+            return i;
+        if (i->domain_attr->name != NULL && strcmp(i->domain_attr->name, domain) == 0)
+            return i;
+    }
+    return NULL;
+}
+
+/* fi_getinfo with these options; *list is owned by the caller, *pick points
+ * into it (NULL when nothing matched). Returns the fi_getinfo result. */
+static int query(const struct hint_opts *o, struct fi_info **list, struct fi_info **pick)
+{
+    struct fi_info *h = make_hints(o);
+    int ret;
+
+    *list = NULL;
+    *pick = NULL;
+    if (h == NULL)
+        return -FI_ENOMEM;
+    ret = fi_getinfo(OFCCL__FI_VERSION, NULL, NULL, 0, h, list);
+    fi_freeinfo(h);
+    if (ret == 0)
+        *pick = first_on_domain(*list, o->domain);
+    return ret;
+}
+
+static pthread_once_t version_once = PTHREAD_ONCE_INIT;
+static char version_str[32];
+
+static void version_init(void)
+{
+    uint32_t v = fi_version();
+
+    /* fi_version() has no revision; the header's is right when major.minor agree. */
+    if (FI_MAJOR(v) == FI_MAJOR_VERSION && FI_MINOR(v) == FI_MINOR_VERSION)
+        snprintf(version_str, sizeof(version_str), "%u.%u.%u", FI_MAJOR(v), FI_MINOR(v),
+                 (unsigned)FI_REVISION_VERSION);
+    else
+        snprintf(version_str, sizeof(version_str), "%u.%u", FI_MAJOR(v), FI_MINOR(v));
+}
+
+const char *ofccl__prov_fabric_version(void)
+{
+    pthread_once(&version_once, version_init);
+    return version_str;
+}
+
+/* Append `item` to a ", "-separated list unless it is already there. */
+static void list_add_unique(char *buf, size_t len, const char *item)
+{
+    size_t n = strlen(item), used = strlen(buf);
+
+    for (const char *p = buf; (p = strstr(p, item)) != NULL; p += n) {
+        bool start = p == buf || (p >= buf + 2 && p[-2] == ',' && p[-1] == ' ');
+        bool end = p[n] == '\0' || p[n] == ',';
+        if (start && end)
+            return;
+    }
+    snprintf(buf + used, len - used, "%s%s", used ? ", " : "", item);
+}
+
+void ofccl__prov_available(char *buf, size_t len)
+{
+    struct fi_info *list = NULL;
+
+    if (buf == NULL || len == 0)
+        return;
+    buf[0] = '\0';
+    if (fi_getinfo(OFCCL__FI_VERSION, NULL, NULL, 0, NULL, &list) != 0) {
+        ofccl__strlcpy(buf, "none", len);
+        return;
+    }
+    for (struct fi_info *i = list; i != NULL; i = i->next)
+        if (i->fabric_attr->prov_name != NULL)
+            list_add_unique(buf, len, i->fabric_attr->prov_name);
+    fi_freeinfo(list);
+}
+
+static int fail_unavailable(const ofccl__log_t *log, ofccl__err_t *e, const char *provider)
+{
+    char avail[256];
+
+    ofccl__prov_available(avail, sizeof(avail));
+    return ofccl__fail(log, OFCCL__SUB_PROV, e, OFCCL_ERR_NOT_SUPPORTED,
+                       "provider '%s' is not available (libfabric %s offers: %s); set "
+                       "OFCCL_PROVIDER to one of them",
+                       provider, ofccl__prov_fabric_version(), avail);
+}
+
+/* fi_getinfo found nothing usable: work out why, most basic reason first. */
+static int diagnose(const ofccl__prov_params_t *p, const char *prov_name, const char *domain,
+                    bool virt_addr, bool recv, ofccl__err_t *e)
+{
+    struct hint_opts o = {prov_name, NULL, H_PROV, virt_addr, recv, 0};
+    struct fi_info *list, *pick;
+    char doms[256] = "";
+
+    if (query(&o, &list, &pick) != 0 || pick == NULL) {
+        fi_freeinfo(list);
+        return fail_unavailable(p->log, e, p->provider);
+    }
+    if (domain[0] != '\0' && first_on_domain(list, domain) == NULL) {
+        for (struct fi_info *i = list; i != NULL; i = i->next)
+            if (i->domain_attr->name != NULL)
+                list_add_unique(doms, sizeof(doms), i->domain_attr->name);
+        fi_freeinfo(list);
+        return ofccl__fail(p->log, OFCCL__SUB_PROV, e, OFCCL_ERR_NOT_SUPPORTED,
+                           "provider '%s' has no domain '%s' (it offers: %s); set OFCCL_DOMAIN "
+                           "to one of them or leave it empty",
+                           prov_name, domain, doms);
+    }
+    fi_freeinfo(list);
+
+    o.domain = domain;
+    for (int level = H_RDM; level <= H_FULL; level++) {
+        char need[160] = "";
+        struct fi_info *relaxed = NULL, *rpick = NULL;
+
+        o.level = level;
+        if (query(&o, &list, &pick) == 0 && pick != NULL) {
+            fi_freeinfo(list);
+            continue;
+        }
+        fi_freeinfo(list);
+        if (level == H_MODES) {
+            /* Say what the provider would have demanded instead. */
+            o.level = H_ATOMIC;
+            if (query(&o, &relaxed, &rpick) == 0 && rpick != NULL)
+                snprintf(need, sizeof(need), "; it asks for mode [%s] and mr_mode [%s]",
+                         fi_tostr(&rpick->mode, FI_TYPE_MODE),
+                         fi_tostr(&rpick->domain_attr->mr_mode, FI_TYPE_MR_MODE));
+            fi_freeinfo(relaxed);
+        }
+        return ofccl__fail(p->log, OFCCL__SUB_PROV, e, OFCCL_ERR_NOT_SUPPORTED,
+                           "provider '%s'%s%s does not offer %s%s, which ofccl needs",
+                           prov_name, domain[0] ? " domain " : "", domain, level_what[level],
+                           need);
+    }
+    return ofccl__fail(p->log, OFCCL__SUB_PROV, e, OFCCL_ERR_NOT_SUPPORTED,
+                       "provider '%s'%s%s offers RDM, RMA and atomics but not with %s", prov_name,
+                       domain[0] ? " domain " : "", domain,
+                       recv ? "posted receives for CQ data (FI_MSG)" : "ofccl's hints");
+}
+
+/* Pick an fi_info for these parameters; on success *list owns *pick. */
+static int choose(const ofccl__prov_params_t *p, const char *prov_name, const char *domain,
+                  struct fi_info **list, struct fi_info **pick, ofccl__err_t *e)
+{
+    /* Strict mode asks for offset addressing (verbs-like) and posts receives. */
+    bool virt_addr = !p->strict, recv = p->strict;
+    struct hint_opts o = {prov_name, domain, H_FULL, virt_addr, recv, 0};
+
+    query(&o, list, pick);
+    if (*pick == NULL && p->strict) {
+        fi_freeinfo(*list);
+        o.virt_addr = true;
+        query(&o, list, pick);
+        if (*pick != NULL)
+            OFCCL__INFO(p->log, OFCCL__SUB_PROV,
+                        "strict mode: %s needs FI_MR_VIRT_ADDR; keeping virtual addressing",
+                        prov_name);
+    }
+    if (*pick != NULL && !recv && ((*pick)->mode & FI_RX_CQ_DATA)) {
+        /* CQ data will consume receives: we must be allowed to post them. */
+        fi_freeinfo(*list);
+        o.recv = true;
+        query(&o, list, pick);
+    }
+    if (*pick == NULL) {
+        fi_freeinfo(*list);
+        *list = NULL;
+        return diagnose(p, prov_name, domain, o.virt_addr, o.recv, e);
+    }
+    if (p->strict && ((*pick)->domain_attr->mr_mode & FI_MR_VIRT_ADDR) && !o.virt_addr)
+        OFCCL__INFO(p->log, OFCCL__SUB_PROV, "strict mode: %s uses virtual addresses anyway",
+                    prov_name);
+    return 0;
+}
+
+/*
+ * FI_DELIVERY_COMPLETE: ask fi_getinfo again with it in tx_attr->op_flags. A
+ * provider validates the requested op_flags against the ones it implements and
+ * drops the entry if it cannot honour them, so an entry coming back for the
+ * same fabric and domain means the flag is accepted per operation too (shm,
+ * tcp;ofi_rxm and sockets all accept it in 1.17; shm's atomic path visibly
+ * waits for the target's response when it is set). We never put it in the
+ * endpoint's default op_flags: only atomic adds pay for it.
+ */
+static bool probe_delivery_complete(const ofccl__prov_params_t *p, const struct fi_info *chosen)
+{
+    struct hint_opts o = {chosen->fabric_attr->prov_name, chosen->domain_attr->name, H_FULL,
+                          (chosen->domain_attr->mr_mode & FI_MR_VIRT_ADDR) != 0,
+                          (chosen->caps & FI_MSG) != 0, FI_DELIVERY_COMPLETE};
+    struct fi_info *list, *pick;
+    bool ok = false;
+
+    if (chosen->tx_attr->op_flags & FI_DELIVERY_COMPLETE)
+        return true;
+    if (query(&o, &list, &pick) == 0) {
+        for (struct fi_info *i = list; i != NULL && !ok; i = i->next)
+            ok = strcmp(i->fabric_attr->name, chosen->fabric_attr->name) == 0 &&
+                 strcmp(i->domain_attr->name, chosen->domain_attr->name) == 0;
+    }
+    fi_freeinfo(list);
+    (void)p;
+    return ok;
+}
+
+static void fill_caps(ofccl__prov_caps_t *c, const struct fi_info *i)
+{
+    uint64_t mr = i->domain_attr->mr_mode, order = i->tx_attr->msg_order;
+
+    memset(c, 0, sizeof(*c));
+    ofccl__strlcpy(c->name, i->fabric_attr->prov_name, sizeof(c->name));
+    ofccl__strlcpy(c->fabric, i->fabric_attr->name ? i->fabric_attr->name : "", sizeof(c->fabric));
+    ofccl__strlcpy(c->domain, i->domain_attr->name ? i->domain_attr->name : "", sizeof(c->domain));
+    c->virt_addr = (mr & FI_MR_VIRT_ADDR) != 0;
+    c->prov_key = (mr & FI_MR_PROV_KEY) != 0;
+    c->mr_local = (mr & FI_MR_LOCAL) != 0;
+    c->mr_endpoint = (mr & FI_MR_ENDPOINT) != 0;
+    c->mr_allocated = (mr & FI_MR_ALLOCATED) != 0;
+    c->mr_raw = (mr & FI_MR_RAW) != 0;
+    c->key_size = i->domain_attr->mr_key_size;
+    c->cq_data_size = OFCCL__MIN(i->domain_attr->cq_data_size, (size_t)8);
+    c->rx_cq_data = (i->mode & FI_RX_CQ_DATA) != 0;
+    /* Our writes are RMA: the RMA-specific order bits (1.17) count as much as
+     * the generic ones that cover every transfer type. */
+    c->order_waw = (order & (FI_ORDER_WAW | FI_ORDER_RMA_WAW)) != 0;
+    c->order_raw = (order & (FI_ORDER_RAW | FI_ORDER_RMA_RAW)) != 0;
+    c->order_war = (order & (FI_ORDER_WAR | FI_ORDER_RMA_WAR)) != 0;
+    c->max_order_waw_size = i->ep_attr->max_order_waw_size;
+    c->max_order_raw_size = i->ep_attr->max_order_raw_size;
+    c->max_order_war_size = i->ep_attr->max_order_war_size;
+    c->inject_size = i->tx_attr->inject_size;
+    c->max_msg_size = i->ep_attr->max_msg_size;
+}
+
+/* What the chosen entry says that ofccl cannot work with. */
+static int check_info(const ofccl__prov_params_t *p, const struct fi_info *i, ofccl__err_t *e)
+{
+    const char *prov = i->fabric_attr->prov_name;
+
+    if (i->domain_attr->mr_mode & FI_MR_RAW)
+        return ofccl__fail(p->log, OFCCL__SUB_PROV, e, OFCCL_ERR_NOT_SUPPORTED,
+                           "provider '%s' needs raw memory keys (FI_MR_RAW), which ofccl does "
+                           "not support",
+                           prov);
+    if (i->domain_attr->mr_key_size > 8)
+        return ofccl__fail(p->log, OFCCL__SUB_PROV, e, OFCCL_ERR_NOT_SUPPORTED,
+                           "provider '%s' uses %zu-byte memory keys; ofccl supports at most 8",
+                           prov, i->domain_attr->mr_key_size);
+    if (i->domain_attr->cq_data_size < 4)
+        return ofccl__fail(p->log, OFCCL__SUB_PROV, e, OFCCL_ERR_NOT_SUPPORTED,
+                           "provider '%s' does not offer remote CQ data of at least 4 bytes "
+                           "(cq_data_size %zu), which ofccl's signals need",
+                           prov, i->domain_attr->cq_data_size);
+    return 0;
+}
+
+/* Atomic support that needs the open domain. */
+static int probe_atomics(ofccl__prov_t *prov, ofccl__err_t *e)
+{
+    struct fi_atomic_attr attr;
+    ofccl__prov_caps_t *c = &prov->caps;
+
+    c->atomic_u64_sum = fi_query_atomic(prov->domain, FI_UINT64, FI_SUM, &attr, 0) == 0;
+    prov->fetch_atomic_ok =
+        fi_query_atomic(prov->domain, FI_UINT64, FI_SUM, &attr, FI_FETCH_ATOMIC) == 0;
+    if (!c->atomic_u64_sum) {
+        OFCCL__INFO(prov->log, OFCCL__SUB_PROV,
+                    "%s: no 64-bit unsigned FI_SUM atomics; signals must use CQ data", c->name);
+        return 0;
+    }
+    if (!c->delivery_complete && !prov->fetch_atomic_ok)
+        return ofccl__fail(prov->log, OFCCL__SUB_PROV, e, OFCCL_ERR_NOT_SUPPORTED,
+                           "provider '%s' has neither FI_DELIVERY_COMPLETE nor a fetching 64-bit "
+                           "sum, so ofccl has no atomic fallback that completes at the target",
+                           c->name);
+    if (!c->delivery_complete)
+        OFCCL__INFO(prov->log, OFCCL__SUB_PROV,
+                    "%s: FI_DELIVERY_COMPLETE not accepted; atomic adds use fi_fetch_atomic so "
+                    "their completion means applied at the target",
+                    c->name);
+    return 0;
+}
+
+int ofccl__prov_open(const ofccl__prov_params_t *params, ofccl__prov_t **out, ofccl__err_t *e)
+{
+    const ofccl__log_t *log = params ? params->log : NULL;
+    struct fi_info *list = NULL, *pick = NULL;
+    ofccl__prov_t *prov;
+    const char *prov_name, *domain;
+    char buf[1024];
+    int row, ret;
+
+    if (params == NULL || out == NULL || params->provider == NULL || params->provider[0] == '\0')
+        return ofccl__fail(log, OFCCL__SUB_PROV, e, OFCCL_ERR_INVALID_ARG,
+                           "opening a provider needs a provider name");
+    row = ofccl__quirk_find(params->provider);
+    prov_name = row >= 0 ? ofccl__quirks[row].prov_name : params->provider;
+    domain = params->domain != NULL ? params->domain : "";
+
+    ret = choose(params, prov_name, domain, &list, &pick, e);
+    if (ret != 0)
+        return ret;
+    ret = check_info(params, pick, e);
+    if (ret != 0)
+        goto err_list;
+
+    prov = calloc(1, sizeof(*prov));
+    if (prov == NULL) {
+        ret = ofccl__fail(log, OFCCL__SUB_PROV, e, OFCCL_ERR_NO_MEMORY, "out of memory");
+        goto err_list;
+    }
+    prov->log = log;
+    pthread_mutex_init(&prov->lock, NULL);
+    prov->info = fi_dupinfo(pick);
+    if (prov->info == NULL) {
+        ret = ofccl__fail(log, OFCCL__SUB_PROV, e, OFCCL_ERR_NO_MEMORY, "fi_dupinfo failed");
+        goto err_prov;
+    }
+    fill_caps(&prov->caps, pick);
+    prov->real_prov_key = prov->caps.prov_key;
+    prov->caps.delivery_complete = probe_delivery_complete(params, pick);
+    fi_freeinfo(list);
+    list = NULL;
+
+    ret = fi_fabric(prov->info->fabric_attr, &prov->fabric, NULL);
+    if (ret != 0) {
+        ret = ofccl__fail(log, OFCCL__SUB_PROV, e, OFCCL_ERR_PROVIDER,
+                          "fi_fabric(%s, %s) failed: %s", prov->caps.name, prov->caps.fabric,
+                          fi_strerror(-ret));
+        goto err_info;
+    }
+    ret = fi_domain(prov->fabric, prov->info, &prov->domain, NULL);
+    if (ret != 0) {
+        ret = ofccl__fail(log, OFCCL__SUB_PROV, e, OFCCL_ERR_PROVIDER,
+                          "fi_domain(%s, %s) failed: %s", prov->caps.name, prov->caps.domain,
+                          fi_strerror(-ret));
+        goto err_fabric;
+    }
+    ret = probe_atomics(prov, e);
+    if (ret != 0)
+        goto err_domain;
+    ofccl__quirk_apply(&prov->caps, ofccl__quirk_find(prov->caps.name), params->strict);
+
+    ofccl__prov_caps_format(&prov->caps, buf, sizeof(buf));
+    OFCCL__DEBUG(log, OFCCL__SUB_PROV, "opened provider:\n%s", buf);
+    *out = prov;
+    return 0;
+
+err_domain:
+    fi_close(&prov->domain->fid);
+err_fabric:
+    fi_close(&prov->fabric->fid);
+err_info:
+    fi_freeinfo(prov->info);
+err_prov:
+    pthread_mutex_destroy(&prov->lock);
+    free(prov);
+err_list:
+    fi_freeinfo(list);
+    return ret;
+}
+
+const ofccl__prov_caps_t *ofccl__prov_caps(const ofccl__prov_t *prov)
+{
+    return &prov->caps;
+}
+
+int ofccl__prov_close(ofccl__prov_t *prov)
+{
+    unsigned n;
+    int ret, rc = 0;
+
+    if (prov == NULL)
+        return 0;
+    pthread_mutex_lock(&prov->lock);
+    n = prov->n_eps;
+    pthread_mutex_unlock(&prov->lock);
+    if (n > 0)
+        return ofccl__fail(prov->log, OFCCL__SUB_PROV, NULL, OFCCL_ERR_BUSY,
+                           "provider %s: %u endpoint(s) still open", prov->caps.name, n);
+    ret = fi_close(&prov->domain->fid);
+    if (ret != 0)
+        rc = ofccl__fail(prov->log, OFCCL__SUB_PROV, NULL, OFCCL_ERR_PROVIDER,
+                         "closing domain %s: %s", prov->caps.domain, fi_strerror(-ret));
+    ret = fi_close(&prov->fabric->fid);
+    if (ret != 0 && rc == 0)
+        rc = ofccl__fail(prov->log, OFCCL__SUB_PROV, NULL, OFCCL_ERR_PROVIDER,
+                         "closing fabric %s: %s", prov->caps.fabric, fi_strerror(-ret));
+    fi_freeinfo(prov->info);
+    pthread_mutex_destroy(&prov->lock);
+    free(prov);
+    return rc;
+}
+
+static void pci_busid(const struct fi_info *i, char *buf, size_t len)
+{
+    const struct fi_pci_attr *pci;
+
+    buf[0] = '\0';
+    if (i->nic == NULL || i->nic->bus_attr == NULL || i->nic->bus_attr->bus_type != FI_BUS_PCI)
+        return;
+    pci = &i->nic->bus_attr->attr.pci;
+    snprintf(buf, len, "%04x:%02x:%02x.%x", pci->domain_id, pci->bus_id, pci->device_id,
+             pci->function_id);
+}
+
+int ofccl__prov_list(const char *provider, ofccl__prov_dom_t *out, int max, int *n,
+                     ofccl__err_t *e)
+{
+    const char *prov_name = NULL;
+    struct fi_info *list, *pick;
+    int count = 0, ret;
+
+    if (n == NULL || max < 0 || (out == NULL && max > 0))
+        return ofccl__fail(NULL, OFCCL__SUB_PROV, e, OFCCL_ERR_INVALID_ARG,
+                           "ofccl__prov_list: bad arguments");
+    if (provider != NULL && provider[0] != '\0') {
+        int row = ofccl__quirk_find(provider);
+        prov_name = row >= 0 ? ofccl__quirks[row].prov_name : provider;
+    }
+    {
+        struct hint_opts o = {prov_name, NULL, H_FULL, true, false, 0};
+        ret = query(&o, &list, &pick);
+    }
+    if (ret == -FI_ENODATA) {
+        struct hint_opts o = {prov_name, NULL, H_PROV, true, false, 0};
+        *n = 0;
+        if (prov_name == NULL)
+            return 0;
+        /* Known to libfabric but unable to do RDM+RMA+atomics: an empty list. */
+        ret = query(&o, &list, &pick);
+        fi_freeinfo(list);
+        return ret == 0 ? 0 : fail_unavailable(NULL, e, provider);
+    }
+    if (ret != 0)
+        return ofccl__fail(NULL, OFCCL__SUB_PROV, e, OFCCL_ERR_PROVIDER, "fi_getinfo failed: %s",
+                           fi_strerror(-ret));
+    for (struct fi_info *i = list; i != NULL && count < max; i = i->next) {
+        ofccl__prov_dom_t d;
+        bool dup = false;
+
+        memset(&d, 0, sizeof(d));
+        ofccl__strlcpy(d.prov_name, i->fabric_attr->prov_name, sizeof(d.prov_name));
+        ofccl__strlcpy(d.fabric, i->fabric_attr->name ? i->fabric_attr->name : "",
+                       sizeof(d.fabric));
+        ofccl__strlcpy(d.domain, i->domain_attr->name ? i->domain_attr->name : "",
+                       sizeof(d.domain));
+        pci_busid(i, d.pci_busid, sizeof(d.pci_busid));
+        for (int k = 0; k < count && !dup; k++)
+            dup = memcmp(&out[k], &d, sizeof(d)) == 0;
+        if (!dup)
+            out[count++] = d;
+    }
+    fi_freeinfo(list);
+    *n = count;
+    return 0;
+}
+
+static const char *yn(bool b)
+{
+    return b ? "yes" : "no";
+}
+
+void ofccl__prov_caps_format(const ofccl__prov_caps_t *c, char *buf, size_t len)
+{
+    char flags[160] = "";
+    static const char *const fnames[] = {"CQDATA_4",        "ATOMIC_EMULATED", "LOOPBACK_DOMAIN",
+                                         "DEPRECATED",      "STRICT_CAPABLE",  "NEEDS_RX_CQ_DATA",
+                                         "NEEDS_MR_LOCAL",  "INTRA_NODE_ONLY"};
+    const char *note = "(no quirk row for this provider)";
+
+    if (buf == NULL || len == 0)
+        return;
+    for (unsigned b = 0; b < OFCCL__ARRAY_LEN(fnames); b++)
+        if (c->quirks & (1u << b))
+            snprintf(flags + strlen(flags), sizeof(flags) - strlen(flags), "%s%s",
+                     flags[0] ? "|" : "", fnames[b]);
+    if (c->quirk_row >= 0 && (size_t)c->quirk_row < ofccl__quirk_count)
+        note = ofccl__quirks[c->quirk_row].note;
+    snprintf(buf, len,
+             "provider           %s\n"
+             "fabric             %s\n"
+             "domain             %s\n"
+             "strict mode        %s\n"
+             "quirks             row %d [%s]\n"
+             "quirk note         %s\n"
+             "virt_addr          %s\n"
+             "prov_key           %s\n"
+             "mr_local           %s\n"
+             "mr_endpoint        %s\n"
+             "mr_allocated       %s\n"
+             "mr_raw             %s\n"
+             "key_size           %zu\n"
+             "cq_data_size       %zu\n"
+             "rx_cq_data         %s\n"
+             "atomic_u64_sum     %s\n"
+             "atomic_native      %s\n"
+             "delivery_complete  %s\n"
+             "order_waw          %s (max_order_waw_size %zu)\n"
+             "order_raw          %s (max_order_raw_size %zu)\n"
+             "order_war          %s (max_order_war_size %zu)\n"
+             "inject_size        %zu\n"
+             "max_msg_size       %zu\n",
+             c->name, c->fabric, c->domain, yn(c->strict), c->quirk_row, flags, note,
+             yn(c->virt_addr), yn(c->prov_key), yn(c->mr_local), yn(c->mr_endpoint),
+             yn(c->mr_allocated), yn(c->mr_raw), c->key_size, c->cq_data_size, yn(c->rx_cq_data),
+             yn(c->atomic_u64_sum), yn(c->atomic_native), yn(c->delivery_complete),
+             yn(c->order_waw), c->max_order_waw_size, yn(c->order_raw), c->max_order_raw_size,
+             yn(c->order_war), c->max_order_war_size, c->inject_size, c->max_msg_size);
+}

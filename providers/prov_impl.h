@@ -1,0 +1,99 @@
+/*
+ * Private to providers/: the objects behind the opaque handles of prov.h.
+ * Nothing outside this directory includes it (it pulls in libfabric headers).
+ */
+#ifndef OFCCL_PROVIDERS_PROV_IMPL_H
+#define OFCCL_PROVIDERS_PROV_IMPL_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <rdma/fabric.h>
+#include <rdma/fi_atomic.h>
+#include <rdma/fi_cm.h>
+#include <rdma/fi_domain.h>
+#include <rdma/fi_endpoint.h>
+#include <rdma/fi_errno.h>
+#include <rdma/fi_rma.h>
+
+#include "prov.h"
+
+/* The libfabric API level ofccl is written against. */
+#define OFCCL__FI_VERSION FI_VERSION(1, 17)
+
+struct ofccl__prov {
+    struct fi_info *info; /* the entry chosen (fi_dupinfo), used for every endpoint */
+    struct fid_fabric *fabric;
+    struct fid_domain *domain;
+    ofccl__prov_caps_t caps;
+    const ofccl__log_t *log;
+    /* The provider itself picks keys (FI_MR_PROV_KEY reported); caps.prov_key may
+     * also be true only because strict mode asks us to read keys back. */
+    bool real_prov_key;
+    /* A fetching FI_SUM on FI_UINT64 is valid: the fallback when delivery
+     * complete is not available. */
+    bool fetch_atomic_ok;
+    pthread_mutex_t lock; /* guards n_eps */
+    unsigned n_eps;
+};
+
+enum ofccl__op_kind {
+    OFCCL__OP_FREE = 0,
+    OFCCL__OP_WRITE,
+    OFCCL__OP_WRITEDATA,
+    OFCCL__OP_ATOMIC_DC,    /* fi_atomicmsg + FI_DELIVERY_COMPLETE */
+    OFCCL__OP_ATOMIC_FETCH, /* fi_fetch_atomic: completion implies applied */
+    OFCCL__OP_RECV,         /* zero-length receive for FI_RX_CQ_DATA */
+};
+
+/* One in-flight (or queued) operation. libfabric owns `fctx` while posted,
+ * which is why it is first: the CQ entry's op_context points at it. */
+struct ofccl__op {
+    struct fi_context2 fctx;
+    struct ofccl__op *next; /* free list or retry FIFO */
+    void *op_ctx;           /* the caller's, handed back in exactly one callback */
+    const void *src;
+    size_t len;
+    void *desc;
+    uint64_t raddr;
+    uint64_t key;
+    uint64_t data;
+    int peer;
+    int kind; /* enum ofccl__op_kind */
+    /* Atomic operand and fetch result: 8-byte aligned, inside the registered pool. */
+    uint64_t operand;
+    uint64_t result;
+};
+
+struct ofccl__ep {
+    ofccl__prov_t *prov;
+    struct fid_ep *ep;
+    struct fid_av *av;
+    struct fid_cq *cq;
+    ofccl__ep_params_t params;
+    pthread_mutex_t lock; /* op pool, retry FIFO, counters */
+
+    struct ofccl__op *ops; /* params.ops_inflight descriptors, allocated once */
+    struct ofccl__op *free_ops;
+    struct ofccl__op *rq_head, *rq_tail; /* -FI_EAGAIN retry FIFO */
+    unsigned pending;                    /* accepted, not yet completed (not receives) */
+    struct fid_mr *ops_mr;               /* registration of `ops` when caps.mr_local */
+    void *ops_desc;
+
+    struct ofccl__op *rx; /* params.rx_posted receive descriptors (rx_cq_data) */
+    unsigned n_rx;
+
+    unsigned n_mrs; /* user regions registered on this endpoint */
+    bool peers_inserted;
+};
+
+/* Registration shared by mr.c (user regions) and ep.c (the op pool). */
+int ofccl__mr_reg_raw(ofccl__ep_t *ep, void *addr, size_t len, uint64_t fi_access,
+                      struct fid_mr **out, uint64_t *key_out, ofccl__err_t *e);
+/* Post (or re-post) one descriptor; returns the fi_* result (0, -FI_EAGAIN, ...). */
+ssize_t ofccl__op_post(ofccl__ep_t *ep, struct ofccl__op *op);
+/* Name of an op kind for messages ("RMA write", ...). */
+const char *ofccl__op_kind_name(int kind);
+
+#endif

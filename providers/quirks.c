@@ -1,0 +1,85 @@
+/*
+ * The per-provider quirk table: what fi_info does not say (or says in a way we
+ * cannot act on), written down once as data. Every flag below is backed by the
+ * provider's man page (fi_<prov>(7), libfabric 1.17) or by what fi_getinfo
+ * reports on a 1.17 installation; the note says which.
+ */
+#include <string.h>
+
+#include "prov.h"
+
+const ofccl__quirk_t ofccl__quirks[] = {
+    {"shm", "shm",
+     OFCCL__Q_INTRA_NODE_ONLY | OFCCL__Q_STRICT_CAPABLE,
+     "shared memory: reaches processes on this host only; native atomics in the target's "
+     "progress; honours FI_DELIVERY_COMPLETE on atomics"},
+    {"tcp;ofi_rxm", "tcp",
+     OFCCL__Q_ATOMIC_EMULATED | OFCCL__Q_LOOPBACK_DOMAIN | OFCCL__Q_STRICT_CAPABLE,
+     "RDM emulated by rxm over tcp MSG endpoints; rxm carries atomics as messages applied in "
+     "software at the target; has an 'lo' domain; first ops return EAGAIN while connecting"},
+    {"verbs;ofi_rxm", "verbs",
+     OFCCL__Q_CQDATA_4 | OFCCL__Q_ATOMIC_EMULATED | OFCCL__Q_NEEDS_RX_CQ_DATA |
+         OFCCL__Q_NEEDS_MR_LOCAL,
+     "InfiniBand/RoCE: immediate data is 32 bits; write-with-immediate consumes a posted "
+     "receive (FI_RX_CQ_DATA); verbs requires FI_MR_LOCAL; rxm applies atomics in software"},
+    {"sockets", "sockets",
+     OFCCL__Q_DEPRECATED | OFCCL__Q_LOOPBACK_DOMAIN | OFCCL__Q_STRICT_CAPABLE,
+     "deprecated by libfabric in favour of tcp; meant for development and debugging; has an "
+     "'lo' domain"},
+    {"efa", "efa", OFCCL__Q_CQDATA_4 | OFCCL__Q_ATOMIC_EMULATED,
+     "AWS EFA: remote CQ data is 4 bytes; the RDM protocol implements atomics in software"},
+    {"cxi", "cxi", 0, "HPE Slingshot: RMA and atomics are executed by the NIC"},
+};
+
+const size_t ofccl__quirk_count = sizeof(ofccl__quirks) / sizeof(ofccl__quirks[0]);
+
+int ofccl__quirk_find(const char *name)
+{
+    if (name == NULL || name[0] == '\0')
+        return -1;
+    /* Exact prov_name first, so an alias can never shadow a real provider name. */
+    for (size_t i = 0; i < ofccl__quirk_count; i++)
+        if (strcmp(ofccl__quirks[i].prov_name, name) == 0)
+            return (int)i;
+    for (size_t i = 0; i < ofccl__quirk_count; i++)
+        if (strcmp(ofccl__quirks[i].alias, name) == 0)
+            return (int)i;
+    return -1;
+}
+
+void ofccl__quirk_apply(ofccl__prov_caps_t *caps, int row, bool strict)
+{
+    unsigned flags = 0;
+
+    if (row >= 0 && (size_t)row < ofccl__quirk_count)
+        flags = ofccl__quirks[row].flags;
+    else
+        row = -1;
+    caps->quirk_row = row;
+    caps->quirks = flags;
+    caps->strict = strict;
+
+    /* ofccl carries signals in a uint64_t: more than 8 bytes is never usable. */
+    if (caps->cq_data_size > 8)
+        caps->cq_data_size = 8;
+    if ((flags & OFCCL__Q_CQDATA_4) && caps->cq_data_size > 4)
+        caps->cq_data_size = 4;
+    caps->atomic_native = !(flags & OFCCL__Q_ATOMIC_EMULATED);
+    if (flags & OFCCL__Q_NEEDS_RX_CQ_DATA)
+        caps->rx_cq_data = true;
+    if (flags & OFCCL__Q_NEEDS_MR_LOCAL)
+        caps->mr_local = true;
+
+    if (strict) {
+        /* Behave as verbs demands, so the verbs code path runs on tcp and shm:
+         * register every local buffer, read every key back, use only 4 bytes of
+         * immediate data, and keep receives posted for it. Offset addressing is
+         * requested at open time (it needs the provider's consent), so
+         * virt_addr is left as probed. */
+        caps->mr_local = true;
+        caps->prov_key = true;
+        caps->rx_cq_data = true;
+        if (caps->cq_data_size > 4)
+            caps->cq_data_size = 4;
+    }
+}

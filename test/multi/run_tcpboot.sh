@@ -1,0 +1,19 @@
+#!/bin/sh
+# Start N ranks of a program with a plain shell loop through ofccl's TCP
+# rendezvous bootstrap (no mpirun), wait for all of them under a deadline, and
+# fail if any rank fails or hangs.
+# Usage: run_tcpboot.sh N program [args...]
+set -u
+n=$1; shift
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+pids=""
+for r in $(seq 0 $((n - 1))); do
+    OFCCL_BOOT_ROOT=127.0.0.1:$port OFCCL_BOOT_RANK=$r OFCCL_BOOT_SIZE=$n \
+        timeout -k 5 100 "$@" &
+    pids="$pids $!"
+done
+status=0
+for p in $pids; do
+    wait "$p" || status=1
+done
+exit $status
