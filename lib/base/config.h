@@ -50,7 +50,23 @@ typedef enum ofccl__cfg_type {
     X(OPS_INFLIGHT, INT, "1024", "", 16, 1048576,                                                  \
       "Fabric operations in flight per communicator, including the EAGAIN retry queue")            \
     X(RX_POSTED, INT, "256", "", 8, 65536,                                                         \
-      "Receives kept posted for remote CQ data where the provider consumes one per signal")
+      "Receives kept posted for remote CQ data where the provider consumes one per signal")        \
+    X(ALGO_AG, ENUM, "auto", "auto|direct|ring", 0, 0,                                             \
+      "All-gather algorithm; auto = direct up to 8 ranks or for small buffers, else ring")         \
+    X(ALGO_RS, ENUM, "auto", "auto|direct|ring", 0, 0,                                             \
+      "Reduce-scatter algorithm; auto = direct up to 8 ranks or for small buffers, else ring")     \
+    X(CHUNK_BYTES, SIZE, "512K", "", 4096, 1073741824,                                             \
+      "Pipeline chunk: a collective moves each rank's block in chunks of this size")               \
+    X(DEPTH, INT, "4", "", 1, 32, "Chunks in flight per peer")                                     \
+    X(ALIGN, SIZE, "128", "", 8, 4096, "Alignment of each rank's shard in a bucket (power of 2)")  \
+    X(POOL_BYTES, SIZE, "0", "", 0, INT64_MAX,                                                     \
+      "Budget of pool and staging memory per communicator; 0 = grow as needed")                    \
+    X(AG_BUFFERS, INT, "2", "", 1, 16,                                                             \
+      "Staging buffers for all-gathers (how many can be in flight on staged memory)")              \
+    X(RS_BUFFERS, INT, "1", "", 1, 16,                                                             \
+      "Staging buffers for reduce-scatters (how many can be in flight)")                           \
+    X(PROGRESS_THREAD, BOOL, "0", "0|1", 0, 0,                                                     \
+      "Run a progress thread (pinned away from the caller's cores when possible)")
 
 enum ofccl__cfg_id {
 #define OFCCL__X_ID(id, type, def, allowed, min, max, help) OFCCL__CFG_##id,
@@ -69,9 +85,9 @@ typedef struct ofccl__cfg_param {
 } ofccl__cfg_param_t;
 
 typedef struct ofccl__cfg_value {
-    int64_t i;      /* bool, int, size, enum index, list mask */
-    char s[256];    /* the text as given (or the default) */
-    int from;       /* 0 = default, 1 = environment, 2 = explicit setting */
+    int64_t i;   /* bool, int, size, enum index, list mask */
+    char s[256]; /* the text as given (or the default) */
+    int from;    /* 0 = default, 1 = environment, 2 = explicit setting */
 } ofccl__cfg_value_t;
 
 typedef struct ofccl__config {

@@ -6,7 +6,9 @@
 #include <string.h>
 
 #include "blob.h"
+#include "coll.h"
 #include "core.h"
+#include "pool.h"
 #include "util.h"
 
 ofccl__op_t ofccl__comm_op_plain = {NULL};
@@ -98,7 +100,7 @@ static int setup_unpack(ofccl_comm_t *comm, int from, const uint8_t *in, size_t 
                                 "comm setup: rank %d sent an endpoint name of %u bytes in a "
                                 "%zu-byte record",
                                 from, s->namelen, len);
-    if (s->ctrl_len < OFCCL__CTRL_WORDS * sizeof(uint64_t))
+    if (s->ctrl_len < comm->ctrl_words * sizeof(uint64_t))
         return ofccl__comm_fail(comm, OFCCL_ERR_CORRUPT,
                                 "comm setup: rank %d advertised a control region of %llu bytes",
                                 from, (unsigned long long)s->ctrl_len);
@@ -230,11 +232,12 @@ static int comm_setup(ofccl_comm_t *comm)
     rc = ofccl__ep_open(ctx->prov, &ep_params, &comm->ep, &comm->err);
     if (rc)
         return ofccl__comm_fail(comm, rc, "%s", comm->err.msg);
-    comm->ctrl = aligned_alloc(4096, OFCCL__CTRL_WORDS * sizeof(uint64_t));
+    comm->ctrl_words = ofccl__coll_ctrl_words(comm->size);
+    comm->ctrl = aligned_alloc(4096, (comm->ctrl_words * sizeof(uint64_t) + 4095) & ~(size_t)4095);
     if (comm->ctrl == NULL)
         return ofccl__comm_fail(comm, OFCCL_ERR_NO_MEMORY, "comm setup: no memory");
-    memset((void *)comm->ctrl, 0, OFCCL__CTRL_WORDS * sizeof(uint64_t));
-    rc = ofccl__mr_reg(comm->ep, (void *)comm->ctrl, OFCCL__CTRL_WORDS * sizeof(uint64_t),
+    memset((void *)comm->ctrl, 0, comm->ctrl_words * sizeof(uint64_t));
+    rc = ofccl__mr_reg(comm->ep, (void *)comm->ctrl, comm->ctrl_words * sizeof(uint64_t),
                        OFCCL__ACC_LOCAL | OFCCL__ACC_REMOTE_ATOMIC | OFCCL__ACC_REMOTE_WRITE,
                        &comm->ctrl_mr, &comm->err);
     if (rc)
@@ -308,6 +311,9 @@ out:
 
 static void comm_free(ofccl_comm_t *comm)
 {
+    ofccl__memreg_forget_comm(comm);
+    ofccl__pool_fini(comm);
+    ofccl__coll_fini(comm);
     if (comm->ctrl_mr)
         ofccl__mr_dereg(comm->ctrl_mr);
     if (comm->ep)
@@ -339,12 +345,18 @@ int ofccl_comm_world(ofccl_ctx_t *ctx, ofccl_comm_t **out)
     comm->id = ++ctx->comm_seq;
     comm->handlers = (ofccl__ep_handlers_t){comm, on_done, on_error, on_remote_data};
     rc = comm_setup(comm);
+    if (rc == 0 && (rc = ofccl__coll_init(comm)) != 0)
+        ofccl__comm_fail(comm, rc, "communicator setup: no memory for the collective engine");
+    if (rc == 0 && (rc = ofccl__pool_init(comm)) != 0)
+        ofccl__comm_fail(comm, rc, "communicator setup: no memory for the pool");
     if (rc) {
         ofccl__fail(NULL, OFCCL__SUB_CORE, &ctx->err, rc, "%s", comm->err.msg);
         comm_free(comm);
         return rc;
     }
     ctx->ncomms++;
+    comm->next = ctx->comms;
+    ctx->comms = comm;
     OFCCL__INFO(&ctx->log, OFCCL__SUB_CORE, "communicator %u: %d ranks on %s, %s signals",
                 comm->id, comm->size, ofccl__prov_caps(ctx->prov)->name,
                 comm->signal_mode == OFCCL__SIGNAL_CQDATA ? "CQ data" : "atomic");
@@ -360,10 +372,21 @@ int ofccl_comm_destroy(ofccl_comm_t *comm)
         return ofccl__fail(&comm->ctx->log, OFCCL__SUB_CORE, &comm->err, OFCCL_ERR_BUSY,
                            "ofccl_comm_destroy: %d registered window(s) still open",
                            comm->nwins);
+    for (int s = 0; comm->coll != NULL && s < OFCCL__SLOTS; s++)
+        if (comm->coll->reqs[s].state == OFCCL__REQ_ACTIVE && !comm->sticky)
+            return ofccl__fail(&comm->ctx->log, OFCCL__SUB_CORE, &comm->err, OFCCL_ERR_BUSY,
+                               "ofccl_comm_destroy: collective #%llu is still running; wait "
+                               "for it (or abort the communicator) first",
+                               (unsigned long long)comm->coll->reqs[s].seq);
     /* Local: give our own ops a moment to finish, but never wait on dead peers. */
     if (comm->ops_pending > 0 && !comm->sticky)
         ofccl__comm_quiesce(comm, ofccl__now_ns() + 1000000000ull, "destroy");
     comm->ctx->ncomms--;
+    for (ofccl_comm_t **pp = &comm->ctx->comms; *pp != NULL; pp = &(*pp)->next)
+        if (*pp == comm) {
+            *pp = comm->next;
+            break;
+        }
     comm_free(comm);
     return 0;
 }

@@ -27,9 +27,12 @@ struct ofccl_ctx {
     ofccl__topo_t *topo;
     ofccl__prov_t *prov;
     char provider[64];     /* alias or prov_name asked of the provider layer */
-    char choice_why[384];  /* why this provider and domain */
+    char choice_why[600];  /* why this provider and domain */
     int ncomms;
-    uint32_t comm_seq;     /* communicators created so far: gives each one an id */
+    ofccl_comm_t *comms;   /* list, for ofccl_progress(ctx) */
+    uint32_t comm_seq;
+    struct ofccl_mem *memreg; /* ofccl_mem_register cache (pool.c) */
+    ofccl_stats_t stats;     /* communicators created so far: gives each one an id */
 };
 
 /* ---- signals: 32 bits of immediate data, so they fit verbs and EFA ----
@@ -38,7 +41,8 @@ struct ofccl_ctx {
 enum ofccl__sig_kind {
     OFCCL__SIG_BARRIER = 1,
     OFCCL__SIG_TEST = 2,  /* internal tests */
-    OFCCL__SIG_COLL = 3,  /* collectives */
+    OFCCL__SIG_COLL = 3,  /* collectives: data arrived, payload = slot | unit */
+    OFCCL__SIG_DESC = 4,  /* collectives: descriptor arrived, payload = slot | sender */
     OFCCL__SIG_KINDS = 16,
 };
 #define OFCCL__SIG_PAYLOAD_BITS 20
@@ -51,10 +55,12 @@ static inline uint32_t ofccl__sig_encode(unsigned kind, uint32_t comm_id, uint32
 
 typedef void (*ofccl__sig_sink_fn)(void *arg, uint32_t payload);
 
-/* The control region of a communicator: words peers add to or write into. */
+/* The control region of a communicator: words peers add to or write into.
+ * After the fixed part come the collective engine's words (coll.h): outgoing
+ * descriptors, incoming descriptors per slot and rank, and counters. */
 #define OFCCL__CTRL_BARRIER 0  /* 32 words: arrivals per dissemination round (atomic path) */
 #define OFCCL__CTRL_TEST 32    /* 32 words for internal tests */
-#define OFCCL__CTRL_WORDS 512  /* 4 KiB */
+#define OFCCL__CTRL_FIXED 64
 
 enum ofccl__signal_mode { OFCCL__SIGNAL_CQDATA = 1, OFCCL__SIGNAL_ATOMIC = 2 };
 
@@ -68,7 +74,8 @@ struct ofccl_comm {
 
     ofccl__ep_t *ep;
     ofccl__ep_handlers_t handlers;
-    _Atomic uint64_t *ctrl; /* OFCCL__CTRL_WORDS words, registered */
+    _Atomic uint64_t *ctrl; /* ctrl_words words, registered */
+    size_t ctrl_words;
     ofccl__mr_t *ctrl_mr;
     ofccl__rkey_t *peer_ctrl; /* [size] */
     int nwins;
@@ -83,6 +90,10 @@ struct ofccl_comm {
     uint64_t barrier_seq;
     uint64_t barrier_arrived[32];
     unsigned ops_pending; /* our ops accepted and not completed */
+
+    struct ofccl__coll_state *coll; /* the collective engine (coll.h) */
+    struct ofccl__pool *pool;       /* staging and user pool buffers (pool.c) */
+    ofccl_comm_t *next;             /* the context's list of communicators */
 };
 
 /* A region registered on every rank of a communicator, its keys exchanged once. */

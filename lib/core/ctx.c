@@ -42,7 +42,7 @@ int ofccl__ctx_choose(const ofccl__config_t *cfg, ofccl__topo_t *topo, bool all_
     const char *iface = ofccl__cfg_str(cfg, OFCCL__CFG_IFACE);
     ofccl__prov_dom_t doms[64];
     ofccl__topo_nic_t nics[64];
-    char pwhy[160], dwhy[256] = "";
+    char pwhy[160], dwhy[400] = "";
     int n = 0, row, rc;
     unsigned flags;
 
@@ -86,7 +86,7 @@ int ofccl__ctx_choose(const ofccl__config_t *cfg, ofccl__topo_t *topo, bool all_
         snprintf(dwhy, sizeof(dwhy), "domain lo: all ranks share this host");
     } else if (n > 1 && topo != NULL) {
         int chosen = 0, m = 0, map[64];
-        char twhy[200] = "";
+        char twhy[320] = "";
         /* Loopback cannot reach another host: never a candidate for a multi-host job. */
         for (int k = 0; k < n; k++) {
             if (!all_local && strcmp(doms[k].domain, "lo") == 0)

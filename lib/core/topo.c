@@ -21,8 +21,8 @@
 
 #include "util.h"
 
-#if HWLOC_API_VERSION < 0x00020100
-#error "ofccl needs hwloc >= 2.1 (I/O type filters, component blacklist)"
+#if HWLOC_API_VERSION < 0x00020000
+#error "ofccl needs hwloc 2.x (I/O type filters, I/O objects without cpusets)"
 #endif
 
 #define TOPO_LINE_LEN OFCCL__ERRMSG_LEN
@@ -303,7 +303,9 @@ int ofccl__topo_load(const char *xml_path, const ofccl__log_t *lg, ofccl__topo_t
      * probes X displays, "opencl" starts the OpenCL runtimes, and "pci" goes
      * through libpciaccess (which leaks its pci.ids name strings) while the
      * linux backend finds the same PCI devices and their locality in sysfs.
-     * Best effort: a name the installed hwloc does not know is simply unused. */
+     * Best effort: a name the installed hwloc does not know is simply unused,
+     * and hwloc 2.0 (no blacklist yet) just probes everything. */
+#if HWLOC_API_VERSION >= 0x00020100
     if (!from_xml) {
         static const char *const skip[] = {"gl", "opencl", "pci"};
 
@@ -311,6 +313,7 @@ int ofccl__topo_load(const char *xml_path, const ofccl__log_t *lg, ofccl__topo_t
             (void)hwloc_topology_set_components(t->hw, HWLOC_TOPOLOGY_COMPONENTS_FLAG_BLACKLIST,
                                                 skip[i]);
     }
+#endif
     if (from_xml) {
         /* OFCCL_TOPO_XML exists to skip probing on large nodes, so the file is
          * meant to describe this machine: let hwloc read the process binding.

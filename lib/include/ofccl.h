@@ -63,6 +63,32 @@ OFCCL_API const char *ofccl_strerror(int code);
 OFCCL_API void ofccl_version(int *major, int *minor, int *patch);
 OFCCL_API const char *ofccl_version_string(void);
 
+/* Element types. bf16 and f16 are reduced with f32 accumulation. */
+typedef enum ofccl_dtype {
+    OFCCL_F32 = 0,
+    OFCCL_F64 = 1,
+    OFCCL_BF16 = 2,
+    OFCCL_F16 = 3,
+    OFCCL_DTYPE_COUNT
+} ofccl_dtype_t;
+
+/* Reduction operators. PREMUL_SUM multiplies every input by `scalar` before summing
+ * (gradient pre-division); AVG divides the sum by the number of ranks. */
+typedef enum ofccl_op_kind {
+    OFCCL_OP_SUM = 0,
+    OFCCL_OP_AVG = 1,
+    OFCCL_OP_PREMUL_SUM = 2,
+    OFCCL_OP_COUNT
+} ofccl_op_kind_t;
+
+typedef struct ofccl_redop {
+    ofccl_op_kind_t kind;
+    double scalar; /* used by OFCCL_OP_PREMUL_SUM only */
+} ofccl_redop_t;
+
+/* Size in bytes of one element of `dtype`, 0 if invalid. */
+OFCCL_API size_t ofccl_dtype_size(ofccl_dtype_t dtype);
+
 typedef struct ofccl_ctx ofccl_ctx_t;
 typedef struct ofccl_comm ofccl_comm_t;
 
@@ -107,6 +133,82 @@ OFCCL_API const char *ofccl_comm_last_error(const ofccl_comm_t *comm);
 /* Block until every rank of the communicator has entered the barrier. Goes over
  * the fabric (not the bootstrap); fails with OFCCL_ERR_TIMEOUT after OFCCL_TIMEOUT_MS. */
 OFCCL_API int ofccl_barrier(ofccl_comm_t *comm);
+
+/* ---------------------------------------------------------------------------
+ * Collectives. Non-blocking: a call posts the operation and returns a request;
+ * ofccl_test / ofccl_wait / ofccl_progress drive it; ofccl_req_free releases it.
+ * Collectives on one communicator must be posted in the same order on every
+ * rank (they are matched by sequence number); they may complete in any order.
+ * Buffers must stay valid and untouched until the request completes.
+ * ------------------------------------------------------------------------- */
+typedef struct ofccl_req ofccl_req_t;
+
+/* recvbuf[r * count .. (r+1) * count) receives rank r's sendbuf[0 .. count).
+ * In place when sendbuf == recvbuf + rank * count elements. */
+OFCCL_API int ofccl_allgather(ofccl_comm_t *comm, const void *sendbuf, void *recvbuf, size_t count,
+                              ofccl_dtype_t dtype, ofccl_req_t **req);
+/* recvbuf[0 .. recvcount) = op over all ranks r of r's sendbuf[rank * recvcount ..
+ * (rank+1) * recvcount). sendbuf holds size * recvcount elements. */
+OFCCL_API int ofccl_reduce_scatter(ofccl_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                   size_t recvcount, ofccl_dtype_t dtype, ofccl_redop_t op,
+                                   ofccl_req_t **req);
+
+/* *done = 1 once the request completed; returns its error if it failed. */
+OFCCL_API int ofccl_test(ofccl_req_t *req, int *done);
+/* Progress until the request completes (bounded by OFCCL_TIMEOUT_MS). */
+OFCCL_API int ofccl_wait(ofccl_req_t *req);
+/* Advance every communicator of the context once; never blocks. */
+OFCCL_API int ofccl_progress(ofccl_ctx_t *ctx);
+/* Release a completed request. OFCCL_ERR_BUSY while it is still running. */
+OFCCL_API int ofccl_req_free(ofccl_req_t *req);
+
+/* ---- buckets: many tensors, each sharded across ranks ----
+ * A tensor of `count` elements is split in chunks of ceil(count / size): rank r
+ * owns elements [r * chunk, min((r+1) * chunk, count)), possibly none. The
+ * library packs every shard of a bucket into one flat buffer per rank, padded to
+ * OFCCL_ALIGN bytes, so any tensor sizes and any count work. */
+typedef struct ofccl_tensor {
+    size_t count; /* elements of the full (unsharded) tensor */
+    void *full;   /* all-gather: output (count elements); reduce-scatter: input */
+    void *shard;  /* all-gather: input (this rank's shard); reduce-scatter: output */
+} ofccl_tensor_t;
+
+/* This rank's shard of a `count`-element tensor: first element and length. */
+OFCCL_API int ofccl_shard_range(const ofccl_comm_t *comm, size_t count, size_t *offset,
+                                size_t *shard_count);
+OFCCL_API int ofccl_bucket_allgather(ofccl_comm_t *comm, const ofccl_tensor_t *tensors, int n,
+                                     ofccl_dtype_t dtype, ofccl_req_t **req);
+OFCCL_API int ofccl_bucket_reduce_scatter(ofccl_comm_t *comm, const ofccl_tensor_t *tensors,
+                                          int n, ofccl_dtype_t dtype, ofccl_redop_t op,
+                                          ofccl_req_t **req);
+
+/* ---- memory ----
+ * Pool buffers are registered once per communicator; collectives on them move
+ * data with no registration and no staging copy. The pool is bounded by
+ * OFCCL_POOL_BYTES (0 = no bound): over budget fails with OFCCL_ERR_OVER_BUDGET
+ * and the communicator stays usable. */
+OFCCL_API int ofccl_buffer_alloc(ofccl_comm_t *comm, size_t bytes, void **ptr);
+OFCCL_API int ofccl_buffer_free(ofccl_comm_t *comm, void *ptr);
+
+/* Register user memory once for every communicator of the context (refcounted,
+ * cached by address range: registering a range again costs nothing). Collectives
+ * on registered buffers need no staging copy. Unregistered buffers work too,
+ * through staging. */
+typedef struct ofccl_mem ofccl_mem_t;
+OFCCL_API int ofccl_mem_register(ofccl_ctx_t *ctx, void *ptr, size_t len, ofccl_mem_t **mh);
+OFCCL_API int ofccl_mem_deregister(ofccl_mem_t *mh);
+
+/* Counters for tests and tuning (bytes and counts since context creation). */
+typedef struct ofccl_stats {
+    size_t size;              /* sizeof(ofccl_stats_t) */
+    uint64_t registrations;   /* fabric registrations performed */
+    uint64_t reg_cache_hits;  /* ofccl_mem_register / lookups served by the cache */
+    uint64_t staged_bytes;    /* bytes copied through staging buffers */
+    uint64_t pool_bytes;      /* bytes currently held by pools and staging */
+    uint64_t registered_bytes;/* bytes currently registered */
+    uint64_t pool_grows;      /* times a staging buffer was re-registered larger */
+} ofccl_stats_t;
+OFCCL_API int ofccl_ctx_stats(const ofccl_ctx_t *ctx, ofccl_stats_t *stats);
 
 #ifdef __cplusplus
 }

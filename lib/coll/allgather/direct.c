@@ -1,0 +1,42 @@
+/* All-gather, direct: each rank writes its block into every peer's buffer.
+ * One step; every peer's stream is chunked and at most `depth` deep. */
+#include "coll.h"
+
+static int plan(ofccl__req_t *r)
+{
+    ofccl_comm_t *comm = r->comm;
+
+    for (int p = 0; p < comm->size; p++)
+        r->writes_to_me[p] = r->i_write_to[p] = p != comm->rank;
+    r->units_in = (unsigned)(comm->size - 1) * r->nchunks;
+    return 0;
+}
+
+static int progress(ofccl__req_t *r)
+{
+    ofccl_comm_t *comm = r->comm;
+    const char *src = r->src.ptr;
+    size_t mine = (size_t)comm->rank * r->block;
+    int all_sent = 1;
+
+    /* Start with the right neighbour so ranks do not all hit rank 0 first. */
+    for (int k = 1; k < comm->size; k++) {
+        int p = (comm->rank + k) % comm->size;
+        while (r->sent[p] < r->nchunks) {
+            unsigned c = r->sent[p];
+            size_t off = (size_t)c * r->chunk;
+            int rc = ofccl__coll_put(r, p, src + off, r->src.mr, ofccl__chunk_len(r, c),
+                                     mine + off, c);
+            if (rc == OFCCL_ERR_AGAIN)
+                break;
+            if (rc)
+                return rc;
+        }
+        all_sent &= r->sent[p] == r->nchunks;
+    }
+    r->finished = all_sent && r->arrived >= r->units_in;
+    return 0;
+}
+
+const ofccl__algo_t ofccl__ag_direct = {sizeof(ofccl__algo_t), "direct", OFCCL__AG,
+                                        OFCCL__ALGO_DIRECT, plan, progress};

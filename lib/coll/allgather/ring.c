@@ -1,0 +1,44 @@
+/* All-gather, ring: n-1 steps; at step s a rank forwards block (rank - s) to
+ * its right neighbour, chunk by chunk as soon as that chunk arrived from the
+ * left, so the steps overlap (pipelined). */
+#include "coll.h"
+
+static int plan(ofccl__req_t *r)
+{
+    ofccl_comm_t *comm = r->comm;
+    int n = comm->size;
+
+    r->writes_to_me[(comm->rank - 1 + n) % n] = 1;
+    r->i_write_to[(comm->rank + 1) % n] = 1;
+    r->units_in = (unsigned)(n - 1) * r->nchunks;
+    return 0;
+}
+
+static int progress(ofccl__req_t *r)
+{
+    ofccl_comm_t *comm = r->comm;
+    int n = comm->size, right = (comm->rank + 1) % n;
+    unsigned total = (unsigned)(n - 1) * r->nchunks;
+    char *dst = r->dst.ptr;
+
+    while (r->sent[right] < total) {
+        unsigned j = r->sent[right], s = j / r->nchunks, c = j % r->nchunks;
+        size_t b = (size_t)((comm->rank - (int)s + n) % n);
+        size_t off = b * r->block + (size_t)c * r->chunk;
+        int rc;
+
+        /* Block b reached us at step s-1 (from the left) before we pass it on. */
+        if (s > 0 && r->unit_cnt[ofccl__unit(r, s - 1, c)] == 0)
+            break;
+        rc = ofccl__coll_put(r, right, dst + off, r->dst.mr, ofccl__chunk_len(r, c), off, j);
+        if (rc == OFCCL_ERR_AGAIN)
+            break;
+        if (rc)
+            return rc;
+    }
+    r->finished = r->sent[right] == total && r->arrived >= r->units_in;
+    return 0;
+}
+
+const ofccl__algo_t ofccl__ag_ring = {sizeof(ofccl__algo_t), "ring", OFCCL__AG, OFCCL__ALGO_RING,
+                                      plan, progress};

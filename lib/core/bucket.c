@@ -1,0 +1,236 @@
+/*
+ * Buckets: many tensors in one collective. Tensor t of N_t elements is split
+ * in chunks of c_t = ceil(N_t / n): rank r owns [r * c_t, min((r+1) * c_t, N_t)).
+ * Each rank's region of the flat buffer holds, for every tensor in order, a slot
+ * of c_t elements (its shard, zero-padded), and the region is padded to
+ * OFCCL_ALIGN bytes. So every rank's region has the same size and layout
+ * whatever the tensor sizes, and the library does all the padding.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "coll.h"
+#include "util.h"
+
+static size_t chunk_of(size_t count, int n)
+{
+    return (count + (size_t)n - 1) / (size_t)n;
+}
+
+static size_t shard_len(size_t count, int n, int r)
+{
+    size_t c = chunk_of(count, n), first = (size_t)r * c;
+    return first >= count ? 0 : OFCCL__MIN(c, count - first);
+}
+
+int ofccl_shard_range(const ofccl_comm_t *comm, size_t count, size_t *offset, size_t *shard_count)
+{
+    size_t c;
+
+    if (comm == NULL || offset == NULL || shard_count == NULL)
+        return OFCCL_ERR_INVALID_ARG;
+    c = chunk_of(count, comm->size);
+    *offset = OFCCL__MIN((size_t)comm->rank * c, count);
+    *shard_count = shard_len(count, comm->size, comm->rank);
+    return 0;
+}
+
+size_t ofccl__bucket_extra(const ofccl__req_t *r)
+{
+    return r->block * (size_t)r->comm->size + r->block;
+}
+
+void ofccl__bucket_copy_in(ofccl__req_t *r, void *area)
+{
+    const ofccl_comm_t *comm = r->comm;
+    int n = comm->size;
+    char *base = area;
+
+    if (r->coll == OFCCL__AG) {
+        /* Our shards into our own region; padding zeroed so results are defined. */
+        size_t off = 0;
+        for (int t = 0; t < r->ntensors; t++) {
+            const ofccl_tensor_t *x = &r->tensors[t];
+            size_t slot = chunk_of(x->count, n) * r->esize;
+            size_t len = shard_len(x->count, n, comm->rank) * r->esize;
+            memcpy(base + off, x->shard, len);
+            memset(base + off + len, 0, slot - len);
+            off += slot;
+        }
+        memset(base + off, 0, r->block - off);
+        comm->ctx->stats.staged_bytes += r->block;
+        return;
+    }
+    /* Reduce-scatter: every tensor's piece for rank q goes into q's region. */
+    for (int q = 0; q < n; q++) {
+        char *region = base + (size_t)q * r->block;
+        size_t off = 0;
+        for (int t = 0; t < r->ntensors; t++) {
+            const ofccl_tensor_t *x = &r->tensors[t];
+            size_t c = chunk_of(x->count, n);
+            size_t len = shard_len(x->count, n, q) * r->esize;
+            if (len)
+                memcpy(region + off, (const char *)x->full + (size_t)q * c * r->esize, len);
+            memset(region + off + len, 0, c * r->esize - len);
+            off += c * r->esize;
+        }
+        memset(region + off, 0, r->block - off);
+    }
+    comm->ctx->stats.staged_bytes += r->block * (size_t)n;
+}
+
+void ofccl__bucket_copy_out(ofccl__req_t *r)
+{
+    const ofccl_comm_t *comm = r->comm;
+    int n = comm->size;
+    size_t off = 0;
+
+    for (int t = 0; t < r->ntensors; t++) {
+        const ofccl_tensor_t *x = &r->tensors[t];
+        size_t c = chunk_of(x->count, n);
+
+        if (r->coll == OFCCL__AG) {
+            for (int q = 0; q < n; q++) {
+                size_t len = shard_len(x->count, n, q) * r->esize;
+                if (len)
+                    memcpy((char *)x->full + (size_t)q * c * r->esize,
+                           (const char *)r->dst.ptr + (size_t)q * r->block + off, len);
+            }
+        } else {
+            size_t len = shard_len(x->count, n, comm->rank) * r->esize;
+            if (len)
+                memcpy(x->shard, (const char *)r->out + off, len);
+        }
+        off += c * r->esize;
+    }
+    comm->ctx->stats.staged_bytes += r->coll == OFCCL__AG ? r->block * (size_t)n : r->block;
+}
+
+/* Validate the list and size the flat buffer; on success the request holds a copy. */
+static int bucket_setup(ofccl_comm_t *comm, const char *what, const ofccl_tensor_t *tensors,
+                        int ntensors, ofccl_dtype_t dtype, ofccl__req_t *r)
+{
+    size_t esize = ofccl_dtype_size(dtype), total = 0;
+    size_t align = (size_t)ofccl__cfg_int(&comm->ctx->cfg, OFCCL__CFG_ALIGN);
+    int n = comm->size;
+
+    if (esize == 0)
+        return ofccl__comm_fail(comm, OFCCL_ERR_INVALID_ARG,
+                                "%s: unsupported dtype %d (supported: f32, f64, bf16, f16)", what,
+                                (int)dtype);
+    if (ntensors < 0 || (ntensors > 0 && tensors == NULL))
+        return ofccl__comm_fail(comm, OFCCL_ERR_INVALID_ARG, "%s: %d tensors at %p", what,
+                                ntensors, (const void *)tensors);
+    for (int t = 0; t < ntensors; t++) {
+        const ofccl_tensor_t *x = &tensors[t];
+        size_t c = chunk_of(x->count, n);
+        if (x->count > SIZE_MAX / 2 / esize || total > SIZE_MAX / 2 / (size_t)n - c * esize)
+            return ofccl__comm_fail(comm, OFCCL_ERR_INVALID_ARG,
+                                    "%s: tensor %d: count %zu overflows", what, t, x->count);
+        if (x->count > 0 && (x->full == NULL ||
+                             (x->shard == NULL && shard_len(x->count, n, comm->rank) > 0)))
+            return ofccl__comm_fail(comm, OFCCL_ERR_INVALID_ARG,
+                                    "%s: tensor %d (%zu elements) has a NULL %s pointer", what, t,
+                                    x->count, x->full == NULL ? "full" : "shard");
+        total += c * esize;
+    }
+    total = (total + align - 1) / align * align;
+    if (r->tcap < ntensors) {
+        /* Grow-only per slot: steady-state training posts allocate nothing. */
+        ofccl_tensor_t *p = realloc(r->tensors, sizeof(*p) * (size_t)ntensors);
+        if (p == NULL)
+            return ofccl__comm_fail(comm, OFCCL_ERR_NO_MEMORY, "%s: no memory for %d tensors",
+                                    what, ntensors);
+        r->tensors = p;
+        r->tcap = ntensors;
+    }
+    if (ntensors > 0)
+        memcpy(r->tensors, tensors, sizeof(*tensors) * (size_t)ntensors);
+    r->ntensors = ntensors;
+    r->bucket = 1;
+    r->dtype = dtype;
+    r->esize = esize;
+    r->block = total;
+    r->count = total / esize;
+    r->bucket_stride = total;
+    return 0;
+}
+
+int ofccl_bucket_allgather(ofccl_comm_t *comm, const ofccl_tensor_t *tensors, int n,
+                           ofccl_dtype_t dtype, ofccl_req_t **req)
+{
+    ofccl__req_t *r;
+    int rc;
+
+    if (comm == NULL)
+        return OFCCL_ERR_INVALID_ARG;
+    if (req == NULL)
+        return ofccl__comm_fail(comm, OFCCL_ERR_INVALID_ARG, "ofccl_bucket_allgather: req is NULL");
+    rc = ofccl__coll_begin(comm, OFCCL__AG, &r);
+    if (rc)
+        return rc;
+    rc = bucket_setup(comm, "ofccl_bucket_allgather", tensors, n, dtype, r);
+    if (rc == 0) {
+        r->op = (ofccl_redop_t){OFCCL_OP_SUM, 1.0};
+        if (comm->size == 1) {
+            /* One rank: the shard is the whole tensor. */
+            for (int t = 0; t < n; t++)
+                if (tensors[t].count && tensors[t].full != tensors[t].shard)
+                    memmove(tensors[t].full, tensors[t].shard, tensors[t].count * r->esize);
+            r->seq = comm->coll->next_seq++;
+            r->state = OFCCL__REQ_DONE;
+            *req = r;
+            return 0;
+        }
+        rc = ofccl__post_allgather(r);
+    }
+    if (rc) {
+        r->state = OFCCL__REQ_FREE;
+        return rc;
+    }
+    *req = r;
+    return 0;
+}
+
+int ofccl_bucket_reduce_scatter(ofccl_comm_t *comm, const ofccl_tensor_t *tensors, int n,
+                                ofccl_dtype_t dtype, ofccl_redop_t op, ofccl_req_t **req)
+{
+    ofccl__req_t *r;
+    int rc;
+
+    if (comm == NULL)
+        return OFCCL_ERR_INVALID_ARG;
+    if (req == NULL)
+        return ofccl__comm_fail(comm, OFCCL_ERR_INVALID_ARG,
+                                "ofccl_bucket_reduce_scatter: req is NULL");
+    if ((unsigned)op.kind >= OFCCL_OP_COUNT)
+        return ofccl__comm_fail(comm, OFCCL_ERR_INVALID_ARG,
+                                "ofccl_bucket_reduce_scatter: unsupported op %d", (int)op.kind);
+    rc = ofccl__coll_begin(comm, OFCCL__RS, &r);
+    if (rc)
+        return rc;
+    rc = bucket_setup(comm, "ofccl_bucket_reduce_scatter", tensors, n, dtype, r);
+    if (rc == 0) {
+        r->op = op;
+        if (comm->size == 1) {
+            for (int t = 0; t < n && rc == 0; t++) {
+                const void *src = tensors[t].full;
+                if (tensors[t].count)
+                    rc = ofccl__reduce(dtype, op, tensors[t].shard, &src, 1, tensors[t].count,
+                                       op.kind == OFCCL_OP_AVG ? 1 : 0);
+            }
+            r->seq = comm->coll->next_seq++;
+            r->state = rc ? OFCCL__REQ_FREE : OFCCL__REQ_DONE;
+            if (rc == 0)
+                *req = r;
+            return rc;
+        }
+        rc = ofccl__post_reduce_scatter(r);
+    }
+    if (rc) {
+        r->state = OFCCL__REQ_FREE;
+        return rc;
+    }
+    *req = r;
+    return 0;
+}

@@ -1,0 +1,662 @@
+/*
+ * The collective engine: posting, descriptors, signals, the per-request
+ * progress loop, completion, and the public test/wait/progress/free calls.
+ */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "coll.h"
+#include "pool.h"
+#include "util.h"
+
+/* ---- control region layout (words) ----
+ * [FIXED]                          barrier and test words (core.h)
+ * [DESC_OUT: SLOTS x 8]            this rank's outgoing descriptor per slot
+ * [DESC_IN: SLOTS x size x 8]      descriptors written here by the ranks we write to
+ * [DESC_CNT: SLOTS x size]         atomic path: descriptor-landed counters
+ * [ARR_CNT: SLOTS x size]          atomic path: per-writer data counters */
+static size_t desc_out_word(unsigned slot)
+{
+    return OFCCL__CTRL_FIXED + (size_t)slot * OFCCL__DESC_WORDS;
+}
+static size_t desc_in_word(int size, unsigned slot, int from)
+{
+    return OFCCL__CTRL_FIXED + OFCCL__SLOTS * OFCCL__DESC_WORDS +
+           ((size_t)slot * (size_t)size + (size_t)from) * OFCCL__DESC_WORDS;
+}
+static size_t desc_cnt_word(int size, unsigned slot, int from)
+{
+    return desc_in_word(size, OFCCL__SLOTS, 0) + (size_t)slot * (size_t)size + (size_t)from;
+}
+static size_t arr_cnt_word(int size, unsigned slot, int from)
+{
+    return desc_cnt_word(size, OFCCL__SLOTS, 0) + (size_t)slot * (size_t)size + (size_t)from;
+}
+size_t ofccl__coll_ctrl_words(int size)
+{
+    return arr_cnt_word(size, OFCCL__SLOTS, 0);
+}
+
+static const char *coll_name(int coll)
+{
+    return coll == OFCCL__AG ? "all-gather" : "reduce-scatter";
+}
+
+int ofccl__coll_fail(ofccl__req_t *r, int code, const char *fmt, ...)
+{
+    char msg[OFCCL__ERRMSG_LEN - 96];
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    if (r->status == 0)
+        r->status = code;
+    return ofccl__comm_fail(r->comm, code, "%s #%llu (%s): %s", coll_name(r->coll),
+                            (unsigned long long)r->seq, r->algo ? r->algo->name : "?", msg);
+}
+
+/* ---- write ops ---- */
+static ofccl__wop_t *wop_get(ofccl__req_t *r)
+{
+    for (unsigned k = 0; k < r->nwops; k++)
+        if (r->wops[k].req == NULL) {
+            r->wops[k].req = r;
+            return &r->wops[k];
+        }
+    return NULL;
+}
+
+static void wop_done(ofccl__op_t *op, int status, const char *msg)
+{
+    ofccl__wop_t *w = (ofccl__wop_t *)op;
+    ofccl__req_t *r = w->req;
+
+    r->ops_out--;
+    w->req = NULL;
+    if (status) {
+        if (r->status == 0)
+            r->status = status; /* the communicator already holds the message */
+        return;
+    }
+    if (w->atomic || w->unit == UINT32_MAX) {
+        if (!w->atomic && r->comm->signal_mode == OFCCL__SIGNAL_ATOMIC) /* descriptor landed */
+            r->sig_mask[w->peer] |= 1ull << 63; /* pumped separately: see pump_desc() */
+        return;
+    }
+    r->inflight[w->peer]--;
+    if (r->comm->signal_mode == OFCCL__SIGNAL_ATOMIC)
+        r->sig_mask[w->peer] |= 1ull << (w->unit - r->sig_next[w->peer]);
+}
+
+/* Post one provider op for request r; `kind` 0 = write(+data), 1 = atomic add. */
+static int post_op(ofccl__req_t *r, ofccl__wop_t *w, int kind, const void *src,
+                   const ofccl__mr_t *mr, size_t len, const ofccl__rkey_t *rk, uint64_t roff,
+                   uint64_t data)
+{
+    ofccl_comm_t *comm = r->comm;
+    ofccl__err_t e;
+    int rc;
+
+    w->op.cb = wop_done;
+    if (kind == 1)
+        rc = ofccl__ep_atomic_add(comm->ep, w->peer, 1, rk, roff, &w->op, &e);
+    else if (comm->signal_mode == OFCCL__SIGNAL_CQDATA)
+        rc = ofccl__ep_writedata(comm->ep, w->peer, src, len, mr, rk, roff, data, &w->op, &e);
+    else
+        rc = ofccl__ep_write_dc(comm->ep, w->peer, src, len, mr, rk, roff, &w->op, &e);
+    if (rc == OFCCL_ERR_AGAIN) {
+        w->req = NULL;
+        return rc;
+    }
+    if (rc) {
+        w->req = NULL;
+        return ofccl__coll_fail(r, rc, "posting to peer %d: %s", w->peer, e.msg);
+    }
+    r->ops_out++;
+    comm->ops_pending++;
+    return 0;
+}
+
+int ofccl__coll_put(ofccl__req_t *r, int peer, const void *src, const ofccl__mr_t *mr,
+                    size_t len, uint64_t dst_off, uint32_t unit)
+{
+    ofccl__wop_t *w;
+    int rc;
+
+    if (!r->peer_ready[peer] || r->inflight[peer] >= r->depth)
+        return OFCCL_ERR_AGAIN;
+    w = wop_get(r);
+    if (w == NULL)
+        return OFCCL_ERR_AGAIN;
+    w->peer = peer;
+    w->unit = unit;
+    w->atomic = 0;
+    rc = post_op(r, w, 0, src, mr, len, &r->peer_rk[peer], r->peer_off[peer] + dst_off,
+                 ofccl__sig_encode(OFCCL__SIG_COLL, r->comm->id,
+                                   r->slot | unit << OFCCL__SLOT_BITS));
+    if (rc == 0) {
+        r->inflight[peer]++;
+        r->sent[peer]++;
+    }
+    return rc;
+}
+
+/* Atomic path: signal delivered units in order, one add per unit. */
+static int pump_signals(ofccl__req_t *r)
+{
+    ofccl_comm_t *comm = r->comm;
+
+    for (int p = 0; p < comm->size; p++) {
+        while (r->sig_mask[p] & 1) {
+            ofccl__wop_t *w = wop_get(r);
+            int rc;
+            if (w == NULL)
+                return 0;
+            w->peer = p;
+            w->unit = r->sig_next[p];
+            w->atomic = 1;
+            rc = post_op(r, w, 1, NULL, NULL, 0, &comm->peer_ctrl[p],
+                         arr_cnt_word(comm->size, r->slot, comm->rank) * sizeof(uint64_t), 0);
+            if (rc == OFCCL_ERR_AGAIN)
+                return 0;
+            if (rc)
+                return rc;
+            r->sig_mask[p] >>= 1;
+            r->sig_next[p]++;
+        }
+    }
+    return 0;
+}
+
+/* ---- descriptors ---- */
+static uint64_t fingerprint(const ofccl__req_t *r)
+{
+    uint64_t scalar = 0;
+
+    if (r->coll == OFCCL__RS && r->op.kind == OFCCL_OP_PREMUL_SUM) {
+        float f = (float)r->op.scalar;
+        uint32_t bits;
+        memcpy(&bits, &f, sizeof(bits));
+        scalar = bits;
+    }
+    return (uint64_t)r->coll | (uint64_t)r->dtype << 4 |
+           (uint64_t)(r->coll == OFCCL__RS ? r->op.kind : 0) << 8 |
+           (uint64_t)r->algo->id << 12 | scalar << 32;
+}
+
+static int send_descriptors(ofccl__req_t *r)
+{
+    ofccl_comm_t *comm = r->comm;
+    uint64_t *d = (uint64_t *)&comm->ctrl[desc_out_word(r->slot)];
+
+    d[0] = r->seq;
+    d[1] = r->fingerprint;
+    d[2] = r->count;
+    d[3] = r->dst.mr ? r->dst.mr->base : 0;
+    d[4] = r->dst.mr ? r->dst.mr->key : 0;
+    d[5] = r->dst.mr ? r->dst.mr->len : 0;
+    d[6] = r->dst.mr ? (uint64_t)((char *)r->dst.ptr - (char *)r->dst.mr->addr) : 0;
+    d[7] = (uint64_t)comm->rank;
+    for (int p = (int)r->descs_sent; p < comm->size; p++, r->descs_sent++) {
+        ofccl__wop_t *w;
+        int rc;
+
+        if (!r->writes_to_me[p])
+            continue;
+        w = wop_get(r);
+        if (w == NULL)
+            return 0;
+        w->peer = p;
+        w->unit = UINT32_MAX;
+        w->atomic = 0;
+        rc = post_op(r, w, 0, d, comm->ctrl_mr, OFCCL__DESC_WORDS * sizeof(uint64_t),
+                     &comm->peer_ctrl[p],
+                     desc_in_word(comm->size, r->slot, comm->rank) * sizeof(uint64_t),
+                     ofccl__sig_encode(OFCCL__SIG_DESC, comm->id,
+                                       r->slot | (uint32_t)comm->rank << OFCCL__SLOT_BITS));
+        if (rc == OFCCL_ERR_AGAIN)
+            return 0;
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+/* Atomic path: a descriptor write landed (bit 63 of sig_mask): count it at the peer. */
+static int pump_desc(ofccl__req_t *r)
+{
+    ofccl_comm_t *comm = r->comm;
+
+    for (int p = 0; p < comm->size; p++) {
+        ofccl__wop_t *w;
+        int rc;
+
+        if (!(r->sig_mask[p] >> 63))
+            continue;
+        if ((w = wop_get(r)) == NULL)
+            return 0;
+        w->peer = p;
+        w->unit = UINT32_MAX;
+        w->atomic = 1;
+        rc = post_op(r, w, 1, NULL, NULL, 0, &comm->peer_ctrl[p],
+                     desc_cnt_word(comm->size, r->slot, comm->rank) * sizeof(uint64_t), 0);
+        if (rc == OFCCL_ERR_AGAIN)
+            return 0;
+        if (rc)
+            return rc;
+        r->sig_mask[p] &= ~(1ull << 63);
+    }
+    return 0;
+}
+
+static const char *field_name(uint64_t a, uint64_t b)
+{
+    if ((a & 0xf) != (b & 0xf))
+        return "operation (all-gather vs reduce-scatter: collectives posted in a different order)";
+    if (((a >> 4) & 0xf) != ((b >> 4) & 0xf))
+        return "dtype";
+    if (((a >> 8) & 0xf) != ((b >> 8) & 0xf))
+        return "reduction op";
+    if (((a >> 12) & 0xf) != ((b >> 12) & 0xf))
+        return "algorithm (OFCCL_ALGO_* differs)";
+    return "premul scalar";
+}
+
+/* Read descriptors that have landed from the ranks we write to. */
+static int take_descriptors(ofccl__req_t *r)
+{
+    ofccl_comm_t *comm = r->comm;
+    ofccl__coll_state_t *cs = comm->coll;
+
+    for (int p = 0; p < comm->size; p++) {
+        size_t idx = (size_t)r->slot * (size_t)comm->size + (size_t)p;
+        const uint64_t *d;
+
+        if (!r->i_write_to[p] || r->peer_ready[p])
+            continue;
+        if (comm->signal_mode == OFCCL__SIGNAL_CQDATA) {
+            if (!cs->desc_flag[idx])
+                continue;
+            cs->desc_flag[idx] = 0;
+        } else {
+            uint64_t v = atomic_load_explicit(&comm->ctrl[desc_cnt_word(comm->size, r->slot, p)],
+                                              memory_order_acquire);
+            if (v <= cs->desc_seen[idx])
+                continue;
+            cs->desc_seen[idx]++;
+        }
+        d = (const uint64_t *)&comm->ctrl[desc_in_word(comm->size, r->slot, p)];
+        if (d[0] != r->seq || d[7] != (uint64_t)p)
+            return ofccl__coll_fail(r, OFCCL_ERR_MISMATCH,
+                                    "rank %d announced collective #%llu where #%llu was expected: "
+                                    "collectives must be posted in the same order on every rank",
+                                    p, (unsigned long long)d[0], (unsigned long long)r->seq);
+        if (d[1] != r->fingerprint)
+            return ofccl__coll_fail(r, OFCCL_ERR_MISMATCH,
+                                    "rank %d posted it with a different %s than rank %d", p,
+                                    field_name(d[1], r->fingerprint), comm->rank);
+        if (d[2] != r->count)
+            return ofccl__coll_fail(r, OFCCL_ERR_MISMATCH,
+                                    "rank %d posted it with count %llu, rank %d with count %zu",
+                                    p, (unsigned long long)d[2], comm->rank, r->count);
+        r->peer_rk[p] = (ofccl__rkey_t){d[3], d[4], d[5]};
+        r->peer_off[p] = d[6];
+        r->peer_ready[p] = 1;
+    }
+    return 0;
+}
+
+/* Atomic path: fold per-writer counters into unit arrivals. */
+static void fold_arrivals(ofccl__req_t *r)
+{
+    ofccl_comm_t *comm = r->comm;
+
+    for (int p = 0; p < comm->size; p++) {
+        uint64_t v;
+        if (!r->writes_to_me[p])
+            continue;
+        v = atomic_load_explicit(&comm->ctrl[arr_cnt_word(comm->size, r->slot, p)],
+                                 memory_order_acquire);
+        while (r->seen[p] < v) {
+            uint64_t unit = r->seen[p] - r->seen[comm->size + p];
+            if (unit < OFCCL__MAX_UNITS)
+                r->unit_cnt[unit]++;
+            r->arrived++;
+            r->seen[p]++;
+        }
+    }
+}
+
+/* ---- signal sinks (CQ data path) ---- */
+static void on_coll_signal(void *arg, uint32_t payload)
+{
+    ofccl_comm_t *comm = arg;
+    ofccl__req_t *r = &comm->coll->reqs[payload & (OFCCL__SLOTS - 1)];
+    uint32_t unit = payload >> OFCCL__SLOT_BITS;
+
+    if (r->state != OFCCL__REQ_ACTIVE || unit >= OFCCL__MAX_UNITS) {
+        comm->corrupt_signals++;
+        return;
+    }
+    r->unit_cnt[unit]++;
+    r->arrived++;
+}
+
+static void on_desc_signal(void *arg, uint32_t payload)
+{
+    ofccl_comm_t *comm = arg;
+    unsigned slot = payload & (OFCCL__SLOTS - 1);
+    uint32_t from = payload >> OFCCL__SLOT_BITS;
+
+    if (from >= (uint32_t)comm->size) {
+        comm->corrupt_signals++;
+        return;
+    }
+    comm->coll->desc_flag[(size_t)slot * (size_t)comm->size + from] = 1;
+}
+
+/* ---- init ---- */
+int ofccl__coll_init(ofccl_comm_t *comm)
+{
+    ofccl__coll_state_t *cs = calloc(1, sizeof(*cs));
+    size_t n = (size_t)comm->size;
+    unsigned depth = (unsigned)ofccl__cfg_int(&comm->ctx->cfg, OFCCL__CFG_DEPTH);
+
+    if (cs == NULL)
+        return OFCCL_ERR_NO_MEMORY;
+    comm->coll = cs;
+    cs->desc_flag = calloc(OFCCL__SLOTS * n, 1);
+    cs->desc_seen = calloc(OFCCL__SLOTS * n, sizeof(uint64_t));
+    if (!cs->desc_flag || !cs->desc_seen)
+        return OFCCL_ERR_NO_MEMORY;
+    /* Everything a request needs is allocated here, once: none on the data path. */
+    for (int s = 0; s < OFCCL__SLOTS; s++) {
+        ofccl__req_t *r = &cs->reqs[s];
+        r->comm = comm;
+        r->slot = (unsigned)s;
+        r->writes_to_me = calloc(n, 1);
+        r->i_write_to = calloc(n, 1);
+        r->peer_ready = calloc(n, 1);
+        r->peer_rk = calloc(n, sizeof(*r->peer_rk));
+        r->peer_off = calloc(n, sizeof(*r->peer_off));
+        r->unit_cnt = calloc(OFCCL__MAX_UNITS, sizeof(*r->unit_cnt));
+        r->seen = calloc(2 * n, sizeof(*r->seen));
+        r->sent = calloc(n, sizeof(*r->sent));
+        r->inflight = calloc(n, sizeof(*r->inflight));
+        r->sig_next = calloc(n, sizeof(*r->sig_next));
+        r->sig_mask = calloc(n, sizeof(*r->sig_mask));
+        r->nwops = (unsigned)n * (depth * 2 + 2);
+        r->wops = calloc(r->nwops, sizeof(*r->wops));
+        r->srcs = calloc(n, sizeof(*r->srcs));
+        if (!r->writes_to_me || !r->i_write_to || !r->peer_ready || !r->peer_rk ||
+            !r->peer_off || !r->unit_cnt || !r->seen || !r->sent || !r->inflight ||
+            !r->sig_next || !r->sig_mask || !r->wops || !r->srcs)
+            return OFCCL_ERR_NO_MEMORY;
+    }
+    ofccl__comm_set_sink(comm, OFCCL__SIG_COLL, on_coll_signal, comm);
+    ofccl__comm_set_sink(comm, OFCCL__SIG_DESC, on_desc_signal, comm);
+    return 0;
+}
+
+void ofccl__coll_fini(ofccl_comm_t *comm)
+{
+    ofccl__coll_state_t *cs = comm->coll;
+
+    if (cs == NULL)
+        return;
+    for (int s = 0; s < OFCCL__SLOTS; s++) {
+        ofccl__req_t *r = &cs->reqs[s];
+        free(r->writes_to_me);
+        free(r->i_write_to);
+        free(r->peer_ready);
+        free(r->peer_rk);
+        free(r->peer_off);
+        free(r->unit_cnt);
+        free(r->seen);
+        free(r->sent);
+        free(r->inflight);
+        free(r->sig_next);
+        free(r->sig_mask);
+        free(r->wops);
+        free(r->srcs);
+        free(r->tensors);
+    }
+    free(cs->desc_flag);
+    free(cs->desc_seen);
+    free(cs);
+    comm->coll = NULL;
+}
+
+/* ---- posting ---- */
+static void req_reset(ofccl__req_t *r)
+{
+    size_t n = (size_t)r->comm->size;
+
+    memset(r->writes_to_me, 0, n);
+    memset(r->i_write_to, 0, n);
+    memset(r->peer_ready, 0, n);
+    memset(r->sent, 0, n * sizeof(*r->sent));
+    memset(r->inflight, 0, n * sizeof(*r->inflight));
+    memset(r->sig_next, 0, n * sizeof(*r->sig_next));
+    memset(r->sig_mask, 0, n * sizeof(*r->sig_mask));
+    r->status = 0;
+    r->finished = 0;
+    r->arrived = 0;
+    r->reduced = 0;
+    r->descs_sent = 0;
+    r->ops_out = 0;
+    r->copy_out = NULL;
+    r->out = NULL;
+    r->staging_idx = -1;
+    r->bucket = 0;
+    r->src = r->dst = r->fwd = (ofccl__mem_ref_t){NULL, NULL};
+    memset(r->aux, 0, sizeof(r->aux));
+}
+
+/* Claim the next sequence number's slot. */
+int ofccl__coll_begin(ofccl_comm_t *comm, int coll, ofccl__req_t **out)
+{
+    ofccl__coll_state_t *cs = comm->coll;
+    ofccl__req_t *r = &cs->reqs[cs->next_seq % OFCCL__SLOTS];
+
+    if (comm->sticky)
+        return ofccl__comm_fail(comm, comm->sticky,
+                                "%s: communicator unusable after an earlier error (%s)",
+                                coll_name(coll), ofccl_strerror(comm->sticky));
+    if (r->state != OFCCL__REQ_FREE)
+        return ofccl__comm_fail(comm, OFCCL_ERR_AGAIN,
+                                "%s: %d collectives already outstanding (request of #%llu not "
+                                "freed); complete and free one first",
+                                coll_name(coll), OFCCL__SLOTS, (unsigned long long)r->seq);
+    req_reset(r);
+    r->coll = coll;
+    *out = r;
+    return 0;
+}
+
+/* Plan, announce and activate a prepared request. */
+int ofccl__coll_start(ofccl__req_t *r)
+{
+    ofccl_comm_t *comm = r->comm;
+    size_t max_units = OFCCL__MAX_UNITS / (size_t)(comm->size > 1 ? comm->size - 1 : 1);
+    int rc;
+
+    r->seq = comm->coll->next_seq;
+    r->depth = (unsigned)ofccl__cfg_int(&comm->ctx->cfg, OFCCL__CFG_DEPTH);
+    r->chunk = (size_t)ofccl__cfg_int(&comm->ctx->cfg, OFCCL__CFG_CHUNK_BYTES);
+    r->chunk -= r->chunk % r->esize;
+    r->nchunks = r->block ? (unsigned)((r->block + r->chunk - 1) / r->chunk) : 0;
+    if (r->nchunks > max_units) { /* keep unit numbers within the signal's bits */
+        r->nchunks = (unsigned)max_units;
+        r->chunk = (r->block + max_units - 1) / max_units;
+        r->chunk += (r->esize - r->chunk % r->esize) % r->esize;
+        r->nchunks = (unsigned)((r->block + r->chunk - 1) / r->chunk);
+    }
+    memset(r->unit_cnt, 0, sizeof(*r->unit_cnt) * OFCCL__MAX_UNITS);
+    rc = r->algo->plan(r);
+    if (rc)
+        return rc;
+    r->fingerprint = fingerprint(r);
+    for (int p = 0; p < comm->size; p++) { /* counters are monotonic: remember where we start */
+        r->seen[p] = atomic_load_explicit(&comm->ctrl[arr_cnt_word(comm->size, r->slot, p)],
+                                          memory_order_acquire);
+        r->seen[comm->size + p] = r->seen[p];
+    }
+    r->start_ns = ofccl__now_ns();
+    r->deadline_ns = ofccl__comm_deadline(comm);
+    r->state = OFCCL__REQ_ACTIVE;
+    comm->coll->next_seq++;
+    rc = send_descriptors(r);
+    if (rc)
+        return rc;
+    OFCCL__DEBUG(&comm->ctx->log, OFCCL__SUB_COLL,
+                 "%s #%llu posted: %s, %zu bytes per rank, %u chunks of %zu, depth %u",
+                 coll_name(r->coll), (unsigned long long)r->seq, r->algo->name, r->block,
+                 r->nchunks, r->chunk, r->depth);
+    return 0;
+}
+
+/* Name the ranks a stuck request still waits for, for the timeout message. */
+static void waiting_for(const ofccl__req_t *r, char *buf, size_t len)
+{
+    const ofccl_comm_t *comm = r->comm;
+    size_t used = 0;
+
+    buf[0] = '\0';
+    for (int p = 0; p < comm->size && used + 16 < len; p++) {
+        if (r->i_write_to[p] && !r->peer_ready[p])
+            used += (size_t)snprintf(buf + used, len - used, "%srank %d (its descriptor)",
+                                     used ? ", " : "", p);
+        else if (r->i_write_to[p] && r->inflight[p])
+            used += (size_t)snprintf(buf + used, len - used, "%srank %d (%u writes in flight)",
+                                     used ? ", " : "", p, r->inflight[p]);
+    }
+    if (r->arrived < r->units_in && used + 40 < len)
+        snprintf(buf + used, len - used, "%s%llu of %u data arrivals from the writers",
+                 used ? "; " : "", (unsigned long long)r->arrived, r->units_in);
+}
+
+static void complete(ofccl__req_t *r)
+{
+    if (r->status == 0 && r->copy_out != NULL) {
+        memcpy(r->copy_out, r->dst.ptr, r->block * (size_t)r->comm->size);
+        r->comm->ctx->stats.staged_bytes += r->block * (size_t)r->comm->size;
+    }
+    if (r->status == 0 && r->bucket)
+        ofccl__bucket_copy_out(r);
+    if (r->staging_idx >= 0) {
+        ofccl__stage_release(r->comm, r->coll, r->staging_idx);
+        r->staging_idx = -1;
+    }
+    r->state = OFCCL__REQ_DONE;
+}
+
+/* Atomic path: delivered writes whose signal (or descriptor count) is not posted yet. */
+static int signals_owed(const ofccl__req_t *r)
+{
+    for (int p = 0; p < r->comm->size; p++)
+        if (r->sig_mask[p])
+            return 1;
+    return 0;
+}
+
+static int req_progress(ofccl__req_t *r)
+{
+    ofccl_comm_t *comm = r->comm;
+    int rc;
+
+    if (r->state != OFCCL__REQ_ACTIVE)
+        return 0;
+    if (r->status == 0 && comm->sticky)
+        r->status = comm->sticky;
+    if (r->status == 0) {
+        rc = send_descriptors(r);
+        if (rc == 0)
+            rc = take_descriptors(r);
+        if (rc == 0 && comm->signal_mode == OFCCL__SIGNAL_ATOMIC) {
+            fold_arrivals(r);
+            rc = pump_desc(r);
+        }
+        if (rc == 0 && !r->finished)
+            rc = r->algo->progress(r);
+        if (rc == 0 && comm->signal_mode == OFCCL__SIGNAL_ATOMIC)
+            rc = pump_signals(r);
+        if (rc && rc != OFCCL_ERR_AGAIN && r->status == 0)
+            r->status = rc;
+    }
+    if (r->status == 0 && r->finished && r->ops_out == 0 && !signals_owed(r) &&
+        r->descs_sent == (unsigned)comm->size) {
+        complete(r);
+        return 0;
+    }
+    if (r->status == 0 && ofccl__now_ns() > r->deadline_ns) {
+        char who[256];
+        waiting_for(r, who, sizeof(who));
+        ofccl__coll_fail(r, OFCCL_ERR_TIMEOUT, "not complete after %llu ms; waiting for %s",
+                         (unsigned long long)((ofccl__now_ns() - r->start_ns) / 1000000), who);
+    }
+    /* A failed request completes once its own ops are back (or the comm is dead). */
+    if (r->status != 0 && (r->ops_out == 0 || comm->sticky))
+        complete(r);
+    return 0;
+}
+
+int ofccl__coll_progress(ofccl_comm_t *comm)
+{
+    int rc = ofccl__comm_progress(comm);
+
+    for (int s = 0; s < OFCCL__SLOTS; s++)
+        req_progress(&comm->coll->reqs[s]);
+    return rc;
+}
+
+/* ---- public ---- */
+int ofccl_progress(ofccl_ctx_t *ctx)
+{
+    int first = 0;
+
+    if (ctx == NULL)
+        return OFCCL_ERR_INVALID_ARG;
+    for (ofccl_comm_t *c = ctx->comms; c != NULL; c = c->next) {
+        int rc = ofccl__coll_progress(c);
+        if (rc && first == 0)
+            first = rc;
+    }
+    return first;
+}
+
+int ofccl_test(ofccl_req_t *req, int *done)
+{
+    if (req == NULL || done == NULL || req->state == OFCCL__REQ_FREE)
+        return OFCCL_ERR_INVALID_ARG;
+    if (req->state == OFCCL__REQ_ACTIVE)
+        ofccl__coll_progress(req->comm);
+    *done = req->state == OFCCL__REQ_DONE;
+    return *done ? req->status : 0;
+}
+
+int ofccl_wait(ofccl_req_t *req)
+{
+    if (req == NULL || req->state == OFCCL__REQ_FREE)
+        return OFCCL_ERR_INVALID_ARG;
+    /* Bounded: every request carries a deadline that progress enforces. */
+    while (req->state == OFCCL__REQ_ACTIVE)
+        ofccl__coll_progress(req->comm);
+    return req->status;
+}
+
+int ofccl_req_free(ofccl_req_t *req)
+{
+    if (req == NULL || req->state == OFCCL__REQ_FREE)
+        return OFCCL_ERR_INVALID_ARG;
+    if (req->state == OFCCL__REQ_ACTIVE)
+        return ofccl__comm_fail(req->comm, OFCCL_ERR_BUSY,
+                                "ofccl_req_free: %s #%llu is still running; wait for it first",
+                                coll_name(req->coll), (unsigned long long)req->seq);
+    req->state = OFCCL__REQ_FREE;
+    return 0;
+}

@@ -1,0 +1,181 @@
+/*
+ * The collective engine: a request is a state machine (post -> progress ->
+ * complete) advanced only from counters. Algorithms (lib/coll/, one per file)
+ * plug in through ofccl__algo_t and see only this header.
+ *
+ * Protocol of one collective, sequence number `seq`, request slot seq % SLOTS:
+ *  1. Every rank that will be written to announces its destination buffer to
+ *     the ranks that write into it: a descriptor {seq, fingerprint, key, offset}
+ *     written into the writer's control region with a signal. The descriptor is
+ *     also the credit: a buffer is announced only when it is free.
+ *  2. Writers check the fingerprint (operation, count, dtype, op, algorithm):
+ *     a mismatch fails the request with OFCCL_ERR_MISMATCH naming the field.
+ *  3. Data moves in units (a chunk of a block at a step), each signalled to the
+ *     receiver with 4 bytes of CQ data {kind, comm, slot, unit}, or — on the
+ *     atomic path — by an in-order 64-bit add on a per-writer counter posted
+ *     once the write is delivery-complete. The receiver counts; it never relies
+ *     on the order of writes.
+ */
+#ifndef OFCCL_CORE_COLL_H
+#define OFCCL_CORE_COLL_H
+
+#include "core.h"
+#include "reduce.h"
+
+#define OFCCL__SLOTS 8          /* collectives outstanding per communicator */
+#define OFCCL__SLOT_BITS 3
+#define OFCCL__MAX_UNITS 16384  /* units (chunk x step) one collective may signal */
+#define OFCCL__DESC_WORDS 8
+
+enum ofccl__coll_kind { OFCCL__AG = 1, OFCCL__RS = 2 };
+enum ofccl__algo_id { OFCCL__ALGO_DIRECT = 1, OFCCL__ALGO_RING = 2 };
+enum ofccl__req_state { OFCCL__REQ_FREE = 0, OFCCL__REQ_ACTIVE, OFCCL__REQ_DONE };
+
+typedef struct ofccl_req ofccl__req_t;
+
+/* A write in flight: the op context handed to the provider. */
+typedef struct ofccl__wop {
+    ofccl__op_t op; /* first: the provider hands back &op */
+    ofccl__req_t *req;
+    int peer;
+    uint32_t unit;
+    int atomic; /* 1 for a signal add on the atomic path */
+} ofccl__wop_t;
+
+/* A memory area: where it is locally, and the registration covering it. */
+typedef struct ofccl__mem_ref {
+    void *ptr;
+    const ofccl__mr_t *mr; /* NULL: unregistered */
+} ofccl__mem_ref_t;
+
+typedef struct ofccl__algo {
+    size_t size; /* sizeof(ofccl__algo_t) */
+    const char *name;
+    int coll;
+    int id;
+    /* After arguments and buffers are set: fill the plan (units expected,
+     * who writes to this rank). Must not post. */
+    int (*plan)(ofccl__req_t *r);
+    /* Advance: post what is ready, reduce what has arrived. Bounded work.
+     * Sets r->finished when everything this rank owes and expects is done. */
+    int (*progress)(ofccl__req_t *r);
+} ofccl__algo_t;
+
+struct ofccl_req {
+    ofccl_comm_t *comm;
+    int state; /* enum ofccl__req_state */
+    int status;
+    int finished; /* set by the algorithm */
+    uint64_t seq;
+    unsigned slot;
+    const ofccl__algo_t *algo;
+    uint64_t deadline_ns;
+    uint64_t start_ns;
+
+    /* arguments */
+    int coll;
+    const void *sendbuf;
+    void *recvbuf;
+    size_t count; /* elements per rank block */
+    ofccl_dtype_t dtype;
+    ofccl_redop_t op;
+    size_t esize;
+    size_t block; /* bytes per rank block */
+    uint64_t fingerprint;
+
+    /* memory: source of what this rank sends, destination peers write into */
+    ofccl__mem_ref_t src;  /* AG: own block; RS: n blocks */
+    ofccl__mem_ref_t dst;  /* AG: n blocks (final or staged); RS: staging for peers */
+    ofccl__mem_ref_t fwd;  /* RS ring: reduced partials forwarded to the right */
+    void *out;             /* RS: where the reduced block goes (user recvbuf) */
+    void *copy_out;        /* AG staged: user recvbuf to copy dst into at completion */
+    int staging_idx;       /* staging set held, -1 if none */
+    int bucket;            /* 1: bucket request, copy-in/out to tensors (bucket.c) */
+    ofccl_tensor_t *tensors; /* bucket: copy of the caller's list (grow-only, per slot) */
+    int ntensors, tcap;
+    size_t bucket_stride;  /* bucket: bytes of one rank's padded region */
+
+    /* plan */
+    size_t chunk;
+    unsigned nchunks;
+    unsigned depth;
+    unsigned units_in;     /* units this rank expects to receive */
+    uint8_t *writes_to_me; /* [size] 1 if that rank writes into this rank */
+    uint8_t *i_write_to;   /* [size] 1 if this rank writes into that rank */
+
+    /* descriptors received from the ranks this rank writes to */
+    uint8_t *peer_ready;      /* [size] */
+    ofccl__rkey_t *peer_rk;   /* [size] */
+    uint64_t *peer_off;       /* [size] offset of their destination in their region */
+    unsigned descs_sent;
+
+    /* counters: the whole state of the pipeline */
+    uint32_t *unit_cnt;       /* [MAX_UNITS] arrivals per unit */
+    uint64_t arrived;         /* total arrivals */
+    uint64_t *seen;           /* [size] atomic path: per-writer counter already folded */
+    uint32_t *sent;           /* [size] units posted to that peer */
+    uint32_t *inflight;       /* [size] writes in flight to that peer */
+    uint32_t *sig_next;       /* [size] atomic path: next unit to signal */
+    uint64_t *sig_mask;       /* [size] atomic path: delivered, unsignalled units */
+    uint32_t reduced;         /* RS: units reduced */
+    unsigned ops_out;         /* ops of this request not yet completed */
+    ofccl__wop_t *wops;       /* [size * (depth * 2 + 2)] */
+    const void **srcs;        /* [size] reduction sources */
+    unsigned nwops;
+    uint32_t aux[4];          /* algorithm scratch */
+};
+
+/* ---- for algorithms ---- */
+static inline unsigned ofccl__unit(const ofccl__req_t *r, unsigned step, unsigned chunk)
+{
+    return step * r->nchunks + chunk;
+}
+static inline size_t ofccl__chunk_len(const ofccl__req_t *r, unsigned chunk)
+{
+    size_t off = (size_t)chunk * r->chunk;
+    return off + r->chunk <= r->block ? r->chunk : r->block - off;
+}
+/* Post a write of `len` bytes from local `src` (inside r->src/dst/fwd's
+ * registration `mr`) to `peer`'s destination at `dst_off` bytes, signalled as
+ * `unit`. Returns 0 posted, OFCCL_ERR_AGAIN (try later), or an error. */
+int ofccl__coll_put(ofccl__req_t *r, int peer, const void *src, const ofccl__mr_t *mr,
+                    size_t len, uint64_t dst_off, uint32_t unit);
+/* Record that this rank is done reducing/forwarding up to here; for messages. */
+int ofccl__coll_fail(ofccl__req_t *r, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Claim the slot of the next sequence number (no side effect on failure). */
+int ofccl__coll_begin(ofccl_comm_t *comm, int coll, ofccl__req_t **out);
+/* Plan, announce and activate a request whose arguments and memory are set. */
+int ofccl__coll_start(ofccl__req_t *r);
+/* Buckets (bucket.c): extra staging bytes a bucket reduce-scatter needs (flat
+ * input + flat output), packing the tensors into the flat buffer (`area`: the
+ * flat input for reduce-scatter; for all-gather the own region of r->dst), and
+ * scattering the result into the tensors at completion. */
+size_t ofccl__bucket_extra(const ofccl__req_t *r);
+void ofccl__bucket_copy_in(ofccl__req_t *r, void *area);
+void ofccl__bucket_copy_out(ofccl__req_t *r);
+int ofccl__post_allgather(ofccl__req_t *r);
+int ofccl__post_reduce_scatter(ofccl__req_t *r);
+
+extern const ofccl__algo_t ofccl__ag_direct, ofccl__ag_ring, ofccl__rs_direct, ofccl__rs_ring;
+/* Choose an algorithm by OFCCL_ALGO_* and the selector (size, rank count). */
+const ofccl__algo_t *ofccl__algo_select(const ofccl_comm_t *comm, int coll, size_t block_bytes);
+
+/* ---- engine state kept in the communicator ---- */
+typedef struct ofccl__coll_state {
+    ofccl__req_t reqs[OFCCL__SLOTS];
+    uint64_t next_seq; /* sequence number of the next collective */
+    uint32_t desc_arrived[OFCCL__SLOTS]; /* cqdata path: per slot, bitmask-free count */
+    uint8_t *desc_flag;  /* [SLOTS * size] cqdata path: descriptor from rank has landed */
+    uint64_t *desc_seen; /* [SLOTS * size] atomic path: per slot/rank counter folded */
+} ofccl__coll_state_t;
+
+int ofccl__coll_init(ofccl_comm_t *comm);
+void ofccl__coll_fini(ofccl_comm_t *comm);
+/* Control-region words the engine needs for `size` ranks. */
+size_t ofccl__coll_ctrl_words(int size);
+/* Drive every active request of the communicator once. */
+int ofccl__coll_progress(ofccl_comm_t *comm);
+
+#endif

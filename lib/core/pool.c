@@ -1,0 +1,338 @@
+/* Staging sets, user pool buffers, and the registration cache. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "pool.h"
+#include "util.h"
+
+#define STAGE_ALIGN 4096
+#define STAGE_ACCESS (OFCCL__ACC_LOCAL | OFCCL__ACC_REMOTE_WRITE)
+
+static size_t round_up(size_t v, size_t a)
+{
+    return (v + a - 1) / a * a;
+}
+
+int ofccl__pool_init(ofccl_comm_t *comm)
+{
+    struct ofccl__pool *pool = calloc(1, sizeof(*pool));
+
+    if (pool == NULL)
+        return OFCCL_ERR_NO_MEMORY;
+    pool->n_ag = (int)ofccl__cfg_int(&comm->ctx->cfg, OFCCL__CFG_AG_BUFFERS);
+    pool->n_rs = (int)ofccl__cfg_int(&comm->ctx->cfg, OFCCL__CFG_RS_BUFFERS);
+    pool->budget = (size_t)ofccl__cfg_int(&comm->ctx->cfg, OFCCL__CFG_POOL_BYTES);
+    comm->pool = pool;
+    return 0;
+}
+
+static void account(ofccl_comm_t *comm, ofccl__mr_t *mr, long sign)
+{
+    ofccl_stats_t *st = &comm->ctx->stats;
+
+    st->pool_bytes += (uint64_t)((long)mr->len * sign);
+    st->registered_bytes += (uint64_t)((long)mr->len * sign);
+    comm->pool->held += (size_t)((long)mr->len * sign);
+    if (sign > 0)
+        st->registrations++;
+}
+
+static void stage_free(ofccl_comm_t *comm, ofccl__stage_t *s)
+{
+    if (s->mr != NULL) {
+        account(comm, s->mr, -1);
+        ofccl__mr_dereg(s->mr);
+    }
+    free(s->ptr);
+    *s = (ofccl__stage_t){0};
+}
+
+void ofccl__pool_fini(ofccl_comm_t *comm)
+{
+    struct ofccl__pool *pool = comm->pool;
+
+    if (pool == NULL)
+        return;
+    for (int k = 0; k < 16; k++) {
+        stage_free(comm, &pool->ag[k]);
+        stage_free(comm, &pool->rs[k]);
+    }
+    while (pool->user != NULL) {
+        ofccl__ubuf_t *u = pool->user;
+        pool->user = u->next;
+        account(comm, u->mr, -1);
+        ofccl__mr_dereg(u->mr);
+        free(u->ptr);
+        free(u);
+    }
+    free(pool);
+    comm->pool = NULL;
+}
+
+static int over_budget(ofccl_comm_t *comm, size_t more, const char *what)
+{
+    struct ofccl__pool *pool = comm->pool;
+
+    if (pool->budget == 0 || pool->held + more <= pool->budget)
+        return 0;
+    return ofccl__comm_fail(comm, OFCCL_ERR_OVER_BUDGET,
+                            "%s needs %zu more bytes but the pool holds %zu of its %zu-byte "
+                            "budget; raise OFCCL_POOL_BYTES or use smaller buckets",
+                            what, more, pool->held, pool->budget);
+}
+
+/* Allocate and register `bytes` of memory peers may write into. */
+static int alloc_registered(ofccl_comm_t *comm, size_t bytes, void **ptr, ofccl__mr_t **mr)
+{
+    size_t len = round_up(bytes ? bytes : 1, STAGE_ALIGN);
+    void *p = aligned_alloc(STAGE_ALIGN, len);
+    int rc;
+
+    if (p == NULL)
+        return ofccl__comm_fail(comm, OFCCL_ERR_NO_MEMORY, "pool: cannot allocate %zu bytes",
+                                len);
+    rc = ofccl__mr_reg(comm->ep, p, len, STAGE_ACCESS, mr, &comm->err);
+    if (rc) {
+        free(p);
+        return ofccl__comm_fail(comm, rc, "pool: %s", comm->err.msg);
+    }
+    *ptr = p;
+    account(comm, *mr, +1);
+    return 0;
+}
+
+int ofccl__stage_acquire(ofccl_comm_t *comm, int coll, size_t bytes, int *idx,
+                         ofccl__mem_ref_t *ref)
+{
+    struct ofccl__pool *pool = comm->pool;
+    ofccl__stage_t *set = coll == OFCCL__AG ? pool->ag : pool->rs;
+    int n = coll == OFCCL__AG ? pool->n_ag : pool->n_rs, k, rc;
+
+    for (k = 0; k < n && set[k].busy; k++)
+        ;
+    if (k == n)
+        return ofccl__comm_fail(comm, OFCCL_ERR_AGAIN,
+                                "all %d %s staging buffers are in use by earlier requests; wait "
+                                "for one or raise %s",
+                                n, coll == OFCCL__AG ? "all-gather" : "reduce-scatter",
+                                coll == OFCCL__AG ? "OFCCL_AG_BUFFERS" : "OFCCL_RS_BUFFERS");
+    if (set[k].bytes < bytes) {
+        /* Grow: only here, with the buffer unused, i.e. at a bucket boundary. */
+        size_t old = set[k].mr ? set[k].mr->len : 0;
+        void *p;
+        ofccl__mr_t *mr;
+
+        rc = over_budget(comm, round_up(bytes, STAGE_ALIGN) - old, "a staging buffer");
+        if (rc)
+            return rc;
+        stage_free(comm, &set[k]);
+        rc = alloc_registered(comm, bytes, &p, &mr);
+        if (rc)
+            return rc;
+        set[k] = (ofccl__stage_t){p, mr, mr->len, 0};
+        comm->ctx->stats.pool_grows++;
+        OFCCL__DEBUG(&comm->ctx->log, OFCCL__SUB_MEM, "staging buffer %d grown to %zu bytes", k,
+                     mr->len);
+    }
+    set[k].busy = 1;
+    *idx = k;
+    *ref = (ofccl__mem_ref_t){set[k].ptr, set[k].mr};
+    return 0;
+}
+
+void ofccl__stage_release(ofccl_comm_t *comm, int coll, int idx)
+{
+    (coll == OFCCL__AG ? comm->pool->ag : comm->pool->rs)[idx].busy = 0;
+}
+
+int ofccl_buffer_alloc(ofccl_comm_t *comm, size_t bytes, void **ptr)
+{
+    ofccl__ubuf_t *u;
+    int rc;
+
+    if (comm == NULL)
+        return OFCCL_ERR_INVALID_ARG;
+    if (ptr == NULL || bytes == 0)
+        return ofccl__comm_fail(comm, OFCCL_ERR_INVALID_ARG,
+                                "ofccl_buffer_alloc: %s", ptr ? "zero bytes" : "ptr is NULL");
+    if (comm->sticky)
+        return ofccl__comm_fail(comm, comm->sticky, "ofccl_buffer_alloc: communicator unusable");
+    rc = over_budget(comm, round_up(bytes, STAGE_ALIGN), "ofccl_buffer_alloc");
+    if (rc)
+        return rc;
+    u = calloc(1, sizeof(*u));
+    if (u == NULL)
+        return ofccl__comm_fail(comm, OFCCL_ERR_NO_MEMORY, "ofccl_buffer_alloc: no memory");
+    rc = alloc_registered(comm, bytes, &u->ptr, &u->mr);
+    if (rc) {
+        free(u);
+        return rc;
+    }
+    u->bytes = bytes;
+    u->next = comm->pool->user;
+    comm->pool->user = u;
+    *ptr = u->ptr;
+    return 0;
+}
+
+int ofccl_buffer_free(ofccl_comm_t *comm, void *ptr)
+{
+    ofccl__ubuf_t **pp;
+
+    if (comm == NULL)
+        return OFCCL_ERR_INVALID_ARG;
+    for (pp = &comm->pool->user; *pp != NULL; pp = &(*pp)->next) {
+        ofccl__ubuf_t *u = *pp;
+        if (u->ptr != ptr)
+            continue;
+        for (int s = 0; s < OFCCL__SLOTS; s++) {
+            const ofccl__req_t *r = &comm->coll->reqs[s];
+            if (r->state == OFCCL__REQ_ACTIVE && (r->dst.mr == u->mr || r->src.mr == u->mr))
+                return ofccl__comm_fail(comm, OFCCL_ERR_BUSY,
+                                        "ofccl_buffer_free: collective #%llu still uses it",
+                                        (unsigned long long)r->seq);
+        }
+        *pp = u->next;
+        account(comm, u->mr, -1);
+        ofccl__mr_dereg(u->mr);
+        free(u->ptr);
+        free(u);
+        return 0;
+    }
+    return ofccl__comm_fail(comm, OFCCL_ERR_INVALID_ARG,
+                            "ofccl_buffer_free: %p was not allocated by ofccl_buffer_alloc on "
+                            "this communicator",
+                            ptr);
+}
+
+/* ---- registration cache ---- */
+int ofccl_mem_register(ofccl_ctx_t *ctx, void *ptr, size_t len, ofccl_mem_t **mh)
+{
+    ofccl_mem_t *m;
+
+    if (ctx == NULL)
+        return OFCCL_ERR_INVALID_ARG;
+    if (ptr == NULL || len == 0 || mh == NULL || (uintptr_t)ptr + len < (uintptr_t)ptr)
+        return ofccl__fail(&ctx->log, OFCCL__SUB_MEM, &ctx->err, OFCCL_ERR_INVALID_ARG,
+                           "ofccl_mem_register: %s", mh == NULL   ? "mh is NULL"
+                                                     : ptr == NULL ? "ptr is NULL"
+                                                     : len == 0    ? "len is 0"
+                                                                   : "range wraps around");
+    /* Same or contained range: a hit costs nothing and uses no key. */
+    for (m = ctx->memreg; m != NULL; m = m->next)
+        if ((char *)ptr >= m->addr && (char *)ptr + len <= m->addr + m->len) {
+            m->refs++;
+            ctx->stats.reg_cache_hits++;
+            *mh = m;
+            return 0;
+        }
+    m = calloc(1, sizeof(*m));
+    if (m == NULL)
+        return ofccl__fail(&ctx->log, OFCCL__SUB_MEM, &ctx->err, OFCCL_ERR_NO_MEMORY,
+                           "ofccl_mem_register: no memory");
+    m->ctx = ctx;
+    m->addr = ptr;
+    m->len = len;
+    m->refs = 1;
+    m->next = ctx->memreg;
+    ctx->memreg = m;
+    *mh = m;
+    return 0;
+}
+
+static void drop_comm_mr(ofccl_mem_t *m, int k)
+{
+    ofccl_stats_t *st = &m->ctx->stats;
+
+    st->registered_bytes -= m->per_comm[k].mr->len;
+    ofccl__mr_dereg(m->per_comm[k].mr);
+    m->per_comm[k].mr = NULL;
+    m->per_comm[k].comm = NULL;
+}
+
+int ofccl_mem_deregister(ofccl_mem_t *mh)
+{
+    ofccl_ctx_t *ctx;
+
+    if (mh == NULL)
+        return OFCCL_ERR_INVALID_ARG;
+    if (--mh->refs > 0)
+        return 0;
+    ctx = mh->ctx;
+    for (ofccl_comm_t *c = ctx->comms; c != NULL; c = c->next)
+        for (int s = 0; s < OFCCL__SLOTS; s++) {
+            const ofccl__req_t *r = &c->coll->reqs[s];
+            for (int k = 0; k < OFCCL__MEMREG_COMMS; k++)
+                if (mh->per_comm[k].mr != NULL && r->state == OFCCL__REQ_ACTIVE &&
+                    (r->src.mr == mh->per_comm[k].mr || r->dst.mr == mh->per_comm[k].mr)) {
+                    mh->refs++;
+                    return ofccl__fail(&ctx->log, OFCCL__SUB_MEM, &ctx->err, OFCCL_ERR_BUSY,
+                                       "ofccl_mem_deregister: collective #%llu still uses it",
+                                       (unsigned long long)r->seq);
+                }
+        }
+    for (int k = 0; k < OFCCL__MEMREG_COMMS; k++)
+        if (mh->per_comm[k].mr != NULL)
+            drop_comm_mr(mh, k); /* keys die with the registration */
+    for (ofccl_mem_t **pp = &ctx->memreg; *pp != NULL; pp = &(*pp)->next)
+        if (*pp == mh) {
+            *pp = mh->next;
+            break;
+        }
+    free(mh);
+    return 0;
+}
+
+const ofccl__mr_t *ofccl__mem_find(ofccl_comm_t *comm, const void *ptr, size_t len)
+{
+    const char *p = ptr;
+
+    for (ofccl__ubuf_t *u = comm->pool->user; u != NULL; u = u->next)
+        if (p >= (char *)u->ptr && p + len <= (char *)u->ptr + u->mr->len)
+            return u->mr;
+    for (ofccl_mem_t *m = comm->ctx->memreg; m != NULL; m = m->next) {
+        int freek = -1;
+        if (p < m->addr || p + len > m->addr + m->len)
+            continue;
+        for (int k = 0; k < OFCCL__MEMREG_COMMS; k++) {
+            if (m->per_comm[k].comm == comm) {
+                comm->ctx->stats.reg_cache_hits++;
+                return m->per_comm[k].mr;
+            }
+            if (m->per_comm[k].comm == NULL && freek < 0)
+                freek = k;
+        }
+        /* First use on this communicator: register on its endpoint, once. */
+        if (freek >= 0 &&
+            ofccl__mr_reg(comm->ep, m->addr, m->len, STAGE_ACCESS, &m->per_comm[freek].mr,
+                          &comm->err) == 0) {
+            m->per_comm[freek].comm = comm;
+            comm->ctx->stats.registrations++;
+            comm->ctx->stats.registered_bytes += m->len;
+            return m->per_comm[freek].mr;
+        }
+        OFCCL__INFO(&comm->ctx->log, OFCCL__SUB_MEM,
+                    "registered range %p+%zu not usable on communicator %u (%s): staging instead",
+                    (void *)m->addr, m->len, comm->id,
+                    freek < 0 ? "registered on too many communicators" : comm->err.msg);
+        return NULL;
+    }
+    return NULL;
+}
+
+void ofccl__memreg_forget_comm(ofccl_comm_t *comm)
+{
+    for (ofccl_mem_t *m = comm->ctx->memreg; m != NULL; m = m->next)
+        for (int k = 0; k < OFCCL__MEMREG_COMMS; k++)
+            if (m->per_comm[k].comm == comm)
+                drop_comm_mr(m, k);
+}
+
+int ofccl_ctx_stats(const ofccl_ctx_t *ctx, ofccl_stats_t *stats)
+{
+    if (ctx == NULL || stats == NULL || stats->size < sizeof(*stats))
+        return OFCCL_ERR_INVALID_ARG;
+    *stats = ctx->stats;
+    stats->size = sizeof(*stats);
+    return 0;
+}

@@ -1,0 +1,61 @@
+/*
+ * Memory for collectives: staging sets (N-deep per collective kind, grown only
+ * while unused, i.e. at a bucket boundary, within OFCCL_POOL_BYTES), user pool
+ * buffers (ofccl_buffer_alloc), and the context's registration cache
+ * (ofccl_mem_register) with lazily created per-communicator registrations.
+ */
+#ifndef OFCCL_CORE_POOL_H
+#define OFCCL_CORE_POOL_H
+
+#include "coll.h"
+
+typedef struct ofccl__stage {
+    void *ptr;
+    ofccl__mr_t *mr;
+    size_t bytes;
+    int busy;
+} ofccl__stage_t;
+
+typedef struct ofccl__ubuf {
+    void *ptr;
+    size_t bytes;
+    ofccl__mr_t *mr;
+    struct ofccl__ubuf *next;
+} ofccl__ubuf_t;
+
+struct ofccl__pool {
+    ofccl__stage_t ag[16], rs[16];
+    int n_ag, n_rs;
+    ofccl__ubuf_t *user;
+    size_t budget; /* 0 = none */
+    size_t held;   /* staging + user pool bytes */
+};
+
+#define OFCCL__MEMREG_COMMS 8
+struct ofccl_mem {
+    ofccl_ctx_t *ctx;
+    char *addr;
+    size_t len;
+    int refs;
+    struct {
+        ofccl_comm_t *comm;
+        ofccl__mr_t *mr;
+    } per_comm[OFCCL__MEMREG_COMMS];
+    struct ofccl_mem *next;
+};
+
+int ofccl__pool_init(ofccl_comm_t *comm);
+void ofccl__pool_fini(ofccl_comm_t *comm);
+/* A staging set of at least `bytes` for `coll` (OFCCL__AG / OFCCL__RS):
+ * OFCCL_ERR_AGAIN when all N are busy, OFCCL_ERR_OVER_BUDGET past the budget. */
+int ofccl__stage_acquire(ofccl_comm_t *comm, int coll, size_t bytes, int *idx,
+                         ofccl__mem_ref_t *ref);
+void ofccl__stage_release(ofccl_comm_t *comm, int coll, int idx);
+/* Registration covering [ptr, ptr+len) usable on this communicator: a pool
+ * buffer, or a range registered with ofccl_mem_register (registered on this
+ * communicator's endpoint on first use). NULL when none. */
+const ofccl__mr_t *ofccl__mem_find(ofccl_comm_t *comm, const void *ptr, size_t len);
+/* The communicator is going away: drop its registrations from the cache. */
+void ofccl__memreg_forget_comm(ofccl_comm_t *comm);
+
+#endif

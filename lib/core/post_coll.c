@@ -1,0 +1,243 @@
+/* ofccl_allgather / ofccl_reduce_scatter: validate, resolve memory (registered,
+ * pool or staged), pick the algorithm and start the request. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "coll.h"
+#include "pool.h"
+#include "util.h"
+
+static const char *const dtype_names[] = {"f32", "f64", "bf16", "f16"};
+
+static int overlaps(const void *a, size_t alen, const void *b, size_t blen)
+{
+    const char *x = a, *y = b;
+    return alen && blen && x < y + blen && y < x + alen;
+}
+
+/* Checks shared by both collectives; on success *block is the bytes per rank. */
+static int check_args(ofccl_comm_t *comm, const char *what, const void *sendbuf, void *recvbuf,
+                      size_t count, ofccl_dtype_t dtype, ofccl_req_t **req, size_t *block)
+{
+    size_t esize = ofccl_dtype_size(dtype);
+
+    if (req == NULL)
+        return ofccl__comm_fail(comm, OFCCL_ERR_INVALID_ARG, "%s: req is NULL", what);
+    if (esize == 0)
+        return ofccl__comm_fail(comm, OFCCL_ERR_INVALID_ARG,
+                                "%s: unsupported dtype %d (supported: f32, f64, bf16, f16)", what,
+                                (int)dtype);
+    if (count > SIZE_MAX / esize / (size_t)comm->size)
+        return ofccl__comm_fail(comm, OFCCL_ERR_INVALID_ARG,
+                                "%s: count %zu of %s overflows the address space with %d ranks",
+                                what, count, dtype_names[dtype], comm->size);
+    if (count > 0 && (sendbuf == NULL || recvbuf == NULL))
+        return ofccl__comm_fail(comm, OFCCL_ERR_INVALID_ARG, "%s: %s is NULL", what,
+                                sendbuf == NULL ? "sendbuf" : "recvbuf");
+    *block = count * esize;
+    return 0;
+}
+
+static int check_op(ofccl_comm_t *comm, ofccl_redop_t op)
+{
+    if ((unsigned)op.kind >= OFCCL_OP_COUNT)
+        return ofccl__comm_fail(comm, OFCCL_ERR_INVALID_ARG,
+                                "ofccl_reduce_scatter: unsupported op %d (supported: sum, avg, "
+                                "premul-sum)",
+                                (int)op.kind);
+    if (op.kind == OFCCL_OP_PREMUL_SUM && !isfinite(op.scalar))
+        return ofccl__comm_fail(comm, OFCCL_ERR_INVALID_ARG,
+                                "ofccl_reduce_scatter: premul scalar must be finite");
+    return 0;
+}
+
+/* One rank: the collective is a local copy or a local reduction. */
+static int local_only(ofccl__req_t *r)
+{
+    int rc = 0;
+
+    if (r->coll == OFCCL__AG) {
+        if (r->block && r->sendbuf != r->recvbuf)
+            memmove(r->recvbuf, r->sendbuf, r->block);
+    } else if (r->block) {
+        const void *src = r->sendbuf;
+        rc = ofccl__reduce(r->dtype, r->op, r->recvbuf, &src, 1, r->count,
+                           r->op.kind == OFCCL_OP_AVG ? 1 : 0);
+    }
+    r->seq = r->comm->coll->next_seq++;
+    r->status = rc;
+    r->state = OFCCL__REQ_DONE;
+    return rc;
+}
+
+int ofccl__post_allgather(ofccl__req_t *r)
+{
+    ofccl_comm_t *comm = r->comm;
+    size_t total = r->block * (size_t)comm->size;
+    char *own;
+    int rc;
+
+    r->algo = ofccl__algo_select(comm, OFCCL__AG, r->block);
+    if (comm->size == 1)
+        return local_only(r);
+    if (r->bucket) {
+        /* The flat bucket lives in staging; own shards are packed into our region. */
+        rc = ofccl__stage_acquire(comm, OFCCL__AG, total, &r->staging_idx, &r->dst);
+        if (rc)
+            return rc;
+        r->sendbuf = (char *)r->dst.ptr + (size_t)comm->rank * r->block;
+        ofccl__bucket_copy_in(r, (void *)r->sendbuf);
+    } else {
+        const ofccl__mr_t *mr = ofccl__mem_find(comm, r->recvbuf, total);
+        if (mr != NULL) {
+            r->dst = (ofccl__mem_ref_t){r->recvbuf, mr};
+        } else {
+            rc = ofccl__stage_acquire(comm, OFCCL__AG, total, &r->staging_idx, &r->dst);
+            if (rc)
+                return rc;
+            r->copy_out = r->recvbuf;
+        }
+    }
+    /* Our own block goes where the result needs it anyway; we send from there,
+     * so the source is registered whatever the caller passed. */
+    own = (char *)r->dst.ptr + (size_t)comm->rank * r->block;
+    if (r->sendbuf != own && r->block) {
+        memcpy(own, r->sendbuf, r->block);
+        if (r->copy_out)
+            comm->ctx->stats.staged_bytes += r->block;
+    }
+    r->src = (ofccl__mem_ref_t){own, r->dst.mr};
+    rc = ofccl__coll_start(r);
+    if (rc && r->staging_idx >= 0)
+        ofccl__stage_release(comm, OFCCL__AG, r->staging_idx);
+    return rc;
+}
+
+int ofccl__post_reduce_scatter(ofccl__req_t *r)
+{
+    ofccl_comm_t *comm = r->comm;
+    const ofccl__prov_caps_t *caps = ofccl__ep_caps(comm->ep);
+    size_t n = (size_t)comm->size, total = r->block * n, need, dst_bytes, fwd_bytes = 0;
+    const ofccl__mr_t *smr;
+    ofccl__mem_ref_t stage;
+    int copy_src, rc;
+
+    r->algo = ofccl__algo_select(comm, OFCCL__RS, r->block);
+    if (comm->size == 1)
+        return local_only(r);
+    r->out = r->recvbuf;
+    if (r->bucket) {
+        copy_src = 0;
+    } else {
+        smr = ofccl__mem_find(comm, r->sendbuf, total);
+        /* Unregistered sources are fine unless the provider (or strict mode)
+         * demands registered local buffers: then they are staged. */
+        copy_src = smr == NULL && caps->mr_local;
+        r->src = (ofccl__mem_ref_t){(void *)r->sendbuf, smr};
+    }
+    dst_bytes = r->algo->id == OFCCL__ALGO_RING ? total - r->block : total;
+    if (r->algo->id == OFCCL__ALGO_RING)
+        fwd_bytes = total - r->block;
+    dst_bytes = (dst_bytes + 63) & ~(size_t)63;
+    fwd_bytes = (fwd_bytes + 63) & ~(size_t)63;
+    need = dst_bytes + fwd_bytes + (copy_src ? total : 0) + (r->bucket ? ofccl__bucket_extra(r) : 0);
+    rc = ofccl__stage_acquire(comm, OFCCL__RS, need, &r->staging_idx, &stage);
+    if (rc)
+        return rc;
+    r->dst = stage;
+    r->fwd = (ofccl__mem_ref_t){(char *)stage.ptr + dst_bytes, stage.mr};
+    if (r->bucket) {
+        /* Flat input (packed from the tensors) then the flat output. */
+        char *flat = (char *)stage.ptr + dst_bytes + fwd_bytes;
+        r->src = (ofccl__mem_ref_t){flat, stage.mr};
+        r->out = flat + total;
+        ofccl__bucket_copy_in(r, flat);
+    }
+    if (copy_src) {
+        void *copy = (char *)stage.ptr + dst_bytes + fwd_bytes;
+        memcpy(copy, r->sendbuf, total);
+        comm->ctx->stats.staged_bytes += total;
+        r->src = (ofccl__mem_ref_t){copy, stage.mr};
+    }
+    rc = ofccl__coll_start(r);
+    if (rc)
+        ofccl__stage_release(comm, OFCCL__RS, r->staging_idx);
+    return rc;
+}
+
+int ofccl_allgather(ofccl_comm_t *comm, const void *sendbuf, void *recvbuf, size_t count,
+                    ofccl_dtype_t dtype, ofccl_req_t **req)
+{
+    ofccl__req_t *r;
+    size_t block;
+    int rc;
+
+    if (comm == NULL)
+        return OFCCL_ERR_INVALID_ARG;
+    rc = check_args(comm, "ofccl_allgather", sendbuf, recvbuf, count, dtype, req, &block);
+    if (rc)
+        return rc;
+    /* In place is sendbuf == recvbuf + rank * block; any other overlap is a bug. */
+    if (sendbuf != (char *)recvbuf + (size_t)comm->rank * block &&
+        overlaps(sendbuf, block, recvbuf, block * (size_t)comm->size))
+        return ofccl__comm_fail(comm, OFCCL_ERR_INVALID_ARG,
+                                "ofccl_allgather: sendbuf overlaps recvbuf but is not this "
+                                "rank's block (in place means sendbuf == recvbuf + rank * count)");
+    rc = ofccl__coll_begin(comm, OFCCL__AG, &r);
+    if (rc)
+        return rc;
+    r->sendbuf = sendbuf;
+    r->recvbuf = recvbuf;
+    r->count = count;
+    r->dtype = dtype;
+    r->esize = ofccl_dtype_size(dtype);
+    r->block = block;
+    r->op = (ofccl_redop_t){OFCCL_OP_SUM, 1.0};
+    rc = ofccl__post_allgather(r);
+    if (rc) {
+        r->state = OFCCL__REQ_FREE;
+        return rc;
+    }
+    *req = r;
+    return 0;
+}
+
+int ofccl_reduce_scatter(ofccl_comm_t *comm, const void *sendbuf, void *recvbuf, size_t recvcount,
+                         ofccl_dtype_t dtype, ofccl_redop_t op, ofccl_req_t **req)
+{
+    ofccl__req_t *r;
+    size_t block;
+    int rc;
+
+    if (comm == NULL)
+        return OFCCL_ERR_INVALID_ARG;
+    rc = check_args(comm, "ofccl_reduce_scatter", sendbuf, recvbuf, recvcount, dtype, req, &block);
+    if (rc == 0)
+        rc = check_op(comm, op);
+    if (rc)
+        return rc;
+    if (recvbuf != (const char *)sendbuf + (size_t)comm->rank * block &&
+        overlaps(sendbuf, block * (size_t)comm->size, recvbuf, block))
+        return ofccl__comm_fail(comm, OFCCL_ERR_INVALID_ARG,
+                                "ofccl_reduce_scatter: recvbuf overlaps sendbuf but is not this "
+                                "rank's block (in place means recvbuf == sendbuf + rank * "
+                                "recvcount)");
+    rc = ofccl__coll_begin(comm, OFCCL__RS, &r);
+    if (rc)
+        return rc;
+    r->sendbuf = sendbuf;
+    r->recvbuf = recvbuf;
+    r->count = recvcount;
+    r->dtype = dtype;
+    r->esize = ofccl_dtype_size(dtype);
+    r->block = block;
+    r->op = op;
+    rc = ofccl__post_reduce_scatter(r);
+    if (rc) {
+        r->state = OFCCL__REQ_FREE;
+        return rc;
+    }
+    *req = r;
+    return 0;
+}
