@@ -53,8 +53,8 @@ static int blob_fail(ofccl__err_t *e, int code, const char *fmt, ...)
     return code;
 }
 
-size_t ofccl__blob_encode(void *out, size_t cap, uint16_t kind, uint32_t rank,
-                          const void *payload, size_t len)
+size_t ofccl__blob_encode(void *out, size_t cap, uint16_t kind, uint32_t rank, const void *payload,
+                          size_t len)
 {
     uint8_t *p = out;
 

@@ -8,7 +8,17 @@
  * owns one reference and contexts can be opened and closed independently.
  * PMIx_Init takes a reference even when it reports PMIX_ERR_UNREACH
  * (singleton mode), so that case releases it again before returning.
+ *
+ * But the last PMIx_Finalize is final for the server: Open MPI 4.1.4 (with
+ * PMIx 4.2.2) then treats the process as gone, and after a new PMIx_Init its
+ * fences fail with PMIX_ERR_PARTIAL_SUCCESS or PMIX_ERR_BAD_PARAM, and its
+ * own proc-level data (PMIX_LOCAL_RANK, PMIX_HOSTNAME) is missing. A program
+ * that closes its only context and opens a new one must keep working, so the
+ * first successful PMIx_Init pins one extra reference for the life of the
+ * process, released by a destructor at exit (or library unload). Should a
+ * server still lack PMIX_LOCAL_RANK, the position in PMIX_LOCAL_PEERS is used.
  */
+#include <errno.h>
 #include <limits.h>
 #include <pmix.h>
 #include <stdbool.h>
@@ -19,6 +29,33 @@
 
 #include "boot.h"
 #include "util.h"
+
+/* Exchanges done by all PMIx bootstraps of this process: the key suffix. A
+ * per-context counter would reuse "ofccl.0" for every new context; keys are
+ * never reused, so a Get cannot return a value an earlier context (or an
+ * earlier PMIx session of this process) left behind. Every exchange is a
+ * fence over the whole namespace, so every rank runs them in the same order
+ * and this counter agrees across ranks exactly when the fences do. */
+static uint64_t key_counter;
+
+static int pinned; /* this process holds the extra PMIx reference */
+
+static void pin_pmix(void)
+{
+    pmix_proc_t me;
+
+    if (__atomic_exchange_n(&pinned, 1, __ATOMIC_ACQ_REL) != 0)
+        return;
+    PMIX_PROC_CONSTRUCT(&me);
+    if (PMIx_Init(&me, NULL, 0) != PMIX_SUCCESS)
+        __atomic_store_n(&pinned, 0, __ATOMIC_RELEASE);
+}
+
+__attribute__((destructor)) static void unpin_pmix(void)
+{
+    if (__atomic_exchange_n(&pinned, 0, __ATOMIC_ACQ_REL) != 0)
+        PMIx_Finalize(NULL, 0);
+}
 
 typedef struct pmix_boot {
     pmix_proc_t me;
@@ -43,19 +80,44 @@ static int value_to_u64(const pmix_value_t *v, uint64_t *out)
     int64_t s;
 
     switch (v->type) {
-    case PMIX_UINT8: *out = v->data.uint8; return 0;
-    case PMIX_UINT16: *out = v->data.uint16; return 0;
-    case PMIX_UINT32: *out = v->data.uint32; return 0;
-    case PMIX_UINT64: *out = v->data.uint64; return 0;
-    case PMIX_UINT: *out = v->data.uint; return 0;
-    case PMIX_SIZE: *out = v->data.size; return 0;
-    case PMIX_PROC_RANK: *out = v->data.rank; return 0;
-    case PMIX_INT8: s = v->data.int8; break;
-    case PMIX_INT16: s = v->data.int16; break;
-    case PMIX_INT32: s = v->data.int32; break;
-    case PMIX_INT64: s = v->data.int64; break;
-    case PMIX_INT: s = v->data.integer; break;
-    default: return -1;
+    case PMIX_UINT8:
+        *out = v->data.uint8;
+        return 0;
+    case PMIX_UINT16:
+        *out = v->data.uint16;
+        return 0;
+    case PMIX_UINT32:
+        *out = v->data.uint32;
+        return 0;
+    case PMIX_UINT64:
+        *out = v->data.uint64;
+        return 0;
+    case PMIX_UINT:
+        *out = v->data.uint;
+        return 0;
+    case PMIX_SIZE:
+        *out = v->data.size;
+        return 0;
+    case PMIX_PROC_RANK:
+        *out = v->data.rank;
+        return 0;
+    case PMIX_INT8:
+        s = v->data.int8;
+        break;
+    case PMIX_INT16:
+        s = v->data.int16;
+        break;
+    case PMIX_INT32:
+        s = v->data.int32;
+        break;
+    case PMIX_INT64:
+        s = v->data.int64;
+        break;
+    case PMIX_INT:
+        s = v->data.integer;
+        break;
+    default:
+        return -1;
     }
     if (s < 0)
         return -1;
@@ -94,6 +156,58 @@ static int get_uint(ofccl__boot_t *b, const pmix_proc_t *proc, const char *key, 
     return 0;
 }
 
+/* Position of `rank` in PMIX_LOCAL_PEERS ("0,1,5" or with ranges "0-3,8"),
+ * and the number of peers. Returns 0, or -1 when absent or malformed. */
+static int local_from_peers(ofccl__boot_t *b, pmix_boot_t *pb, uint64_t *lrank, uint64_t *lsize)
+{
+    pmix_value_t *v = NULL;
+    pmix_info_t info;
+    bool opt = true;
+    uint64_t count = 0, pos = UINT64_MAX;
+    const char *s;
+    int ok = -1;
+
+    PMIX_INFO_CONSTRUCT(&info);
+    PMIX_INFO_LOAD(&info, PMIX_OPTIONAL, &opt, PMIX_BOOL);
+    if (PMIx_Get(&pb->all, PMIX_LOCAL_PEERS, &info, 1, &v) != PMIX_SUCCESS || v == NULL ||
+        v->type != PMIX_STRING || v->data.string == NULL)
+        goto out;
+    for (s = v->data.string; *s != '\0';) {
+        char *end;
+        unsigned long lo, hi;
+
+        errno = 0;
+        lo = strtoul(s, &end, 10);
+        if (end == s || errno != 0)
+            goto out;
+        hi = lo;
+        if (*end == '-') {
+            s = end + 1;
+            hi = strtoul(s, &end, 10);
+            if (end == s || errno != 0 || hi < lo || hi - lo > INT_MAX)
+                goto out;
+        }
+        if (pb->me.rank >= lo && pb->me.rank <= hi)
+            pos = count + (pb->me.rank - lo);
+        count += hi - lo + 1;
+        if (*end == ',')
+            end++;
+        else if (*end != '\0')
+            goto out;
+        s = end;
+    }
+    if (pos < count) {
+        *lrank = pos;
+        *lsize = count;
+        ok = 0;
+    }
+out:
+    if (v != NULL)
+        PMIX_VALUE_RELEASE(v);
+    PMIX_INFO_DESTRUCT(&info);
+    return ok;
+}
+
 static void get_hostname(ofccl__boot_t *b, pmix_boot_t *pb)
 {
     pmix_value_t *v = NULL;
@@ -124,6 +238,7 @@ static int pmix_fence(ofccl__boot_t *b, pmix_boot_t *pb, int collect, const char
     int to = timeout_seconds(b->timeout_ms);
     size_t n = 0;
     pmix_status_t rc;
+    uint64_t t0;
 
     PMIX_INFO_CONSTRUCT(&info[0]);
     PMIX_INFO_CONSTRUCT(&info[1]);
@@ -133,6 +248,7 @@ static int pmix_fence(ofccl__boot_t *b, pmix_boot_t *pb, int collect, const char
         PMIX_INFO_LOAD(&info[n], PMIX_COLLECT_DATA, &yes, PMIX_BOOL);
         n++;
     }
+    t0 = ofccl__now_ns();
     rc = PMIx_Fence(&pb->all, 1, info, n);
     PMIX_INFO_DESTRUCT(&info[0]);
     PMIX_INFO_DESTRUCT(&info[1]);
@@ -142,7 +258,7 @@ static int pmix_fence(ofccl__boot_t *b, pmix_boot_t *pb, int collect, const char
         return ofccl__fail(b->log, OFCCL__SUB_BOOT, e, OFCCL_ERR_TIMEOUT,
                            "PMIx fence for %s timed out after %llu ms: a rank did not reach it "
                            "(missing, stuck or dead)",
-                           what, (unsigned long long)b->timeout_ms);
+                           what, (unsigned long long)((ofccl__now_ns() - t0) / 1000000));
     return ofccl__fail(b->log, OFCCL__SUB_BOOT, e, OFCCL_ERR_BOOTSTRAP,
                        "PMIx fence for %s failed: %s", what, PMIx_Error_string(rc));
 }
@@ -152,6 +268,7 @@ static int pmix_allgather(ofccl__boot_t *b, const void *in, size_t len, void *ou
 {
     pmix_boot_t *pb = b->impl;
     unsigned long long seq = (unsigned long long)b->seq++;
+    unsigned long long kseq = __atomic_fetch_add(&key_counter, 1, __ATOMIC_RELAXED);
     char key[PMIX_MAX_KEYLEN + 1], what[48];
     pmix_value_t val;
     pmix_info_t info;
@@ -162,7 +279,7 @@ static int pmix_allgather(ofccl__boot_t *b, const void *in, size_t len, void *ou
     if (len > slot || (len > 0 && in == NULL) || out == NULL || lens == NULL)
         return ofccl__fail(b->log, OFCCL__SUB_BOOT, e, OFCCL_ERR_INVALID_ARG,
                            "bootstrap allgather: %zu bytes do not fit a %zu-byte slot", len, slot);
-    snprintf(key, sizeof(key), "ofccl.%llu", seq);
+    snprintf(key, sizeof(key), "ofccl.%llu", kseq);
     snprintf(what, sizeof(what), "exchange #%llu", seq);
 
     /* PMIx_Put copies the bytes, so the caller's buffer is not kept. */
@@ -217,8 +334,8 @@ static int pmix_allgather(ofccl__boot_t *b, const void *in, size_t len, void *ou
                               r, v->data.bo.size, what, slot);
         else if (v->data.bo.size > 0 && v->data.bo.bytes == NULL)
             ret = ofccl__fail(b->log, OFCCL__SUB_BOOT, e, OFCCL_ERR_CORRUPT,
-                              "rank %d published an empty byte object claiming %zu bytes for %s",
-                              r, v->data.bo.size, what);
+                              "rank %d published an empty byte object claiming %zu bytes for %s", r,
+                              v->data.bo.size, what);
         else {
             if (v->data.bo.size > 0)
                 memcpy((char *)out + (size_t)r * slot, v->data.bo.bytes, v->data.bo.size);
@@ -289,6 +406,7 @@ int ofccl__boot_pmix_open(const ofccl__boot_params_t *p, ofccl__boot_t *b, int *
         return ofccl__fail(b->log, OFCCL__SUB_BOOT, e, OFCCL_ERR_BOOTSTRAP, "PMIx_Init failed: %s",
                            PMIx_Error_string(rc));
     }
+    pin_pmix();
     b->impl = pb;
     PMIX_PROC_CONSTRUCT(&pb->all);
     PMIX_LOAD_PROCID(&pb->all, pb->me.nspace, PMIX_RANK_WILDCARD);
@@ -317,12 +435,24 @@ int ofccl__boot_pmix_open(const ofccl__boot_params_t *p, ofccl__boot_t *b, int *
         goto err_fini;
     }
     if (have_lrank != 0 || have_lsize != 0) {
-        /* Without node-local data, treating every rank as alone on its node
-         * is safe: it only disables node-local shortcuts. */
-        OFCCL__INFO(b->log, OFCCL__SUB_BOOT,
-                    "PMIx gives no local rank/size: treating every rank as alone on its node");
-        lrank = 0;
-        lsize = 1;
+        uint64_t prank, psize;
+
+        if (local_from_peers(b, pb, &prank, &psize) == 0 && (have_lsize != 0 || psize == lsize)) {
+            OFCCL__DEBUG(b->log, OFCCL__SUB_BOOT,
+                         "local rank %llu of %llu taken from %s (no %s from PMIx)",
+                         (unsigned long long)prank, (unsigned long long)psize, PMIX_LOCAL_PEERS,
+                         have_lrank != 0 ? PMIX_LOCAL_RANK : PMIX_LOCAL_SIZE);
+            lrank = prank;
+            lsize = psize;
+        } else {
+            /* Without node-local data, treating every rank as alone on its
+             * node is safe: it only disables node-local shortcuts. */
+            OFCCL__INFO(b->log, OFCCL__SUB_BOOT,
+                        "PMIx gives no local rank/size: treating every rank as alone on its "
+                        "node");
+            lrank = 0;
+            lsize = 1;
+        }
     }
     if (lsize == 0 || lrank >= lsize) {
         ret = ofccl__fail(b->log, OFCCL__SUB_BOOT, e, OFCCL_ERR_BOOTSTRAP,

@@ -8,8 +8,8 @@
 #include "boot.h"
 #include "util.h"
 
-static int singleton_allgather(ofccl__boot_t *b, const void *in, size_t len, void *out,
-                               size_t slot, size_t *lens, ofccl__err_t *e)
+static int singleton_allgather(ofccl__boot_t *b, const void *in, size_t len, void *out, size_t slot,
+                               size_t *lens, ofccl__err_t *e)
 {
     if (len > slot || (len > 0 && (in == NULL || out == NULL)) || lens == NULL)
         return ofccl__fail(b->log, OFCCL__SUB_BOOT, e, OFCCL_ERR_INVALID_ARG,
@@ -26,9 +26,7 @@ static int singleton_barrier(ofccl__boot_t *b, ofccl__err_t *e)
     return 0;
 }
 
-static void singleton_finalize(ofccl__boot_t *b)
-{
-}
+static void singleton_finalize(ofccl__boot_t *b) {}
 
 static const ofccl__boot_ops_t singleton_ops = {
     .size = sizeof(ofccl__boot_ops_t),
