@@ -39,9 +39,9 @@ struct hint_opts {
     const char *prov_name; /* NULL = any */
     const char *domain;    /* NULL or "" = any */
     int level;
-    bool virt_addr;        /* offer FI_MR_VIRT_ADDR */
-    bool recv;             /* FI_MSG|FI_RECV: we will post receives for CQ data */
-    uint64_t tx_op_flags;  /* e.g. FI_DELIVERY_COMPLETE to probe for it */
+    bool virt_addr;       /* offer FI_MR_VIRT_ADDR */
+    bool recv;            /* FI_MSG|FI_RECV: we will post receives for CQ data */
+    uint64_t tx_op_flags; /* e.g. FI_DELIVERY_COMPLETE to probe for it */
 };
 
 static const char *const level_what[] = {
@@ -229,9 +229,8 @@ static int diagnose(const ofccl__prov_params_t *p, const char *prov_name, const 
             fi_freeinfo(relaxed);
         }
         return ofccl__fail(p->log, OFCCL__SUB_PROV, e, OFCCL_ERR_NOT_SUPPORTED,
-                           "provider '%s'%s%s does not offer %s%s, which ofccl needs",
-                           prov_name, domain[0] ? " domain " : "", domain, level_what[level],
-                           need);
+                           "provider '%s'%s%s does not offer %s%s, which ofccl needs", prov_name,
+                           domain[0] ? " domain " : "", domain, level_what[level], need);
     }
     return ofccl__fail(p->log, OFCCL__SUB_PROV, e, OFCCL_ERR_NOT_SUPPORTED,
                        "provider '%s'%s%s offers RDM, RMA and atomics but not with %s", prov_name,
@@ -243,19 +242,21 @@ static int diagnose(const ofccl__prov_params_t *p, const char *prov_name, const 
 static int choose(const ofccl__prov_params_t *p, const char *prov_name, const char *domain,
                   struct fi_info **list, struct fi_info **pick, ofccl__err_t *e)
 {
+    int row = ofccl__quirk_find(prov_name);
+    bool prefer_offsets = row >= 0 && (ofccl__quirks[row].flags & OFCCL__Q_PREFER_OFFSETS);
     /* Strict mode asks for offset addressing (verbs-like) and posts receives. */
-    bool virt_addr = !p->strict, recv = p->strict;
+    bool virt_addr = !(p->strict || prefer_offsets), recv = p->strict;
     struct hint_opts o = {prov_name, domain, H_FULL, virt_addr, recv, 0};
 
     query(&o, list, pick);
-    if (*pick == NULL && p->strict) {
+    if (*pick == NULL && !virt_addr) {
         fi_freeinfo(*list);
         o.virt_addr = true;
         query(&o, list, pick);
         if (*pick != NULL)
             OFCCL__INFO(p->log, OFCCL__SUB_PROV,
-                        "strict mode: %s needs FI_MR_VIRT_ADDR; keeping virtual addressing",
-                        prov_name);
+                        "%s: %s needs FI_MR_VIRT_ADDR; falling back to virtual addressing",
+                        p->strict ? "strict mode" : "offset addressing", prov_name);
     }
     if (*pick != NULL && !recv && ((*pick)->mode & FI_RX_CQ_DATA)) {
         /* CQ data will consume receives: we must be allowed to post them. */
@@ -274,6 +275,11 @@ static int choose(const ofccl__prov_params_t *p, const char *prov_name, const ch
     return 0;
 }
 
+static bool same_str(const char *a, const char *b)
+{
+    return a != NULL && b != NULL && strcmp(a, b) == 0;
+}
+
 /*
  * FI_DELIVERY_COMPLETE: ask fi_getinfo again with it in tx_attr->op_flags. A
  * provider validates the requested op_flags against the ones it implements and
@@ -282,12 +288,20 @@ static int choose(const ofccl__prov_params_t *p, const char *prov_name, const ch
  * tcp;ofi_rxm and sockets all accept it in 1.17; shm's atomic path visibly
  * waits for the target's response when it is set). We never put it in the
  * endpoint's default op_flags: only atomic adds pay for it.
+ *
+ * Atomic adds therefore use fi_atomicmsg + FI_DELIVERY_COMPLETE on shm,
+ * tcp;ofi_rxm and sockets (what this probe finds on 1.17), and fi_fetch_atomic
+ * wherever the probe fails: a fetch cannot complete before the target has
+ * applied the add and returned the old value.
  */
-static bool probe_delivery_complete(const ofccl__prov_params_t *p, const struct fi_info *chosen)
+static bool probe_delivery_complete(const struct fi_info *chosen)
 {
-    struct hint_opts o = {chosen->fabric_attr->prov_name, chosen->domain_attr->name, H_FULL,
+    struct hint_opts o = {chosen->fabric_attr->prov_name,
+                          chosen->domain_attr->name,
+                          H_FULL,
                           (chosen->domain_attr->mr_mode & FI_MR_VIRT_ADDR) != 0,
-                          (chosen->caps & FI_MSG) != 0, FI_DELIVERY_COMPLETE};
+                          (chosen->caps & FI_MSG) != 0,
+                          FI_DELIVERY_COMPLETE};
     struct fi_info *list, *pick;
     bool ok = false;
 
@@ -295,11 +309,10 @@ static bool probe_delivery_complete(const ofccl__prov_params_t *p, const struct 
         return true;
     if (query(&o, &list, &pick) == 0) {
         for (struct fi_info *i = list; i != NULL && !ok; i = i->next)
-            ok = strcmp(i->fabric_attr->name, chosen->fabric_attr->name) == 0 &&
-                 strcmp(i->domain_attr->name, chosen->domain_attr->name) == 0;
+            ok = same_str(i->fabric_attr->name, chosen->fabric_attr->name) &&
+                 same_str(i->domain_attr->name, chosen->domain_attr->name);
     }
     fi_freeinfo(list);
-    (void)p;
     return ok;
 }
 
@@ -368,12 +381,22 @@ static int probe_atomics(ofccl__prov_t *prov, ofccl__err_t *e)
                     "%s: no 64-bit unsigned FI_SUM atomics; signals must use CQ data", c->name);
         return 0;
     }
-    if (!c->delivery_complete && !prov->fetch_atomic_ok)
+    bool dc_atomic = c->delivery_complete && !(c->quirks & OFCCL__Q_NO_DC_ATOMIC);
+    if (!dc_atomic && !prov->fetch_atomic_ok)
         return ofccl__fail(prov->log, OFCCL__SUB_PROV, e, OFCCL_ERR_NOT_SUPPORTED,
-                           "provider '%s' has neither FI_DELIVERY_COMPLETE nor a fetching 64-bit "
-                           "sum, so ofccl has no atomic fallback that completes at the target",
+                           "provider '%s' has neither usable FI_DELIVERY_COMPLETE atomics nor a "
+                           "fetching 64-bit sum, so ofccl has no atomic that completes at the "
+                           "target",
                            c->name);
-    if (!c->delivery_complete)
+    if (dc_atomic)
+        OFCCL__DEBUG(prov->log, OFCCL__SUB_PROV,
+                     "%s: atomic adds use fi_atomicmsg with FI_DELIVERY_COMPLETE", c->name);
+    else if (c->delivery_complete)
+        OFCCL__INFO(prov->log, OFCCL__SUB_PROV,
+                    "%s: the quirk table rules out delivery-complete atomics; atomic adds use "
+                    "fi_fetch_atomic so their completion means applied at the target",
+                    c->name);
+    else
         OFCCL__INFO(prov->log, OFCCL__SUB_PROV,
                     "%s: FI_DELIVERY_COMPLETE not accepted; atomic adds use fi_fetch_atomic so "
                     "their completion means applied at the target",
@@ -418,22 +441,22 @@ int ofccl__prov_open(const ofccl__prov_params_t *params, ofccl__prov_t **out, of
     }
     fill_caps(&prov->caps, pick);
     prov->real_prov_key = prov->caps.prov_key;
-    prov->caps.delivery_complete = probe_delivery_complete(params, pick);
+    prov->caps.delivery_complete = probe_delivery_complete(pick);
     fi_freeinfo(list);
     list = NULL;
 
     ret = fi_fabric(prov->info->fabric_attr, &prov->fabric, NULL);
     if (ret != 0) {
-        ret = ofccl__fail(log, OFCCL__SUB_PROV, e, OFCCL_ERR_PROVIDER,
-                          "fi_fabric(%s, %s) failed: %s", prov->caps.name, prov->caps.fabric,
-                          fi_strerror(-ret));
+        ret =
+            ofccl__fail(log, OFCCL__SUB_PROV, e, OFCCL_ERR_PROVIDER, "fi_fabric(%s, %s) failed: %s",
+                        prov->caps.name, prov->caps.fabric, fi_strerror(-ret));
         goto err_info;
     }
     ret = fi_domain(prov->fabric, prov->info, &prov->domain, NULL);
     if (ret != 0) {
-        ret = ofccl__fail(log, OFCCL__SUB_PROV, e, OFCCL_ERR_PROVIDER,
-                          "fi_domain(%s, %s) failed: %s", prov->caps.name, prov->caps.domain,
-                          fi_strerror(-ret));
+        ret =
+            ofccl__fail(log, OFCCL__SUB_PROV, e, OFCCL_ERR_PROVIDER, "fi_domain(%s, %s) failed: %s",
+                        prov->caps.name, prov->caps.domain, fi_strerror(-ret));
         goto err_fabric;
     }
     ret = probe_atomics(prov, e);
@@ -504,8 +527,7 @@ static void pci_busid(const struct fi_info *i, char *buf, size_t len)
              pci->function_id);
 }
 
-int ofccl__prov_list(const char *provider, ofccl__prov_dom_t *out, int max, int *n,
-                     ofccl__err_t *e)
+int ofccl__prov_list(const char *provider, ofccl__prov_dom_t *out, int max, int *n, ofccl__err_t *e)
 {
     const char *prov_name = NULL;
     struct fi_info *list, *pick;
@@ -563,10 +585,11 @@ static const char *yn(bool b)
 
 void ofccl__prov_caps_format(const ofccl__prov_caps_t *c, char *buf, size_t len)
 {
-    char flags[160] = "";
-    static const char *const fnames[] = {"CQDATA_4",        "ATOMIC_EMULATED", "LOOPBACK_DOMAIN",
-                                         "DEPRECATED",      "STRICT_CAPABLE",  "NEEDS_RX_CQ_DATA",
-                                         "NEEDS_MR_LOCAL",  "INTRA_NODE_ONLY"};
+    char flags[200] = "";
+    static const char *const fnames[] = {"CQDATA_4",       "ATOMIC_EMULATED", "LOOPBACK_DOMAIN",
+                                         "DEPRECATED",     "STRICT_CAPABLE",  "NEEDS_RX_CQ_DATA",
+                                         "NEEDS_MR_LOCAL", "INTRA_NODE_ONLY", "PREFER_OFFSETS",
+                                         "NAME_PER_PROCESS", "NO_DC_ATOMIC"};
     const char *note = "(no quirk row for this provider)";
 
     if (buf == NULL || len == 0)

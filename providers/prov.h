@@ -59,6 +59,9 @@ enum ofccl__quirk_flag {
     OFCCL__Q_NEEDS_RX_CQ_DATA = 1u << 5,  /* requires posted receives for remote CQ data */
     OFCCL__Q_NEEDS_MR_LOCAL = 1u << 6,    /* requires FI_MR_LOCAL in practice */
     OFCCL__Q_INTRA_NODE_ONLY = 1u << 7,   /* reaches only processes on this host */
+    OFCCL__Q_PREFER_OFFSETS = 1u << 8,
+    OFCCL__Q_NAME_PER_PROCESS = 1u << 9,  /* default endpoint names collide within a process */
+    OFCCL__Q_NO_DC_ATOMIC = 1u << 10,     /* delivery-complete non-fetching atomics misbehave */    /* offer offset addressing first (see its row's note) */
 };
 
 typedef struct ofccl__quirk {
@@ -181,6 +184,13 @@ int ofccl__ep_write(ofccl__ep_t *ep, int peer, const void *src, size_t len, cons
 int ofccl__ep_writedata(ofccl__ep_t *ep, int peer, const void *src, size_t len,
                         const ofccl__mr_t *lmr, const ofccl__rkey_t *rk, uint64_t roff,
                         uint64_t data, void *op_ctx, ofccl__err_t *e);
+/* As ofccl__ep_write, but the completion means the data has been placed at the
+ * target (FI_DELIVERY_COMPLETE where accepted; otherwise the provider layer
+ * follows the write with a zero-length read from the same peer, whose completion
+ * orders after it). Used by the atomic signal path before counting a unit. */
+int ofccl__ep_write_dc(ofccl__ep_t *ep, int peer, const void *src, size_t len,
+                       const ofccl__mr_t *lmr, const ofccl__rkey_t *rk, uint64_t roff,
+                       void *op_ctx, ofccl__err_t *e);
 /* 64-bit unsigned atomic add of `value` at the 8-byte-aligned remote offset.
  * Its completion means the add has been applied at the target (delivery
  * complete, or a fetching atomic where that is not available). */

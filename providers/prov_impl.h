@@ -45,6 +45,9 @@ enum ofccl__op_kind {
     OFCCL__OP_ATOMIC_DC,    /* fi_atomicmsg + FI_DELIVERY_COMPLETE */
     OFCCL__OP_ATOMIC_FETCH, /* fi_fetch_atomic: completion implies applied */
     OFCCL__OP_RECV,         /* zero-length receive for FI_RX_CQ_DATA */
+    OFCCL__OP_WRITE_DC,     /* fi_writemsg + FI_DELIVERY_COMPLETE */
+    OFCCL__OP_WRITE_STAGE,  /* write whose completion posts a READ_FENCE (no callback) */
+    OFCCL__OP_READ_FENCE,   /* zero-length read after it: its completion is the write's */
 };
 
 /* One in-flight (or queued) operation. libfabric owns `fctx` while posted,
@@ -85,6 +88,7 @@ struct ofccl__ep {
     unsigned n_rx;
 
     unsigned n_mrs; /* user regions registered on this endpoint */
+    char *names;    /* peer names as inserted; kept until close (see insert_peers) */
     bool peers_inserted;
 };
 

@@ -10,9 +10,14 @@
 
 const ofccl__quirk_t ofccl__quirks[] = {
     {"shm", "shm",
-     OFCCL__Q_INTRA_NODE_ONLY | OFCCL__Q_STRICT_CAPABLE,
+     OFCCL__Q_INTRA_NODE_ONLY | OFCCL__Q_STRICT_CAPABLE | OFCCL__Q_PREFER_OFFSETS |
+         OFCCL__Q_NAME_PER_PROCESS | OFCCL__Q_NO_DC_ATOMIC,
      "shared memory: reaches processes on this host only; native atomics in the target's "
-     "progress; honours FI_DELIVERY_COMPLETE on atomics"},
+     "progress; a non-fetching atomic with FI_DELIVERY_COMPLETE corrupts memory in 1.17 once "
+     "3+ peers are active (its pending response is built from an unset result iov), so atomic "
+     "adds are fetching atomics; with FI_MR_VIRT_ADDR offered it takes a "
+     "fast RMA path that does not check keys, so offsets are asked for first; default endpoint "
+     "names are pid:domain:ep, equal for two contexts of one process, so ofccl names them"},
     {"tcp;ofi_rxm", "tcp",
      OFCCL__Q_ATOMIC_EMULATED | OFCCL__Q_LOOPBACK_DOMAIN | OFCCL__Q_STRICT_CAPABLE,
      "RDM emulated by rxm over tcp MSG endpoints; rxm carries atomics as messages applied in "

@@ -11,7 +11,7 @@ static uint64_t arrived(const ofccl_comm_t *comm, int round)
     return atomic_load_explicit(&comm->ctrl[OFCCL__CTRL_BARRIER + round], memory_order_acquire);
 }
 
-int ofccl_barrier(ofccl_comm_t *comm)
+static int ofccl_barrier_unlocked(ofccl_comm_t *comm)
 {
     uint64_t deadline, seq, start;
     int rc;
@@ -50,4 +50,19 @@ int ofccl_barrier(ofccl_comm_t *comm)
     }
     /* Our signals must be complete before the caller may tear the communicator down. */
     return ofccl__comm_quiesce(comm, deadline, "barrier");
+}
+
+/* Public entry points: the same calls under the context lock (progress.c). */
+int ofccl_barrier(ofccl_comm_t *comm)
+{
+    ofccl_ctx_t *ctx;
+    int rc;
+
+    if (comm == NULL)
+        return OFCCL_ERR_INVALID_ARG;
+    ctx = comm->ctx;
+    ofccl__ctx_lock(ctx);
+    rc = ofccl_barrier_unlocked(comm);
+    ofccl__ctx_unlock(ctx);
+    return rc;
 }

@@ -156,7 +156,7 @@ static int bucket_setup(ofccl_comm_t *comm, const char *what, const ofccl_tensor
     return 0;
 }
 
-int ofccl_bucket_allgather(ofccl_comm_t *comm, const ofccl_tensor_t *tensors, int n,
+static int ofccl_bucket_allgather_unlocked(ofccl_comm_t *comm, const ofccl_tensor_t *tensors, int n,
                            ofccl_dtype_t dtype, ofccl_req_t **req)
 {
     ofccl__req_t *r;
@@ -192,7 +192,7 @@ int ofccl_bucket_allgather(ofccl_comm_t *comm, const ofccl_tensor_t *tensors, in
     return 0;
 }
 
-int ofccl_bucket_reduce_scatter(ofccl_comm_t *comm, const ofccl_tensor_t *tensors, int n,
+static int ofccl_bucket_reduce_scatter_unlocked(ofccl_comm_t *comm, const ofccl_tensor_t *tensors, int n,
                                 ofccl_dtype_t dtype, ofccl_redop_t op, ofccl_req_t **req)
 {
     ofccl__req_t *r;
@@ -233,4 +233,35 @@ int ofccl_bucket_reduce_scatter(ofccl_comm_t *comm, const ofccl_tensor_t *tensor
     }
     *req = r;
     return 0;
+}
+
+/* Public entry points: the same calls under the context lock (progress.c). */
+int ofccl_bucket_allgather(ofccl_comm_t *comm, const ofccl_tensor_t *tensors, int n,
+                           ofccl_dtype_t dtype, ofccl_req_t **req)
+{
+    ofccl_ctx_t *ctx;
+    int rc;
+
+    if (comm == NULL)
+        return OFCCL_ERR_INVALID_ARG;
+    ctx = comm->ctx;
+    ofccl__ctx_lock(ctx);
+    rc = ofccl_bucket_allgather_unlocked(comm, tensors, n, dtype, req);
+    ofccl__ctx_unlock(ctx);
+    return rc;
+}
+
+int ofccl_bucket_reduce_scatter(ofccl_comm_t *comm, const ofccl_tensor_t *tensors, int n,
+                                ofccl_dtype_t dtype, ofccl_redop_t op, ofccl_req_t **req)
+{
+    ofccl_ctx_t *ctx;
+    int rc;
+
+    if (comm == NULL)
+        return OFCCL_ERR_INVALID_ARG;
+    ctx = comm->ctx;
+    ofccl__ctx_lock(ctx);
+    rc = ofccl_bucket_reduce_scatter_unlocked(comm, tensors, n, dtype, op, req);
+    ofccl__ctx_unlock(ctx);
+    return rc;
 }

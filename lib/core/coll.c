@@ -615,7 +615,7 @@ int ofccl__coll_progress(ofccl_comm_t *comm)
 }
 
 /* ---- public ---- */
-int ofccl_progress(ofccl_ctx_t *ctx)
+static int ofccl_progress_unlocked(ofccl_ctx_t *ctx)
 {
     int first = 0;
 
@@ -629,7 +629,7 @@ int ofccl_progress(ofccl_ctx_t *ctx)
     return first;
 }
 
-int ofccl_test(ofccl_req_t *req, int *done)
+static int ofccl_test_unlocked(ofccl_req_t *req, int *done)
 {
     if (req == NULL || done == NULL || req->state == OFCCL__REQ_FREE)
         return OFCCL_ERR_INVALID_ARG;
@@ -643,13 +643,22 @@ int ofccl_wait(ofccl_req_t *req)
 {
     if (req == NULL || req->state == OFCCL__REQ_FREE)
         return OFCCL_ERR_INVALID_ARG;
-    /* Bounded: every request carries a deadline that progress enforces. */
-    while (req->state == OFCCL__REQ_ACTIVE)
-        ofccl__coll_progress(req->comm);
-    return req->status;
+    /* Bounded: every request carries a deadline that progress enforces. One
+     * pass per lock hold, so a progress thread can interleave. */
+    for (;;) {
+        int state, status;
+        ofccl__ctx_lock(req->comm->ctx);
+        if (req->state == OFCCL__REQ_ACTIVE)
+            ofccl__coll_progress(req->comm);
+        state = req->state;
+        status = req->status;
+        ofccl__ctx_unlock(req->comm->ctx);
+        if (state != OFCCL__REQ_ACTIVE)
+            return status;
+    }
 }
 
-int ofccl_req_free(ofccl_req_t *req)
+static int ofccl_req_free_unlocked(ofccl_req_t *req)
 {
     if (req == NULL || req->state == OFCCL__REQ_FREE)
         return OFCCL_ERR_INVALID_ARG;
@@ -659,4 +668,45 @@ int ofccl_req_free(ofccl_req_t *req)
                                 coll_name(req->coll), (unsigned long long)req->seq);
     req->state = OFCCL__REQ_FREE;
     return 0;
+}
+
+/* Public entry points: the same calls under the context lock (progress.c). */
+int ofccl_progress(ofccl_ctx_t *ctx)
+{
+    int rc;
+
+    if (ctx == NULL)
+        return OFCCL_ERR_INVALID_ARG;
+    ofccl__ctx_lock(ctx);
+    rc = ofccl_progress_unlocked(ctx);
+    ofccl__ctx_unlock(ctx);
+    return rc;
+}
+
+int ofccl_test(ofccl_req_t *req, int *done)
+{
+    ofccl_ctx_t *ctx;
+    int rc;
+
+    if (req == NULL)
+        return OFCCL_ERR_INVALID_ARG;
+    ctx = req->comm->ctx;
+    ofccl__ctx_lock(ctx);
+    rc = ofccl_test_unlocked(req, done);
+    ofccl__ctx_unlock(ctx);
+    return rc;
+}
+
+int ofccl_req_free(ofccl_req_t *req)
+{
+    ofccl_ctx_t *ctx;
+    int rc;
+
+    if (req == NULL)
+        return OFCCL_ERR_INVALID_ARG;
+    ctx = req->comm->ctx;
+    ofccl__ctx_lock(ctx);
+    rc = ofccl_req_free_unlocked(req);
+    ofccl__ctx_unlock(ctx);
+    return rc;
 }

@@ -298,6 +298,14 @@ static int comm_setup(ofccl_comm_t *comm)
     }
     rc = ofccl__ep_insert_peers(comm->ep, names, OFCCL__NAME_MAX, namelens, comm->size,
                                 &comm->err);
+    if (rc) {
+        rc = ofccl__comm_fail(comm, rc, "%s", comm->err.msg);
+        goto out;
+    }
+    /* No fabric traffic before every rank has its peers in its AV: a provider
+     * that learns a peer from its first message (shm 1.17) must never see a
+     * peer it has not been told about yet. */
+    rc = ofccl__boot_barrier(ctx->boot, &comm->err);
     if (rc)
         rc = ofccl__comm_fail(comm, rc, "%s", comm->err.msg);
 out:
@@ -323,7 +331,7 @@ static void comm_free(ofccl_comm_t *comm)
     free(comm);
 }
 
-int ofccl_comm_world(ofccl_ctx_t *ctx, ofccl_comm_t **out)
+static int ofccl_comm_world_unlocked(ofccl_ctx_t *ctx, ofccl_comm_t **out)
 {
     ofccl_comm_t *comm;
     int rc;
@@ -364,7 +372,7 @@ int ofccl_comm_world(ofccl_ctx_t *ctx, ofccl_comm_t **out)
     return 0;
 }
 
-int ofccl_comm_destroy(ofccl_comm_t *comm)
+static int ofccl_comm_destroy_unlocked(ofccl_comm_t *comm)
 {
     if (comm == NULL)
         return OFCCL_ERR_INVALID_ARG;
@@ -495,4 +503,31 @@ int ofccl__comm_quiesce(ofccl_comm_t *comm, uint64_t deadline_ns, const char *wh
                                     comm->ops_pending);
     }
     return 0;
+}
+
+/* Public entry points: the same calls under the context lock (progress.c). */
+int ofccl_comm_world(ofccl_ctx_t *ctx, ofccl_comm_t **out)
+{
+    int rc;
+
+    if (ctx == NULL)
+        return OFCCL_ERR_INVALID_ARG;
+    ofccl__ctx_lock(ctx);
+    rc = ofccl_comm_world_unlocked(ctx, out);
+    ofccl__ctx_unlock(ctx);
+    return rc;
+}
+
+int ofccl_comm_destroy(ofccl_comm_t *comm)
+{
+    ofccl_ctx_t *ctx;
+    int rc;
+
+    if (comm == NULL)
+        return OFCCL_ERR_INVALID_ARG;
+    ctx = comm->ctx;
+    ofccl__ctx_lock(ctx);
+    rc = ofccl_comm_destroy_unlocked(comm);
+    ofccl__ctx_unlock(ctx);
+    return rc;
 }

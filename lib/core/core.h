@@ -5,6 +5,7 @@
 #ifndef OFCCL_CORE_CORE_H
 #define OFCCL_CORE_CORE_H
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -32,7 +33,14 @@ struct ofccl_ctx {
     ofccl_comm_t *comms;   /* list, for ofccl_progress(ctx) */
     uint32_t comm_seq;
     struct ofccl_mem *memreg; /* ofccl_mem_register cache (pool.c) */
-    ofccl_stats_t stats;     /* communicators created so far: gives each one an id */
+    ofccl_stats_t stats;
+    /* progress.c: the lock every public call holds, and the progress thread */
+    pthread_mutex_t lock;
+    int lock_init;
+    pthread_t thread;
+    int thread_on;
+    atomic_int thread_stop;
+    char caller_cpus[128]; /* the creating thread's binding, kept free for it */     /* communicators created so far: gives each one an id */
 };
 
 /* ---- signals: 32 bits of immediate data, so they fit verbs and EFA ----
@@ -117,6 +125,11 @@ typedef struct ofccl__op {
 int ofccl__ctx_choose(const ofccl__config_t *cfg, ofccl__topo_t *topo, bool all_local,
                       int nranks, const ofccl__log_t *lg, char *provider, size_t plen,
                       char *domain, size_t dlen, char *why, size_t whylen, ofccl__err_t *e);
+
+void ofccl__ctx_lock(ofccl_ctx_t *ctx);
+void ofccl__ctx_unlock(ofccl_ctx_t *ctx);
+int ofccl__progress_start(ofccl_ctx_t *ctx, ofccl__err_t *e);
+void ofccl__progress_stop(ofccl_ctx_t *ctx);
 
 /* ---- communicator internals ---- */
 /* Record a fatal error: the communicator reports it from every later call. */

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "core.h"
+#include "pool.h"
 #include "util.h"
 
 #define OFCCL__STR2(x) #x
@@ -182,11 +183,20 @@ static int ctx_open(ofccl_ctx_t *ctx, const ofccl_ctx_params_t *params)
         .strict = ofccl__cfg_int(&ctx->cfg, OFCCL__CFG_STRICT) != 0,
         .log = &ctx->log,
     };
-    return ofccl__prov_open(&pp, &ctx->prov, e);
+    rc = ofccl__prov_open(&pp, &ctx->prov, e);
+    if (rc)
+        return rc;
+    return ofccl__progress_start(ctx, e);
 }
 
 static void ctx_close(ofccl_ctx_t *ctx)
 {
+    ofccl__progress_stop(ctx);
+    while (ctx->memreg != NULL) { /* registrations the caller never released */
+        ofccl_mem_t *m = ctx->memreg;
+        ctx->memreg = m->next;
+        free(m);
+    }
     if (ctx->prov)
         ofccl__prov_close(ctx->prov);
     if (ctx->topo)

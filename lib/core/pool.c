@@ -91,7 +91,12 @@ static int alloc_registered(ofccl_comm_t *comm, size_t bytes, void **ptr, ofccl_
     if (p == NULL)
         return ofccl__comm_fail(comm, OFCCL_ERR_NO_MEMORY, "pool: cannot allocate %zu bytes",
                                 len);
-    rc = ofccl__mr_reg(comm->ep, p, len, STAGE_ACCESS, mr, &comm->err);
+    /* Remote read only where the provider must order a write with a read. */
+    rc = ofccl__mr_reg(comm->ep, p, len,
+                       STAGE_ACCESS | (ofccl__ep_caps(comm->ep)->delivery_complete
+                                           ? 0u
+                                           : (unsigned)OFCCL__ACC_REMOTE_READ),
+                       mr, &comm->err);
     if (rc) {
         free(p);
         return ofccl__comm_fail(comm, rc, "pool: %s", comm->err.msg);
@@ -145,7 +150,7 @@ void ofccl__stage_release(ofccl_comm_t *comm, int coll, int idx)
     (coll == OFCCL__AG ? comm->pool->ag : comm->pool->rs)[idx].busy = 0;
 }
 
-int ofccl_buffer_alloc(ofccl_comm_t *comm, size_t bytes, void **ptr)
+static int ofccl_buffer_alloc_unlocked(ofccl_comm_t *comm, size_t bytes, void **ptr)
 {
     ofccl__ubuf_t *u;
     int rc;
@@ -175,7 +180,7 @@ int ofccl_buffer_alloc(ofccl_comm_t *comm, size_t bytes, void **ptr)
     return 0;
 }
 
-int ofccl_buffer_free(ofccl_comm_t *comm, void *ptr)
+static int ofccl_buffer_free_unlocked(ofccl_comm_t *comm, void *ptr)
 {
     ofccl__ubuf_t **pp;
 
@@ -206,7 +211,7 @@ int ofccl_buffer_free(ofccl_comm_t *comm, void *ptr)
 }
 
 /* ---- registration cache ---- */
-int ofccl_mem_register(ofccl_ctx_t *ctx, void *ptr, size_t len, ofccl_mem_t **mh)
+static int ofccl_mem_register_unlocked(ofccl_ctx_t *ctx, void *ptr, size_t len, ofccl_mem_t **mh)
 {
     ofccl_mem_t *m;
 
@@ -250,7 +255,7 @@ static void drop_comm_mr(ofccl_mem_t *m, int k)
     m->per_comm[k].comm = NULL;
 }
 
-int ofccl_mem_deregister(ofccl_mem_t *mh)
+static int ofccl_mem_deregister_unlocked(ofccl_mem_t *mh)
 {
     ofccl_ctx_t *ctx;
 
@@ -335,4 +340,59 @@ int ofccl_ctx_stats(const ofccl_ctx_t *ctx, ofccl_stats_t *stats)
     *stats = ctx->stats;
     stats->size = sizeof(*stats);
     return 0;
+}
+
+/* Public entry points: the same calls under the context lock (progress.c). */
+int ofccl_buffer_alloc(ofccl_comm_t *comm, size_t bytes, void **ptr)
+{
+    ofccl_ctx_t *ctx;
+    int rc;
+
+    if (comm == NULL)
+        return OFCCL_ERR_INVALID_ARG;
+    ctx = comm->ctx;
+    ofccl__ctx_lock(ctx);
+    rc = ofccl_buffer_alloc_unlocked(comm, bytes, ptr);
+    ofccl__ctx_unlock(ctx);
+    return rc;
+}
+
+int ofccl_buffer_free(ofccl_comm_t *comm, void *ptr)
+{
+    ofccl_ctx_t *ctx;
+    int rc;
+
+    if (comm == NULL)
+        return OFCCL_ERR_INVALID_ARG;
+    ctx = comm->ctx;
+    ofccl__ctx_lock(ctx);
+    rc = ofccl_buffer_free_unlocked(comm, ptr);
+    ofccl__ctx_unlock(ctx);
+    return rc;
+}
+
+int ofccl_mem_register(ofccl_ctx_t *ctx, void *ptr, size_t len, ofccl_mem_t **mh)
+{
+    int rc;
+
+    if (ctx == NULL)
+        return OFCCL_ERR_INVALID_ARG;
+    ofccl__ctx_lock(ctx);
+    rc = ofccl_mem_register_unlocked(ctx, ptr, len, mh);
+    ofccl__ctx_unlock(ctx);
+    return rc;
+}
+
+int ofccl_mem_deregister(ofccl_mem_t *mh)
+{
+    ofccl_ctx_t *ctx;
+    int rc;
+
+    if (mh == NULL)
+        return OFCCL_ERR_INVALID_ARG;
+    ctx = mh->ctx;
+    ofccl__ctx_lock(ctx);
+    rc = ofccl_mem_deregister_unlocked(mh);
+    ofccl__ctx_unlock(ctx);
+    return rc;
 }

@@ -166,7 +166,7 @@ int ofccl__post_reduce_scatter(ofccl__req_t *r)
     return rc;
 }
 
-int ofccl_allgather(ofccl_comm_t *comm, const void *sendbuf, void *recvbuf, size_t count,
+static int ofccl_allgather_unlocked(ofccl_comm_t *comm, const void *sendbuf, void *recvbuf, size_t count,
                     ofccl_dtype_t dtype, ofccl_req_t **req)
 {
     ofccl__req_t *r;
@@ -203,7 +203,7 @@ int ofccl_allgather(ofccl_comm_t *comm, const void *sendbuf, void *recvbuf, size
     return 0;
 }
 
-int ofccl_reduce_scatter(ofccl_comm_t *comm, const void *sendbuf, void *recvbuf, size_t recvcount,
+static int ofccl_reduce_scatter_unlocked(ofccl_comm_t *comm, const void *sendbuf, void *recvbuf, size_t recvcount,
                          ofccl_dtype_t dtype, ofccl_redop_t op, ofccl_req_t **req)
 {
     ofccl__req_t *r;
@@ -240,4 +240,35 @@ int ofccl_reduce_scatter(ofccl_comm_t *comm, const void *sendbuf, void *recvbuf,
     }
     *req = r;
     return 0;
+}
+
+/* Public entry points: the same calls under the context lock (progress.c). */
+int ofccl_allgather(ofccl_comm_t *comm, const void *sendbuf, void *recvbuf, size_t count,
+                    ofccl_dtype_t dtype, ofccl_req_t **req)
+{
+    ofccl_ctx_t *ctx;
+    int rc;
+
+    if (comm == NULL)
+        return OFCCL_ERR_INVALID_ARG;
+    ctx = comm->ctx;
+    ofccl__ctx_lock(ctx);
+    rc = ofccl_allgather_unlocked(comm, sendbuf, recvbuf, count, dtype, req);
+    ofccl__ctx_unlock(ctx);
+    return rc;
+}
+
+int ofccl_reduce_scatter(ofccl_comm_t *comm, const void *sendbuf, void *recvbuf, size_t recvcount,
+                         ofccl_dtype_t dtype, ofccl_redop_t op, ofccl_req_t **req)
+{
+    ofccl_ctx_t *ctx;
+    int rc;
+
+    if (comm == NULL)
+        return OFCCL_ERR_INVALID_ARG;
+    ctx = comm->ctx;
+    ofccl__ctx_lock(ctx);
+    rc = ofccl_reduce_scatter_unlocked(comm, sendbuf, recvbuf, recvcount, dtype, op, req);
+    ofccl__ctx_unlock(ctx);
+    return rc;
 }

@@ -9,12 +9,12 @@
  *    kept bit for bit (a signalling NaN stays signalling in the f32 bits).
  *  - f32 -> bf16 / f32 -> f16 round to nearest, ties to even, on the value
  *    (not on the encoding): finite values whose rounded magnitude exceeds the
- *    largest finite value become +-inf (bf16: at or above 0x1.ff8p127, which
- *    is the FLT_MAX tie; f16: at or above 65520, halfway between 65504 and
- *    65536). f16 subnormals (multiples of 2^-24) are rounded to nearest even;
- *    2^-25 becomes +0, anything above it 2^-24. bf16 subnormals come out of the
- *    same rule (the f32 bits are rounded at bit 16). The sign of zero is kept.
- *    NaN becomes a quiet NaN with the same sign and the top payload bits.
+ *    largest finite value become +-inf (bf16: at or above 0x1.ffp127,
+ *    halfway between the bf16 maximum 0x1.fep127 and 2^128; f16: at or above
+ *    65520, halfway between 65504 and 65536). f16 subnormals (multiples of 2^-24) are rounded to
+ * nearest even; 2^-25 becomes +0, anything above it 2^-24. bf16 subnormals come out of the same
+ * rule (the f32 bits are rounded at bit 16). The sign of zero is kept. NaN becomes a quiet NaN with
+ * the same sign and the top payload bits.
  *  - The reduction of one element is, in f32 for f32/bf16/f16 and in f64 for
  *    f64, with each step rounded to nearest even:
  *        p_k = x_k               (SUM, AVG)
@@ -37,16 +37,21 @@
  *  - Conversions are integer bit manipulation except two exact-by-design float
  *    operations (the f16 subnormal paths), which rely on the default rounding
  *    mode (to nearest) and stay correct under FTZ/DAZ because no operand or
- *    result there is an f32 subnormal that matters.
+ *    result there is an f32 subnormal that matters. (The f32 arithmetic of
+ *    the reduction itself does see bf16/f32 subnormals: an application that
+ *    turns on FTZ/DAZ gets them flushed, as in any other f32 code.)
  *
- * Why blocks: each block of OFCCL__RED_BLOCK elements is converted (and
- * scaled) from source 0 into an f32/f64 accumulator on the stack, the other
- * sources are added to it, and the block is divided and converted into dst.
- * Every source block is fully read before the dst block is written, which is
+ * Structure, and why: the work goes by blocks of OFCCL__RED_BLOCK elements.
+ * One or two sources are reduced straight into dst in one fused loop; with
+ * more, the first two go into an f32/f64 accumulator on the stack, the middle
+ * ones are added to it and the last one is added and written out in the same
+ * loop, so each byte is loaded and stored once, as in a plain a+b loop. Every
+ * element of dst depends only on the same element of the sources, which is
  * what makes dst == srcs[k] safe. Full blocks have a compile-time trip count
  * so gcc vectorises them even at -O2 (its "very cheap" cost model refuses
- * loops that need a scalar epilogue); the tail block runs the same code with a
- * runtime count.
+ * loops that need a scalar epilogue); the tail block runs the same code with
+ * a runtime count. On x86-64 the kernels also exist for AVX2 and AVX-512,
+ * chosen at run time (see red_table()).
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -98,7 +103,9 @@ OFCCL__ALWAYS_INLINE float bits_f32(uint32_t u)
 
 /* Branch-free select: gcc does not if-convert the f16 conversions' chained
  * ternaries (it sinks the float work into branches and gives up on the loop),
- * but it vectorises and/or/andnot with compare masks. */
+ * but it vectorises and/or/andnot with compare masks. The compares below are
+ * on values under 2^31 cast to int32_t: SSE2 has signed 32-bit compares only,
+ * and an unsigned one costs two extra instructions per vector. */
 OFCCL__ALWAYS_INLINE uint32_t sel(int cond, uint32_t a, uint32_t b)
 {
     uint32_t m = 0u - (uint32_t)cond;
@@ -114,14 +121,15 @@ OFCCL__ALWAYS_INLINE float cvt_bf16_f32(uint16_t h)
 OFCCL__ALWAYS_INLINE uint16_t cvt_f32_bf16(float f)
 {
     uint32_t u = f32_bits(f);
+    uint32_t nan = 0u - (uint32_t)((int32_t)(u & 0x7fffffffu) > 0x7f800000);
     /* Adding 0x7fff plus the kept LSB rounds the low half to nearest even; a
      * carry out of the mantissa bumps the exponent, which also turns values at
-     * or above the FLT_MAX tie into inf. The wrap for negative NaNs is
-     * harmless: NaNs take the other branch. */
-    uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-    /* Truncating a NaN could clear every payload bit left and make it inf. */
-    uint32_t quiet = (u >> 16) | 0x0040u;
-    return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? quiet : rounded);
+     * or above the FLT_MAX tie into inf. A NaN is truncated instead, with its
+     * quiet bit set, as rounding could carry it into inf or the sign. All of
+     * it stays in 32 bits with one shift and one narrowing at the end, which
+     * is what keeps the SSE2 code short. */
+    uint32_t bias = ~nan & (0x7fffu + ((u >> 16) & 1u));
+    return (uint16_t)(((u | (nan & 0x00400000u)) + bias) >> 16);
 }
 
 OFCCL__ALWAYS_INLINE float cvt_f16_f32(uint16_t h)
@@ -134,31 +142,35 @@ OFCCL__ALWAYS_INLINE float cvt_f16_f32(uint16_t h)
      * subtraction of two f32 normals, cheaper to vectorise than normalising
      * with a leading-zero count. */
     float sub = bits_f32(em + (113u << 23)) - bits_f32(113u << 23);
-    uint32_t r = sel(em >= (0x7c00u << 13), special, normal);
-    r = sel(em < (0x0400u << 13), f32_bits(sub), r);
+    uint32_t r = sel((int32_t)em >= 0x7c00 << 13, special, normal);
+    r = sel((int32_t)em < 0x0400 << 13, f32_bits(sub), r);
     return bits_f32(r | sign);
 }
 
 OFCCL__ALWAYS_INLINE uint16_t cvt_f32_f16(float f)
 {
+    /* Every candidate below holds the f16 encoding in bits 13..28 and there is
+     * one shift and one narrowing at the end: when the selects produce 16-bit
+     * values instead, gcc narrows each operand separately and the loop gets
+     * twice as long. */
     uint32_t u = f32_bits(f);
-    uint32_t sign = (u >> 16) & 0x8000u;
+    uint32_t sign = (u >> 3) & 0x10000000u;
     uint32_t a = u & 0x7fffffffu;
     /* f16 normal range [2^-14, 65520): rebias the exponent and round the 13
      * dropped bits to nearest even; the carry into the exponent is right. */
-    uint32_t normal = (a - ((127u - 15u) << 23) + 0x0fffu + ((a >> 13) & 1u)) >> 13;
+    uint32_t normal = a - ((127u - 15u) << 23) + 0x0fffu + ((a >> 13) & 1u);
     /* Below 2^-14: in x + 0.5f the f32 ulp is 2^-24, the f16 subnormal step,
      * so the FPU rounds to the f16 subnormal (to nearest even) and the low
      * bits are the f16 encoding, 0x400 included when it rounds up to 2^-14.
      * The clamp keeps large values and NaNs out of the float add, so it never
      * raises invalid or overflow. */
-    uint32_t small = sel(a < 0x38800000u, a, 0x38800000u);
-    uint32_t sub = f32_bits(bits_f32(small) + 0.5f) - 0x3f000000u;
-    uint32_t nan = 0x7e00u | ((a >> 13) & 0x03ffu);
-    uint32_t r = sel(a < 0x38800000u, sub, normal);
-    r = sel(a >= 0x477ff000u, 0x7c00u, r);
-    r = sel(a > 0x7f800000u, nan, r);
-    return (uint16_t)(r | sign);
+    uint32_t small = sel((int32_t)a < 0x38800000, a, 0x38800000u);
+    uint32_t sub = (f32_bits(bits_f32(small) + 0.5f) - 0x3f000000u) << 13;
+    uint32_t nan = (0x7e00u << 13) | (a & 0x007fe000u); /* quiet, top payload bits */
+    uint32_t r = sel((int32_t)a < 0x38800000, sub, normal);
+    r = sel((int32_t)a >= 0x477ff000, 0x7c00u << 13, r);
+    r = sel((int32_t)a > 0x7f800000, nan, r);
+    return (uint16_t)((r | sign) >> 13);
 }
 
 float ofccl__bf16_to_f32(uint16_t h)
@@ -182,178 +194,247 @@ uint16_t ofccl__f32_to_f16(float f)
 }
 
 /* ---- block kernels ----
- * `first` and `scaled` are constants at every call site, so each inlined copy
- * is a straight loop without branches. */
+ * One loop shape per (dtype, kind, divide); every argument that selects a
+ * shape is a constant at its call site, so each inlined copy is a straight,
+ * branch-free loop. The sources and dst are not restrict-qualified: dst may
+ * be a source. The pragma tells the vectoriser that no iteration depends on
+ * another (true for exact aliasing, and partial overlap is refused up front),
+ * so gcc vectorises without a runtime overlap check, which its -O2 cost model
+ * would not accept. Non-premul ops multiply by c = 1, which is exact and keeps
+ * the number of loop copies down. */
 
-OFCCL__ALWAYS_INLINE void in_f32(float *restrict acc, const float *restrict s, size_t n,
-                                 float c, int first, int scaled)
+#if defined(__clang__)
+#define OFCCL__NO_LOOP_DEPS _Pragma("clang loop vectorize(assume_safety)")
+/* Sanitizer builds cannot vectorise; that is not worth a warning per loop. */
+#pragma clang diagnostic ignored "-Wpass-failed"
+#elif defined(__GNUC__)
+#define OFCCL__NO_LOOP_DEPS _Pragma("GCC ivdep")
+#else
+#define OFCCL__NO_LOOP_DEPS
+#endif
+
+enum {
+    K_ONE,  /* dst = post(p(a))                 nsrc == 1 */
+    K_TWO,  /* dst = post(p(a) + p(b))          nsrc == 2 */
+    K_ACC2, /* acc = p(a) + p(b)                first two of nsrc >= 3 */
+    K_ADD,  /* acc = acc + p(a)                 middle sources */
+    K_LAST, /* dst = post(acc + p(a))           last source of nsrc >= 3 */
+};
+
+OFCCL__ALWAYS_INLINE float load_f(int t, const void *p, size_t i)
 {
+    if (t == OFCCL_BF16)
+        return cvt_bf16_f32(((const uint16_t *)p)[i]);
+    if (t == OFCCL_F16)
+        return cvt_f16_f32(((const uint16_t *)p)[i]);
+    return ((const float *)p)[i];
+}
+
+OFCCL__ALWAYS_INLINE void store_f(int t, void *p, size_t i, float v)
+{
+    if (t == OFCCL_BF16)
+        ((uint16_t *)p)[i] = cvt_f32_bf16(v);
+    else if (t == OFCCL_F16)
+        ((uint16_t *)p)[i] = cvt_f32_f16(v);
+    else
+        ((float *)p)[i] = v;
+}
+
+/* f32 accumulation for f32, bf16 and f16 (`t`). The product and the sum are
+ * separate statements so that clang's default -ffp-contract=on cannot fuse
+ * them. */
+OFCCL__ALWAYS_INLINE void kern_f(int t, int kind, int divide, void *d, float *acc, const void *a,
+                                 const void *b, size_t n, float c, float div)
+{
+    OFCCL__NO_LOOP_DEPS
     for (size_t i = 0; i < n; i++) {
-        float x = s[i];
-        if (scaled)
-            x = x * c;
-        acc[i] = first ? x : acc[i] + x;
+        float x = load_f(t, a, i) * c;
+
+        if (kind == K_TWO || kind == K_ACC2) {
+            float y = load_f(t, b, i) * c;
+            x = x + y;
+        } else if (kind == K_ADD || kind == K_LAST) {
+            x = acc[i] + x;
+        }
+        if (kind == K_ACC2 || kind == K_ADD)
+            acc[i] = x;
+        else
+            store_f(t, d, i, divide ? x / div : x);
     }
 }
 
-OFCCL__ALWAYS_INLINE void in_bf16(float *restrict acc, const uint16_t *restrict s, size_t n,
-                                  float c, int first, int scaled)
+/* The same for f64, accumulating in f64. */
+OFCCL__ALWAYS_INLINE void kern_d(int kind, int divide, double *d, double *acc, const double *a,
+                                 const double *b, size_t n, double c, double div)
 {
+    OFCCL__NO_LOOP_DEPS
     for (size_t i = 0; i < n; i++) {
-        float x = cvt_bf16_f32(s[i]);
-        if (scaled)
-            x = x * c;
-        acc[i] = first ? x : acc[i] + x;
+        double x = a[i] * c;
+
+        if (kind == K_TWO || kind == K_ACC2) {
+            double y = b[i] * c;
+            x = x + y;
+        } else if (kind == K_ADD || kind == K_LAST) {
+            x = acc[i] + x;
+        }
+        if (kind == K_ACC2 || kind == K_ADD)
+            acc[i] = x;
+        else
+            d[i] = divide ? x / div : x;
     }
 }
 
-OFCCL__ALWAYS_INLINE void in_f16(float *restrict acc, const uint16_t *restrict s, size_t n,
-                                 float c, int first, int scaled)
+/* One block of `n` elements at element `off`. One or two sources go straight
+ * to dst; more go through the stack accumulator, the last one fused with the
+ * output: ((p0 + p1) + p2) + ... in every case. */
+OFCCL__ALWAYS_INLINE void block_f(int t, int divide, void *dst, const void *const *srcs, int nsrc,
+                                  size_t off, size_t n, float c, float div)
 {
-    for (size_t i = 0; i < n; i++) {
-        float x = cvt_f16_f32(s[i]);
-        if (scaled)
-            x = x * c;
-        acc[i] = first ? x : acc[i] + x;
+    size_t es = t == OFCCL_F32 ? 4 : 2;
+    char *d = (char *)dst + off * es;
+#define OFCCL__SRC(k) ((const char *)srcs[k] + off * es)
+
+    if (nsrc == 1) {
+        kern_f(t, K_ONE, divide, d, NULL, OFCCL__SRC(0), NULL, n, c, div);
+    } else if (nsrc == 2) {
+        kern_f(t, K_TWO, divide, d, NULL, OFCCL__SRC(0), OFCCL__SRC(1), n, c, div);
+    } else {
+        float acc[OFCCL__RED_BLOCK] OFCCL__ALIGNED(64);
+
+        kern_f(t, K_ACC2, 0, NULL, acc, OFCCL__SRC(0), OFCCL__SRC(1), n, c, div);
+        for (int k = 2; k < nsrc - 1; k++)
+            kern_f(t, K_ADD, 0, NULL, acc, OFCCL__SRC(k), NULL, n, c, div);
+        kern_f(t, K_LAST, divide, d, acc, OFCCL__SRC(nsrc - 1), NULL, n, c, div);
     }
+#undef OFCCL__SRC
 }
 
-OFCCL__ALWAYS_INLINE void in_f64(double *restrict acc, const double *restrict s, size_t n,
-                                 double c, int first, int scaled)
+OFCCL__ALWAYS_INLINE void block_d(int divide, void *dst, const void *const *srcs, int nsrc,
+                                  size_t off, size_t n, double c, double div)
 {
-    for (size_t i = 0; i < n; i++) {
-        double x = s[i];
-        if (scaled)
-            x = x * c;
-        acc[i] = first ? x : acc[i] + x;
+    double *d = (double *)dst + off;
+#define OFCCL__SRC(k) ((const double *)srcs[k] + off)
+
+    if (nsrc == 1) {
+        kern_d(K_ONE, divide, d, NULL, OFCCL__SRC(0), NULL, n, c, div);
+    } else if (nsrc == 2) {
+        kern_d(K_TWO, divide, d, NULL, OFCCL__SRC(0), OFCCL__SRC(1), n, c, div);
+    } else {
+        double acc[OFCCL__RED_BLOCK] OFCCL__ALIGNED(64);
+
+        kern_d(K_ACC2, 0, NULL, acc, OFCCL__SRC(0), OFCCL__SRC(1), n, c, div);
+        for (int k = 2; k < nsrc - 1; k++)
+            kern_d(K_ADD, 0, NULL, acc, OFCCL__SRC(k), NULL, n, c, div);
+        kern_d(K_LAST, divide, d, acc, OFCCL__SRC(nsrc - 1), NULL, n, c, div);
     }
+#undef OFCCL__SRC
 }
-
-OFCCL__ALWAYS_INLINE void out_f32(float *restrict d, const float *restrict acc, size_t n,
-                                  float div, int divide)
-{
-    for (size_t i = 0; i < n; i++)
-        d[i] = divide ? acc[i] / div : acc[i];
-}
-
-OFCCL__ALWAYS_INLINE void out_bf16(uint16_t *restrict d, const float *restrict acc, size_t n,
-                                   float div, int divide)
-{
-    for (size_t i = 0; i < n; i++)
-        d[i] = cvt_f32_bf16(divide ? acc[i] / div : acc[i]);
-}
-
-OFCCL__ALWAYS_INLINE void out_f16(uint16_t *restrict d, const float *restrict acc, size_t n,
-                                  float div, int divide)
-{
-    for (size_t i = 0; i < n; i++)
-        d[i] = cvt_f32_f16(divide ? acc[i] / div : acc[i]);
-}
-
-OFCCL__ALWAYS_INLINE void out_f64(double *restrict d, const double *restrict acc, size_t n,
-                                  double div, int divide)
-{
-    for (size_t i = 0; i < n; i++)
-        d[i] = divide ? acc[i] / div : acc[i];
-}
-
-/* One block of `n` elements starting at element `off` of every buffer. The
- * macro spells the same sequence for the four dtypes; the kernels it names
- * differ per dtype. */
-#define OFCCL__RED_BLOCK_BODY(IN, OUT, ETYPE)                                                      \
-    do {                                                                                           \
-        const ETYPE *s0 = (const ETYPE *)srcs[0] + off;                                            \
-        if (scaled)                                                                                \
-            IN(acc, s0, n, c, 1, 1);                                                               \
-        else                                                                                       \
-            IN(acc, s0, n, c, 1, 0);                                                               \
-        for (int k = 1; k < nsrc; k++) {                                                           \
-            const ETYPE *sk = (const ETYPE *)srcs[k] + off;                                        \
-            if (scaled)                                                                            \
-                IN(acc, sk, n, c, 0, 1);                                                           \
-            else                                                                                   \
-                IN(acc, sk, n, c, 0, 0);                                                           \
-        }                                                                                          \
-        if (divide)                                                                                \
-            OUT((ETYPE *)dst + off, acc, n, div, 1);                                               \
-        else                                                                                       \
-            OUT((ETYPE *)dst + off, acc, n, div, 0);                                               \
-    } while (0)
-
-OFCCL__ALWAYS_INLINE void block_f32(void *dst, const void *const *srcs, int nsrc, size_t off,
-                                    size_t n, float c, int scaled, float div, int divide)
-{
-    float acc[OFCCL__RED_BLOCK] OFCCL__ALIGNED(64);
-    OFCCL__RED_BLOCK_BODY(in_f32, out_f32, float);
-}
-
-OFCCL__ALWAYS_INLINE void block_bf16(void *dst, const void *const *srcs, int nsrc, size_t off,
-                                     size_t n, float c, int scaled, float div, int divide)
-{
-    float acc[OFCCL__RED_BLOCK] OFCCL__ALIGNED(64);
-    OFCCL__RED_BLOCK_BODY(in_bf16, out_bf16, uint16_t);
-}
-
-OFCCL__ALWAYS_INLINE void block_f16(void *dst, const void *const *srcs, int nsrc, size_t off,
-                                    size_t n, float c, int scaled, float div, int divide)
-{
-    float acc[OFCCL__RED_BLOCK] OFCCL__ALIGNED(64);
-    OFCCL__RED_BLOCK_BODY(in_f16, out_f16, uint16_t);
-}
-
-OFCCL__ALWAYS_INLINE void block_f64(void *dst, const void *const *srcs, int nsrc, size_t off,
-                                    size_t n, double c, int scaled, double div, int divide)
-{
-    double acc[OFCCL__RED_BLOCK] OFCCL__ALIGNED(64);
-    OFCCL__RED_BLOCK_BODY(in_f64, out_f64, double);
-}
-
-#undef OFCCL__RED_BLOCK_BODY
 
 /* Full blocks pass the constant OFCCL__RED_BLOCK as `n` (vectorised without an
  * epilogue); the tail passes the remainder. */
-static void reduce_f32(void *dst, const void *const *srcs, int nsrc, size_t count, float c,
-                       int scaled, float div, int divide)
+OFCCL__ALWAYS_INLINE void reduce_f(int t, int divide, void *dst, const void *const *srcs, int nsrc,
+                                   size_t count, float c, float div)
 {
     size_t off = 0;
 
     for (; count - off >= OFCCL__RED_BLOCK; off += OFCCL__RED_BLOCK)
-        block_f32(dst, srcs, nsrc, off, OFCCL__RED_BLOCK, c, scaled, div, divide);
+        block_f(t, divide, dst, srcs, nsrc, off, OFCCL__RED_BLOCK, c, div);
     if (off < count)
-        block_f32(dst, srcs, nsrc, off, count - off, c, scaled, div, divide);
+        block_f(t, divide, dst, srcs, nsrc, off, count - off, c, div);
 }
 
-static void reduce_bf16(void *dst, const void *const *srcs, int nsrc, size_t count, float c,
-                        int scaled, float div, int divide)
+OFCCL__ALWAYS_INLINE void reduce_d(int divide, void *dst, const void *const *srcs, int nsrc,
+                                   size_t count, double c, double div)
 {
     size_t off = 0;
 
     for (; count - off >= OFCCL__RED_BLOCK; off += OFCCL__RED_BLOCK)
-        block_bf16(dst, srcs, nsrc, off, OFCCL__RED_BLOCK, c, scaled, div, divide);
+        block_d(divide, dst, srcs, nsrc, off, OFCCL__RED_BLOCK, c, div);
     if (off < count)
-        block_bf16(dst, srcs, nsrc, off, count - off, c, scaled, div, divide);
+        block_d(divide, dst, srcs, nsrc, off, count - off, c, div);
 }
 
-static void reduce_f16(void *dst, const void *const *srcs, int nsrc, size_t count, float c,
-                       int scaled, float div, int divide)
+/*
+ * One out-of-line entry per (dtype, divide), each with its own specialised
+ * loops, gathered in a table indexed [dtype][divide]. On x86-64 the same C is
+ * also compiled for AVX2 and for AVX-512 (F, BW, VL) and the widest table the
+ * CPU and OS support is used: the 16-bit conversions are instruction-bound,
+ * and wider vectors, vpackusdw and mask registers make them 2-4x faster than
+ * the SSE2 baseline. None of these targets enables FMA, so every table gives
+ * the same bits.
+ */
+typedef void (*red_fn_t)(void *dst, const void *const *srcs, int nsrc, size_t count, double c,
+                         int ndiv);
+
+#define OFCCL__RED_TABLE(SFX, ATTR)                                                                \
+    ATTR static void f32_sum_##SFX(void *d, const void *const *s, int ns, size_t n, double c,      \
+                                   int v)                                                          \
+    {                                                                                              \
+        reduce_f(OFCCL_F32, 0, d, s, ns, n, (float)c, (float)v);                                   \
+    }                                                                                              \
+    ATTR static void f32_div_##SFX(void *d, const void *const *s, int ns, size_t n, double c,      \
+                                   int v)                                                          \
+    {                                                                                              \
+        reduce_f(OFCCL_F32, 1, d, s, ns, n, (float)c, (float)v);                                   \
+    }                                                                                              \
+    ATTR static void bf16_sum_##SFX(void *d, const void *const *s, int ns, size_t n, double c,     \
+                                    int v)                                                         \
+    {                                                                                              \
+        reduce_f(OFCCL_BF16, 0, d, s, ns, n, (float)c, (float)v);                                  \
+    }                                                                                              \
+    ATTR static void bf16_div_##SFX(void *d, const void *const *s, int ns, size_t n, double c,     \
+                                    int v)                                                         \
+    {                                                                                              \
+        reduce_f(OFCCL_BF16, 1, d, s, ns, n, (float)c, (float)v);                                  \
+    }                                                                                              \
+    ATTR static void f16_sum_##SFX(void *d, const void *const *s, int ns, size_t n, double c,      \
+                                   int v)                                                          \
+    {                                                                                              \
+        reduce_f(OFCCL_F16, 0, d, s, ns, n, (float)c, (float)v);                                   \
+    }                                                                                              \
+    ATTR static void f16_div_##SFX(void *d, const void *const *s, int ns, size_t n, double c,      \
+                                   int v)                                                          \
+    {                                                                                              \
+        reduce_f(OFCCL_F16, 1, d, s, ns, n, (float)c, (float)v);                                   \
+    }                                                                                              \
+    ATTR static void f64_sum_##SFX(void *d, const void *const *s, int ns, size_t n, double c,      \
+                                   int v)                                                          \
+    {                                                                                              \
+        reduce_d(0, d, s, ns, n, c, (double)v);                                                    \
+    }                                                                                              \
+    ATTR static void f64_div_##SFX(void *d, const void *const *s, int ns, size_t n, double c,      \
+                                   int v)                                                          \
+    {                                                                                              \
+        reduce_d(1, d, s, ns, n, c, (double)v);                                                    \
+    }                                                                                              \
+    static const red_fn_t table_##SFX[OFCCL_DTYPE_COUNT][2] = {                                    \
+        [OFCCL_F32] = {f32_sum_##SFX, f32_div_##SFX},                                              \
+        [OFCCL_F64] = {f64_sum_##SFX, f64_div_##SFX},                                              \
+        [OFCCL_BF16] = {bf16_sum_##SFX, bf16_div_##SFX},                                           \
+        [OFCCL_F16] = {f16_sum_##SFX, f16_div_##SFX},                                              \
+    };
+
+OFCCL__RED_TABLE(base, )
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define OFCCL__RED_X86 1
+OFCCL__RED_TABLE(avx2, __attribute__((target("avx2"))))
+OFCCL__RED_TABLE(avx512, __attribute__((target("avx512f,avx512bw,avx512vl"))))
+#endif
+
+/* The widest kernels this CPU and OS can run (__builtin_cpu_supports checks
+ * that the OS saves the vector state too). Cheap: a few loads of a table
+ * libgcc / compiler-rt fill in before main. */
+static const red_fn_t (*red_table(void))[2]
 {
-    size_t off = 0;
-
-    for (; count - off >= OFCCL__RED_BLOCK; off += OFCCL__RED_BLOCK)
-        block_f16(dst, srcs, nsrc, off, OFCCL__RED_BLOCK, c, scaled, div, divide);
-    if (off < count)
-        block_f16(dst, srcs, nsrc, off, count - off, c, scaled, div, divide);
-}
-
-static void reduce_f64(void *dst, const void *const *srcs, int nsrc, size_t count, double c,
-                       int scaled, double div, int divide)
-{
-    size_t off = 0;
-
-    for (; count - off >= OFCCL__RED_BLOCK; off += OFCCL__RED_BLOCK)
-        block_f64(dst, srcs, nsrc, off, OFCCL__RED_BLOCK, c, scaled, div, divide);
-    if (off < count)
-        block_f64(dst, srcs, nsrc, off, count - off, c, scaled, div, divide);
+#ifdef OFCCL__RED_X86
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl"))
+        return table_avx512;
+    if (__builtin_cpu_supports("avx2"))
+        return table_avx2;
+#endif
+    return table_base;
 }
 
 /* dst may equal a source (each block of every source is read before the dst
@@ -370,8 +451,7 @@ int ofccl__reduce(ofccl_dtype_t dtype, ofccl_redop_t op, void *dst, const void *
                   int nsrc, size_t count, int ndiv)
 {
     size_t esize = ofccl_dtype_size(dtype);
-    int scaled = op.kind == OFCCL_OP_PREMUL_SUM;
-    int divide = ndiv > 0;
+    double c;
 
     if (esize == 0 || (unsigned)op.kind >= OFCCL_OP_COUNT || nsrc < 1 || ndiv < 0)
         return OFCCL_ERR_INVALID_ARG;
@@ -383,20 +463,9 @@ int ofccl__reduce(ofccl_dtype_t dtype, ofccl_redop_t op, void *dst, const void *
         if (srcs[k] == NULL || partial_overlap(dst, srcs[k], count * esize))
             return OFCCL_ERR_INVALID_ARG;
 
-    switch (dtype) {
-    case OFCCL_F32:
-        reduce_f32(dst, srcs, nsrc, count, (float)op.scalar, scaled, (float)ndiv, divide);
-        break;
-    case OFCCL_BF16:
-        reduce_bf16(dst, srcs, nsrc, count, (float)op.scalar, scaled, (float)ndiv, divide);
-        break;
-    case OFCCL_F16:
-        reduce_f16(dst, srcs, nsrc, count, (float)op.scalar, scaled, (float)ndiv, divide);
-        break;
-    default: /* OFCCL_F64: the dtype was checked above */
-        reduce_f64(dst, srcs, nsrc, count, op.scalar, scaled, (double)ndiv, divide);
-        break;
-    }
+    /* SUM and AVG multiply by 1, which is exact: one loop shape for all ops. */
+    c = op.kind == OFCCL_OP_PREMUL_SUM ? op.scalar : 1.0;
+    red_table()[dtype][ndiv > 0](dst, srcs, nsrc, count, c, ndiv);
     return 0;
 }
 
@@ -422,7 +491,7 @@ static void fill(ofccl_dtype_t dtype, void *buf, size_t count, int k)
             ((float *)buf)[i] = v;
             break;
         case OFCCL_F64:
-            ((double *)buf)[i] = v;
+            ((double *)buf)[i] = (double)v;
             break;
         case OFCCL_BF16:
             ((uint16_t *)buf)[i] = cvt_f32_bf16(v);

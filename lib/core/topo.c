@@ -571,3 +571,43 @@ int ofccl__topo_cpuset(ofccl__topo_t *t, char *buf, size_t len)
     hwloc_bitmap_free(set);
     return 0;
 }
+
+/*
+ * Pin the calling thread (the progress thread) away from the cores the caller
+ * runs on. The caller's binding is `caller`; if it leaves some PU of the
+ * machine free, take the last free one; otherwise share the caller's last PU
+ * (best effort) and say so. `why` receives the decision.
+ */
+int ofccl__topo_pin_thread(ofccl__topo_t *t, const char *caller, char *why, size_t whylen)
+{
+    hwloc_bitmap_t mine = hwloc_bitmap_alloc(), target = hwloc_bitmap_alloc();
+    hwloc_const_bitmap_t all = hwloc_topology_get_topology_cpuset(t->hw);
+    char list[128];
+    int pu, rc = 0;
+
+    if (mine == NULL || target == NULL) {
+        rc = OFCCL_ERR_NO_MEMORY;
+        goto out;
+    }
+    if (caller == NULL || parse_list(caller, mine) != 0)
+        hwloc_bitmap_copy(mine, all);
+    hwloc_bitmap_andnot(target, all, mine);
+    pu = hwloc_bitmap_last(target);
+    if (pu < 0) {
+        pu = hwloc_bitmap_last(mine);
+        snprintf(why, whylen, "no PU outside the caller's (%s): sharing PU %d", caller ? caller : "all", pu);
+    } else {
+        set_to_list(mine, list, sizeof(list));
+        snprintf(why, whylen, "PU %d, outside the caller's PUs %s", pu, list);
+    }
+    hwloc_bitmap_only(target, (unsigned)pu);
+    if (t->from_xml || hwloc_set_cpubind(t->hw, target, HWLOC_CPUBIND_THREAD) != 0) {
+        snprintf(why + strlen(why), whylen - strlen(why), " (not bound: %s)",
+                 t->from_xml ? "topology from XML" : "binding refused");
+        rc = OFCCL_ERR_NOT_SUPPORTED;
+    }
+out:
+    hwloc_bitmap_free(mine);
+    hwloc_bitmap_free(target);
+    return rc;
+}

@@ -37,4 +37,9 @@ void ofccl__topo_describe(ofccl__topo_t *t, const ofccl__topo_nic_t *nics, int n
 /* CPU set of the process as an hwloc list string, for logs and for pinning. */
 int ofccl__topo_cpuset(ofccl__topo_t *t, char *buf, size_t len);
 
+/* Bind the calling thread to one PU outside `caller` (hwloc list) when the
+ * machine has one, else to the caller's last PU. OFCCL_ERR_NOT_SUPPORTED when
+ * binding is impossible (the thread still runs, unbound). */
+int ofccl__topo_pin_thread(ofccl__topo_t *t, const char *caller, char *why, size_t whylen);
+
 #endif

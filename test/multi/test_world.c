@@ -94,8 +94,13 @@ static void test_barrier_and_atomics(void)
         CU_ASSERT_EQUAL_FATAL(ofccl__comm_quiesce(comm, ofccl__now_ns() + 20000000000ull, "adds"),
                               0);
         CU_ASSERT_EQUAL_FATAL(ofccl_barrier(comm), 0);
-        CU_ASSERT_EQUAL(atomic_load(&comm->ctrl[OFCCL__CTRL_TEST]),
-                        (uint64_t)(size - 1) * (uint64_t)(i + 1));
+        uint64_t got = atomic_load(&comm->ctrl[OFCCL__CTRL_TEST]);
+        if (got != (uint64_t)(size - 1) * (uint64_t)(i + 1))
+            fprintf(stderr, "rank %d: round %d: counter %llu, expected %llu\n", rank, i,
+                    (unsigned long long)got, (unsigned long long)(size - 1) * (i + 1));
+        CU_ASSERT_EQUAL(got, (uint64_t)(size - 1) * (uint64_t)(i + 1));
+        /* Nobody starts the next round's adds before everyone has read this one. */
+        CU_ASSERT_EQUAL_FATAL(ofccl_barrier(comm), 0);
     }
 }
 
@@ -166,8 +171,12 @@ static void test_writedata(void)
             int wrong = 0;
             if (p == rank)
                 continue;
-            for (int i = 0; i < WORDS; i++)
-                wrong += win_buf[(size_t)p * WORDS + (size_t)i] != pattern(p, i, it);
+            for (int i = 0; i < WORDS; i++) {
+                uint32_t got = win_buf[(size_t)p * WORDS + (size_t)i];
+                if (got != pattern(p, i, it) && wrong++ < 3)
+                    fprintf(stderr, "rank %d: from %d, iteration %d, [%d] = 0x%x, want 0x%x\n",
+                            rank, p, it, i, got, pattern(p, i, it));
+            }
             CU_ASSERT_EQUAL(wrong, 0);
         }
         /* Nobody overwrites a window before its owner has checked it. */

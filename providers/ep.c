@@ -1,0 +1,299 @@
+/*
+ * Endpoints: one RDM endpoint with its AV and CQ per communicator, plus the
+ * resources the data path needs so it never allocates: the op descriptor pool
+ * (registered once when local buffers must be registered, since atomic
+ * operands live in it) and the receives kept posted for FI_RX_CQ_DATA.
+ */
+#include <inttypes.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "prov_impl.h"
+#include "util.h"
+
+/* Receives kept posted when the caller asks for none but the provider needs them. */
+#define DEFAULT_RX_POSTED 64
+/* How long ep_open keeps trying to post its receives when the provider says EAGAIN. */
+#define RX_POST_TRIES 1000
+
+static int post_initial_receives(ofccl__ep_t *ep, ofccl__err_t *e)
+{
+    const ofccl__log_t *log = ep->prov->log;
+
+    for (unsigned i = 0; i < ep->n_rx; i++) {
+        struct ofccl__op *op = &ep->rx[i];
+        ssize_t ret = -FI_EAGAIN;
+
+        op->kind = OFCCL__OP_RECV;
+        op->peer = -1;
+        for (int t = 0; t < RX_POST_TRIES && ret == -FI_EAGAIN; t++) {
+            ret = ofccl__op_post(ep, op);
+            if (ret == -FI_EAGAIN) {
+                struct fi_cq_data_entry ent;
+                /* Nothing can have completed yet: reading only drives progress. */
+                (void)fi_cq_read(ep->cq, &ent, 0);
+            }
+        }
+        if (ret != 0)
+            return ofccl__fail(log, OFCCL__SUB_PROV, e, OFCCL_ERR_PROVIDER,
+                               "rank %d: posting receive %u of %u for remote CQ data failed: %s",
+                               ep->params.rank, i + 1, ep->n_rx, fi_strerror((int)-ret));
+    }
+    return 0;
+}
+
+/* Close whatever exists, children of the endpoint first. Returns the first error. */
+static int ep_destroy(ofccl__ep_t *ep)
+{
+    const ofccl__log_t *log = ep->prov->log;
+    struct {
+        struct fid *fid;
+        const char *what;
+    } objs[] = {
+        {ep->ops_mr ? &ep->ops_mr->fid : NULL, "the op pool registration"},
+        /* The endpoint holds references on the CQ and AV: it goes before them. */
+        {ep->ep ? &ep->ep->fid : NULL, "the endpoint"},
+        {ep->cq ? &ep->cq->fid : NULL, "the CQ"},
+        {ep->av ? &ep->av->fid : NULL, "the AV"},
+    };
+    int rc = 0;
+
+    for (size_t i = 0; i < OFCCL__ARRAY_LEN(objs); i++) {
+        int ret;
+        if (objs[i].fid == NULL)
+            continue;
+        ret = fi_close(objs[i].fid);
+        if (ret != 0 && rc == 0)
+            rc = ofccl__fail(log, OFCCL__SUB_PROV, NULL, OFCCL_ERR_PROVIDER,
+                             "rank %d: closing %s: %s", ep->params.rank, objs[i].what,
+                             fi_strerror(-ret));
+    }
+    free(ep->rx);
+    free(ep->ops);
+    free(ep->names); /* only now: the AV (closed above) may point into it */
+    pthread_mutex_destroy(&ep->lock);
+    free(ep);
+    return rc;
+}
+
+static int ep_setup(ofccl__ep_t *ep, ofccl__err_t *e)
+{
+    ofccl__prov_t *prov = ep->prov;
+    const ofccl__log_t *log = prov->log;
+    const ofccl__ep_params_t *params = &ep->params;
+    struct fi_av_attr av_attr;
+    struct fi_cq_attr cq_attr;
+    int ret;
+
+    ep->ops = calloc(params->ops_inflight, sizeof(*ep->ops));
+    if (ep->ops == NULL)
+        return ofccl__fail(log, OFCCL__SUB_PROV, e, OFCCL_ERR_NO_MEMORY,
+                           "out of memory for %u op descriptors", params->ops_inflight);
+    for (unsigned i = params->ops_inflight; i-- > 0;) {
+        ep->ops[i].next = ep->free_ops;
+        ep->free_ops = &ep->ops[i];
+    }
+    if (prov->caps.rx_cq_data) {
+        ep->n_rx = params->rx_posted ? params->rx_posted : DEFAULT_RX_POSTED;
+        ep->rx = calloc(ep->n_rx, sizeof(*ep->rx));
+        if (ep->rx == NULL)
+            return ofccl__fail(log, OFCCL__SUB_PROV, e, OFCCL_ERR_NO_MEMORY,
+                               "out of memory for %u receive descriptors", ep->n_rx);
+    }
+
+    ret = fi_endpoint(prov->domain, prov->info, &ep->ep, NULL);
+    if (ret != 0)
+        return ofccl__fail(log, OFCCL__SUB_PROV, e, OFCCL_ERR_PROVIDER,
+                           "rank %d: fi_endpoint on %s failed: %s", params->rank, prov->caps.name,
+                           fi_strerror(-ret));
+    memset(&av_attr, 0, sizeof(av_attr));
+    /* FI_AV_TABLE: the fi_addr of the n-th insert is n, so fi_addr == rank. */
+    av_attr.type = FI_AV_TABLE;
+    av_attr.count = (size_t)params->size;
+    ret = fi_av_open(prov->domain, &av_attr, &ep->av, NULL);
+    if (ret != 0)
+        return ofccl__fail(log, OFCCL__SUB_PROV, e, OFCCL_ERR_PROVIDER,
+                           "rank %d: fi_av_open(FI_AV_TABLE) failed: %s", params->rank,
+                           fi_strerror(-ret));
+    memset(&cq_attr, 0, sizeof(cq_attr));
+    cq_attr.format = FI_CQ_FORMAT_DATA;
+    cq_attr.wait_obj = FI_WAIT_NONE;
+    ret = fi_cq_open(prov->domain, &cq_attr, &ep->cq, NULL);
+    if (ret != 0)
+        return ofccl__fail(log, OFCCL__SUB_PROV, e, OFCCL_ERR_PROVIDER,
+                           "rank %d: fi_cq_open failed: %s", params->rank, fi_strerror(-ret));
+    if (prov->caps.quirks & OFCCL__Q_NAME_PER_PROCESS) {
+        /* The provider derives names from the pid and a per-domain index, so a
+         * second context's endpoint would take the first one's name and clobber
+         * the region its peers are writing into. A process-wide counter keeps
+         * every endpoint's name unique. */
+        static atomic_uint seq;
+        char name[64];
+        snprintf(name, sizeof(name), "ofccl_%d_%u", (int)getpid(), atomic_fetch_add(&seq, 1));
+        ret = fi_setname(&ep->ep->fid, name, strlen(name) + 1);
+        if (ret != 0)
+            return ofccl__fail(log, OFCCL__SUB_PROV, e, OFCCL_ERR_PROVIDER,
+                               "rank %d: naming the %s endpoint '%s' failed: %s", params->rank,
+                               prov->caps.name, name, fi_strerror(-ret));
+    }
+    ret = fi_ep_bind(ep->ep, &ep->av->fid, 0);
+    if (ret == 0)
+        ret = fi_ep_bind(ep->ep, &ep->cq->fid, FI_TRANSMIT | FI_RECV);
+    if (ret == 0)
+        ret = fi_enable(ep->ep);
+    if (ret != 0)
+        return ofccl__fail(log, OFCCL__SUB_PROV, e, OFCCL_ERR_PROVIDER,
+                           "rank %d: binding/enabling the endpoint failed: %s", params->rank,
+                           fi_strerror(-ret));
+    if (prov->caps.mr_local) {
+        /* Atomic operands and fetch results live in the descriptors. */
+        ret = ofccl__mr_reg_raw(ep, ep->ops, params->ops_inflight * sizeof(*ep->ops),
+                                FI_READ | FI_WRITE, &ep->ops_mr, NULL, e);
+        if (ret != 0)
+            return ret;
+        ep->ops_desc = fi_mr_desc(ep->ops_mr);
+    }
+    return post_initial_receives(ep, e);
+}
+
+int ofccl__ep_open(ofccl__prov_t *prov, const ofccl__ep_params_t *params, ofccl__ep_t **out,
+                   ofccl__err_t *e)
+{
+    const ofccl__log_t *log = prov ? prov->log : NULL;
+    ofccl__ep_t *ep;
+    int ret;
+
+    if (prov == NULL || params == NULL || out == NULL || params->size <= 0 || params->rank < 0 ||
+        params->rank >= params->size || params->ops_inflight == 0)
+        return ofccl__fail(log, OFCCL__SUB_PROV, e, OFCCL_ERR_INVALID_ARG,
+                           "endpoint: bad parameters (rank %d, size %d, ops_inflight %u)",
+                           params ? params->rank : -1, params ? params->size : -1,
+                           params ? params->ops_inflight : 0);
+    ep = calloc(1, sizeof(*ep));
+    if (ep == NULL)
+        return ofccl__fail(log, OFCCL__SUB_PROV, e, OFCCL_ERR_NO_MEMORY, "out of memory");
+    ep->prov = prov;
+    ep->params = *params;
+    pthread_mutex_init(&ep->lock, NULL);
+    ret = ep_setup(ep, e);
+    if (ret != 0) {
+        ep_destroy(ep);
+        return ret;
+    }
+    pthread_mutex_lock(&prov->lock);
+    prov->n_eps++;
+    pthread_mutex_unlock(&prov->lock);
+    *out = ep;
+    return 0;
+}
+
+int ofccl__ep_close(ofccl__ep_t *ep)
+{
+    ofccl__prov_t *prov;
+    unsigned n_mrs;
+
+    if (ep == NULL)
+        return 0;
+    prov = ep->prov;
+    pthread_mutex_lock(&ep->lock);
+    n_mrs = ep->n_mrs;
+    pthread_mutex_unlock(&ep->lock);
+    if (n_mrs > 0)
+        return ofccl__fail(prov->log, OFCCL__SUB_PROV, NULL, OFCCL_ERR_BUSY,
+                           "rank %d: endpoint still has %u registered memory region(s)",
+                           ep->params.rank, n_mrs);
+    pthread_mutex_lock(&prov->lock);
+    prov->n_eps--;
+    pthread_mutex_unlock(&prov->lock);
+    /* Ops still in flight are dropped with the endpoint (the abort path). */
+    return ep_destroy(ep);
+}
+
+int ofccl__ep_name(ofccl__ep_t *ep, void *buf, size_t *len, ofccl__err_t *e)
+{
+    size_t n;
+    int ret;
+
+    if (ep == NULL || buf == NULL || len == NULL)
+        return ofccl__fail(ep ? ep->prov->log : NULL, OFCCL__SUB_PROV, e, OFCCL_ERR_INVALID_ARG,
+                           "ofccl__ep_name: bad arguments");
+    n = *len;
+    ret = fi_getname(&ep->ep->fid, buf, &n);
+    if (ret == -FI_ETOOSMALL)
+        return ofccl__fail(ep->prov->log, OFCCL__SUB_PROV, e, OFCCL_ERR_INVALID_ARG,
+                           "rank %d: endpoint name needs %zu bytes, buffer has %zu",
+                           ep->params.rank, n, *len);
+    if (ret != 0)
+        return ofccl__fail(ep->prov->log, OFCCL__SUB_PROV, e, OFCCL_ERR_PROVIDER,
+                           "rank %d: fi_getname failed: %s", ep->params.rank, fi_strerror(-ret));
+    *len = n;
+    return 0;
+}
+
+int ofccl__ep_insert_peers(ofccl__ep_t *ep, const void *names, size_t stride, const size_t *lens,
+                           int n, ofccl__err_t *e)
+{
+    const ofccl__log_t *log = ep ? ep->prov->log : NULL;
+
+    if (ep == NULL || names == NULL || lens == NULL)
+        return ofccl__fail(log, OFCCL__SUB_PROV, e, OFCCL_ERR_INVALID_ARG,
+                           "ofccl__ep_insert_peers: bad arguments");
+    if (ep->peers_inserted)
+        return ofccl__fail(log, OFCCL__SUB_PROV, e, OFCCL_ERR_STATE,
+                           "rank %d: peers were already inserted into this endpoint's AV",
+                           ep->params.rank);
+    if (n != ep->params.size)
+        return ofccl__fail(log, OFCCL__SUB_PROV, e, OFCCL_ERR_INVALID_ARG,
+                           "rank %d: %d names given for a communicator of %d ranks",
+                           ep->params.rank, n, ep->params.size);
+    /* libfabric 1.17's shm keys its name map on the pointer it is given (it
+     * does not copy the string): the names must outlive the AV, so the
+     * endpoint keeps its own copy, NUL-terminated, until it closes. */
+    ep->names = calloc((size_t)n, stride + 1);
+    if (ep->names == NULL)
+        return ofccl__fail(log, OFCCL__SUB_PROV, e, OFCCL_ERR_NO_MEMORY,
+                           "rank %d: no memory for %d peer names", ep->params.rank, n);
+    for (int r = 0; r < n; r++) {
+        char *name = ep->names + (size_t)r * (stride + 1);
+        fi_addr_t addr = FI_ADDR_NOTAVAIL;
+        int ret;
+
+        /* Names come from peers through the bootstrap: never trust their length. */
+        if (lens[r] == 0 || lens[r] > stride)
+            return ofccl__fail(log, OFCCL__SUB_PROV, e, OFCCL_ERR_CORRUPT,
+                               "rank %d: name of peer %d has length %zu (slot is %zu bytes)",
+                               ep->params.rank, r, lens[r], stride);
+        memcpy(name, (const char *)names + (size_t)r * stride, lens[r]);
+        ret = fi_av_insert(ep->av, name, 1, &addr, 0, NULL);
+        if (ret != 1)
+            return ofccl__fail(log, OFCCL__SUB_PROV, e, OFCCL_ERR_PROVIDER,
+                               "rank %d: inserting the address of peer %d failed: %s",
+                               ep->params.rank, r,
+                               ret < 0 ? fi_strerror(-ret) : "address rejected");
+        if (addr != (fi_addr_t)r)
+            return ofccl__fail(log, OFCCL__SUB_PROV, e, OFCCL_ERR_INTERNAL,
+                               "rank %d: peer %d got AV index %" PRIu64 " (FI_AV_TABLE order "
+                               "broken)",
+                               ep->params.rank, r, (uint64_t)addr);
+    }
+    ep->peers_inserted = true;
+    return 0;
+}
+
+unsigned ofccl__ep_pending(const ofccl__ep_t *ep)
+{
+    unsigned n;
+
+    pthread_mutex_lock((pthread_mutex_t *)&ep->lock);
+    n = ep->pending;
+    pthread_mutex_unlock((pthread_mutex_t *)&ep->lock);
+    return n;
+}
+
+const ofccl__prov_caps_t *ofccl__ep_caps(const ofccl__ep_t *ep)
+{
+    return &ep->prov->caps;
+}
