@@ -555,11 +555,14 @@ static void complete(ofccl__req_t *r)
     r->state = OFCCL__REQ_DONE;
 }
 
-/* Atomic path: delivered writes whose signal (or descriptor count) is not posted yet. */
+/* Not complete while a delivered write's signal (atomic path) is not posted yet,
+ * or while a descriptor we are owed has not arrived: even a collective with
+ * nothing to send must consume it, or it would be mistaken for the next
+ * collective's on this slot. */
 static int signals_owed(const ofccl__req_t *r)
 {
     for (int p = 0; p < r->comm->size; p++)
-        if (r->sig_mask[p])
+        if (r->sig_mask[p] || (r->i_write_to[p] && !r->peer_ready[p]))
             return 1;
     return 0;
 }
