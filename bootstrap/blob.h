@@ -27,8 +27,8 @@ enum ofccl__blob_kind {
 
 /* Encode into out[cap]; returns the total length, or 0 if it does not fit or
  * len > OFCCL__BLOB_MAX_PAYLOAD. */
-size_t ofccl__blob_encode(void *out, size_t cap, uint16_t kind, uint32_t rank,
-                          const void *payload, size_t len);
+size_t ofccl__blob_encode(void *out, size_t cap, uint16_t kind, uint32_t rank, const void *payload,
+                          size_t len);
 /* Validate blob in[inlen] claimed to come from `from_rank` and of `kind`; on
  * success point *payload into `in` and set *len. Fails with OFCCL_ERR_CORRUPT
  * (or OFCCL_ERR_MISMATCH for a version mismatch) naming from_rank. */

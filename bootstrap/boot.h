@@ -32,15 +32,15 @@ struct ofccl__boot {
     int rank, size;
     int local_rank, local_size;
     char hostname[64];
-    char job[64];        /* PMIx namespace, "tcp:<root>", or "singleton" */
+    char job[64]; /* PMIx namespace, "tcp:<root>", or "singleton" */
     uint64_t timeout_ms;
     const ofccl__log_t *log;
-    uint64_t seq;        /* exchanges done so far (makes keys unique) */
+    uint64_t seq; /* exchanges done so far (makes keys unique) */
     void *impl;
 };
 
 typedef struct ofccl__boot_params {
-    const char *method;        /* "auto", "pmix", "tcp", "singleton" */
+    const char *method; /* "auto", "pmix", "tcp", "singleton" */
     uint64_t timeout_ms;
     const char *root;          /* TCP rendezvous "host:port" ("" = unset) */
     int rank;                  /* TCP rendezvous rank (-1 = unset) */

@@ -62,8 +62,8 @@ static size_t shard(size_t count, int r, size_t *first)
     return count - *first < c ? count - *first : c;
 }
 
-static int run(ofccl_comm_t *comm, int coll, ofccl_dtype_t dt, size_t bytes, int iters,
-               double *us, long *wrong)
+static int run(ofccl_comm_t *comm, int coll, ofccl_dtype_t dt, size_t bytes, int iters, double *us,
+               long *wrong)
 {
     size_t es = dt == OFCCL_F32 ? 4 : 2, total = bytes / es, used = 0;
     ofccl_tensor_t t[NT];
@@ -116,7 +116,8 @@ static int run(ofccl_comm_t *comm, int coll, ofccl_dtype_t dt, size_t bytes, int
                     mag += fabs(value(r, k, first + j));
                 }
                 /* f32: exact; bf16: one rounding per reduction step */
-                *wrong += fabs(get(dt, t[k].shard, j) - ref) > (dt == OFCCL_F32 ? 0 : mag * size / 128.0);
+                *wrong +=
+                    fabs(get(dt, t[k].shard, j) - ref) > (dt == OFCCL_F32 ? 0 : mag * size / 128.0);
             }
         }
     }
@@ -151,8 +152,8 @@ int main(int argc, char **argv)
     if (rank == 0)
         printf("# ofccl %s: %d ranks, provider %s; buckets of %d uneven tensors, checked\n"
                "# %-4s %12s %5s %5s %11s %10s %10s %7s\n",
-               ofccl_version_string(), size, ofccl_ctx_provider(ctx), NT, "coll", "size(B)",
-               "type", "redop", "time(us)", "algbw", "busbw", "#wrong");
+               ofccl_version_string(), size, ofccl_ctx_provider(ctx), NT, "coll", "size(B)", "type",
+               "redop", "time(us)", "algbw", "busbw", "#wrong");
     for (int coll = 0; coll < 2; coll++)
         for (int d = 0; d < 2; d++)
             for (size_t bytes = 64u << 10; bytes <= max_bytes; bytes *= 4) {
@@ -170,14 +171,15 @@ int main(int argc, char **argv)
                 if (rank == 0)
                     printf("  %-4s %12zu %5s %5s %11.1f %10.3f %10.3f %7ld\n",
                            coll == 0 ? "ag" : "rs", bytes, d == 0 ? "f32" : "bf16",
-                           coll == 0 ? "-" : "sum", us, algbw,
-                           algbw * (size - 1) / (double)size, wrong);
+                           coll == 0 ? "-" : "sum", us, algbw, algbw * (size - 1) / (double)size,
+                           wrong);
             }
     rc = ofccl_barrier(comm);
     ofccl_comm_destroy(comm);
     ofccl_ctx_destroy(ctx);
     if (rank == 0)
-        printf("# %s\n", total_wrong || rc ? "FAILED" : "all elements correct on rank 0 "
-                                                        "(every rank checks its own)");
+        printf("# %s\n", total_wrong || rc ? "FAILED"
+                                           : "all elements correct on rank 0 "
+                                             "(every rank checks its own)");
     return total_wrong || rc ? 1 : 0;
 }

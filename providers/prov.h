@@ -26,19 +26,19 @@ typedef struct ofccl__prov_caps {
     bool strict;     /* strict (verbs-like) mode is in force */
 
     /* memory registration (what the provider demands, plus strict mode) */
-    bool virt_addr;     /* remote addresses are virtual addresses; else offsets */
-    bool prov_key;      /* keys are chosen by the provider (read back after reg) */
-    bool mr_local;      /* local buffers must be registered and their desc passed */
-    bool mr_endpoint;   /* regions are bound to an endpoint */
-    bool mr_allocated;  /* only allocated (backed) memory may be registered */
-    bool mr_raw;        /* keys larger than 64 bits: not supported by ofccl, rejected */
-    size_t key_size;    /* bytes of key the provider uses (<= 8) */
+    bool virt_addr;    /* remote addresses are virtual addresses; else offsets */
+    bool prov_key;     /* keys are chosen by the provider (read back after reg) */
+    bool mr_local;     /* local buffers must be registered and their desc passed */
+    bool mr_endpoint;  /* regions are bound to an endpoint */
+    bool mr_allocated; /* only allocated (backed) memory may be registered */
+    bool mr_raw;       /* keys larger than 64 bits: not supported by ofccl, rejected */
+    size_t key_size;   /* bytes of key the provider uses (<= 8) */
 
     /* signalling */
-    size_t cq_data_size; /* bytes of remote CQ data ofccl may use (4 in strict mode) */
-    bool rx_cq_data;     /* remote CQ data consumes a posted receive (FI_RX_CQ_DATA) */
-    bool atomic_u64_sum; /* 64-bit unsigned FI_SUM atomics are valid on this domain */
-    bool atomic_native;  /* false when a utility provider emulates atomics in software */
+    size_t cq_data_size;    /* bytes of remote CQ data ofccl may use (4 in strict mode) */
+    bool rx_cq_data;        /* remote CQ data consumes a posted receive (FI_RX_CQ_DATA) */
+    bool atomic_u64_sum;    /* 64-bit unsigned FI_SUM atomics are valid on this domain */
+    bool atomic_native;     /* false when a utility provider emulates atomics in software */
     bool delivery_complete; /* FI_DELIVERY_COMPLETE accepted on transmit ops */
 
     /* ordering and sizes */
@@ -51,17 +51,19 @@ typedef struct ofccl__prov_caps {
 
 /* ---- quirk table: one row per provider (data, not #ifdefs) ---- */
 enum ofccl__quirk_flag {
-    OFCCL__Q_CQDATA_4 = 1u << 0,          /* use at most 4 bytes of CQ data (IB immediate) */
-    OFCCL__Q_ATOMIC_EMULATED = 1u << 1,   /* atomics done in software by the utility layer */
-    OFCCL__Q_LOOPBACK_DOMAIN = 1u << 2,   /* has a loopback domain ("lo") for one-host jobs */
-    OFCCL__Q_DEPRECATED = 1u << 3,        /* works, but slow / for debugging only */
-    OFCCL__Q_STRICT_CAPABLE = 1u << 4,    /* strict (verbs-like) mode can be emulated on it */
-    OFCCL__Q_NEEDS_RX_CQ_DATA = 1u << 5,  /* requires posted receives for remote CQ data */
-    OFCCL__Q_NEEDS_MR_LOCAL = 1u << 6,    /* requires FI_MR_LOCAL in practice */
-    OFCCL__Q_INTRA_NODE_ONLY = 1u << 7,   /* reaches only processes on this host */
+    OFCCL__Q_CQDATA_4 = 1u << 0,         /* use at most 4 bytes of CQ data (IB immediate) */
+    OFCCL__Q_ATOMIC_EMULATED = 1u << 1,  /* atomics done in software by the utility layer */
+    OFCCL__Q_LOOPBACK_DOMAIN = 1u << 2,  /* has a loopback domain ("lo") for one-host jobs */
+    OFCCL__Q_DEPRECATED = 1u << 3,       /* works, but slow / for debugging only */
+    OFCCL__Q_STRICT_CAPABLE = 1u << 4,   /* strict (verbs-like) mode can be emulated on it */
+    OFCCL__Q_NEEDS_RX_CQ_DATA = 1u << 5, /* requires posted receives for remote CQ data */
+    OFCCL__Q_NEEDS_MR_LOCAL = 1u << 6,   /* requires FI_MR_LOCAL in practice */
+    OFCCL__Q_INTRA_NODE_ONLY = 1u << 7,  /* reaches only processes on this host */
     OFCCL__Q_PREFER_OFFSETS = 1u << 8,
-    OFCCL__Q_NAME_PER_PROCESS = 1u << 9,  /* default endpoint names collide within a process */
-    OFCCL__Q_NO_DC_ATOMIC = 1u << 10,     /* delivery-complete non-fetching atomics misbehave */    /* offer offset addressing first (see its row's note) */
+    OFCCL__Q_NAME_PER_PROCESS = 1u << 9, /* default endpoint names collide within a process */
+    OFCCL__Q_NO_DC_ATOMIC = 1u << 10,
+    /* delivery-complete non-fetching atomics misbehave */ /* offer offset addressing first (see its
+                                                              row's note) */
 };
 
 typedef struct ofccl__quirk {
@@ -120,10 +122,10 @@ void ofccl__prov_caps_format(const ofccl__prov_caps_t *caps, char *buf, size_t l
 typedef struct ofccl__ep ofccl__ep_t;
 
 typedef struct ofccl__ep_params {
-    int rank;            /* this process's rank in the communicator (for messages) */
-    int size;            /* ranks in the communicator = AV entries */
+    int rank;              /* this process's rank in the communicator (for messages) */
+    int size;              /* ranks in the communicator = AV entries */
     unsigned ops_inflight; /* op descriptors (in flight + EAGAIN retry queue) */
-    unsigned rx_posted;  /* receives kept posted when caps.rx_cq_data */
+    unsigned rx_posted;    /* receives kept posted when caps.rx_cq_data */
 } ofccl__ep_params_t;
 
 int ofccl__ep_open(ofccl__prov_t *prov, const ofccl__ep_params_t *params, ofccl__ep_t **out,
@@ -139,10 +141,10 @@ int ofccl__ep_insert_peers(ofccl__ep_t *ep, const void *names, size_t stride, co
 
 /* ---- memory registration ---- */
 enum ofccl__access {
-    OFCCL__ACC_LOCAL = 1u << 0,        /* source of local writes / atomics operands */
-    OFCCL__ACC_REMOTE_WRITE = 1u << 1, /* peers write into it */
-    OFCCL__ACC_REMOTE_READ = 1u << 2,  /* peers read from it */
-    OFCCL__ACC_REMOTE_ATOMIC = 1u << 3,/* peers do atomics on it (implies remote write+read) */
+    OFCCL__ACC_LOCAL = 1u << 0,         /* source of local writes / atomics operands */
+    OFCCL__ACC_REMOTE_WRITE = 1u << 1,  /* peers write into it */
+    OFCCL__ACC_REMOTE_READ = 1u << 2,   /* peers read from it */
+    OFCCL__ACC_REMOTE_ATOMIC = 1u << 3, /* peers do atomics on it (implies remote write+read) */
 };
 
 typedef struct ofccl__mr {
@@ -152,7 +154,7 @@ typedef struct ofccl__mr {
     uint64_t key;  /* remote key to advertise */
     uint64_t base; /* remote base to advertise: addr when caps.virt_addr, else 0 */
     unsigned access;
-    void *fid;     /* struct fid_mr *, opaque above this layer */
+    void *fid; /* struct fid_mr *, opaque above this layer */
     ofccl__ep_t *ep;
 } ofccl__mr_t;
 
@@ -189,8 +191,8 @@ int ofccl__ep_writedata(ofccl__ep_t *ep, int peer, const void *src, size_t len,
  * follows the write with a zero-length read from the same peer, whose completion
  * orders after it). Used by the atomic signal path before counting a unit. */
 int ofccl__ep_write_dc(ofccl__ep_t *ep, int peer, const void *src, size_t len,
-                       const ofccl__mr_t *lmr, const ofccl__rkey_t *rk, uint64_t roff,
-                       void *op_ctx, ofccl__err_t *e);
+                       const ofccl__mr_t *lmr, const ofccl__rkey_t *rk, uint64_t roff, void *op_ctx,
+                       ofccl__err_t *e);
 /* 64-bit unsigned atomic add of `value` at the 8-byte-aligned remote offset.
  * Its completion means the add has been applied at the target (delivery
  * complete, or a fetching atomic where that is not available). */

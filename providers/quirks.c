@@ -27,8 +27,7 @@ const ofccl__quirk_t ofccl__quirks[] = {
          OFCCL__Q_NEEDS_MR_LOCAL,
      "InfiniBand/RoCE: immediate data is 32 bits; write-with-immediate consumes a posted "
      "receive (FI_RX_CQ_DATA); verbs requires FI_MR_LOCAL; rxm applies atomics in software"},
-    {"sockets", "sockets",
-     OFCCL__Q_DEPRECATED | OFCCL__Q_LOOPBACK_DOMAIN | OFCCL__Q_STRICT_CAPABLE,
+    {"sockets", "sockets", OFCCL__Q_DEPRECATED | OFCCL__Q_LOOPBACK_DOMAIN | OFCCL__Q_STRICT_CAPABLE,
      "deprecated by libfabric in favour of tcp; meant for development and debugging; has an "
      "'lo' domain"},
     {"efa", "efa", OFCCL__Q_CQDATA_4 | OFCCL__Q_ATOMIC_EMULATED,

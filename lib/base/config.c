@@ -11,7 +11,7 @@
 extern char **environ;
 
 const ofccl__cfg_param_t ofccl__cfg_params[OFCCL__CFG_COUNT] = {
-#define OFCCL__X_PARAM(id, type, def, allowed, min, max, help)                                    \
+#define OFCCL__X_PARAM(id, type, def, allowed, min, max, help)                                     \
     {#id, OFCCL__CT_##type, def, allowed, min, max, help},
     OFCCL__CONFIG_TABLE(OFCCL__X_PARAM)
 #undef OFCCL__X_PARAM
@@ -76,10 +76,17 @@ static int parse_int(const char *t, int with_suffix, int64_t *out)
         return -1;
     if (with_suffix && *end) {
         switch (toupper((unsigned char)*end)) {
-        case 'K': mul = 1ll << 10; break;
-        case 'M': mul = 1ll << 20; break;
-        case 'G': mul = 1ll << 30; break;
-        default: return -1;
+        case 'K':
+            mul = 1ll << 10;
+            break;
+        case 'M':
+            mul = 1ll << 20;
+            break;
+        case 'G':
+            mul = 1ll << 30;
+            break;
+        default:
+            return -1;
         }
         end++;
         if (toupper((unsigned char)*end) == 'I')
@@ -155,9 +162,12 @@ int ofccl__config_parse(int id, const char *text, ofccl__cfg_value_t *out, ofccl
         break;
     }
     if (bad) {
-        static const char *const what[] = {"0|1|true|false|yes|no|on|off", "an integer",
-                                           "a size in bytes (K/M/G suffixes allowed)", NULL,
-                                           NULL, NULL};
+        static const char *const what[] = {"0|1|true|false|yes|no|on|off",
+                                           "an integer",
+                                           "a size in bytes (K/M/G suffixes allowed)",
+                                           NULL,
+                                           NULL,
+                                           NULL};
         const char *allowed = what[p->type] ? what[p->type] : p->allowed;
         if (p->type == OFCCL__CT_LIST)
             return ofccl__fail(NULL, OFCCL__SUB_CORE, e, OFCCL_ERR_CONFIG,
@@ -276,7 +286,8 @@ void ofccl__config_launcher_env(char *buf, size_t len)
             continue;
         for (size_t k = 0; k < OFCCL__ARRAY_LEN(prefixes); k++) {
             /* OMPI_ALLOW_RUN_AS_ROOT* and OMPI_MCA_* are user settings, not a launch. */
-            if (strncmp(*ep, "OMPI_ALLOW_RUN_AS_ROOT", 22) == 0 || strncmp(*ep, "OMPI_MCA_", 9) == 0)
+            if (strncmp(*ep, "OMPI_ALLOW_RUN_AS_ROOT", 22) == 0 ||
+                strncmp(*ep, "OMPI_MCA_", 9) == 0)
                 break;
             if (strncmp(*ep, prefixes[k], strlen(prefixes[k])) == 0) {
                 append_name(buf, len, *ep, (size_t)(eq - *ep));

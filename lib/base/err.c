@@ -5,8 +5,8 @@
 
 #include "util.h"
 
-int ofccl__fail(const ofccl__log_t *lg, unsigned subsys, ofccl__err_t *e, int code,
-                const char *fmt, ...)
+int ofccl__fail(const ofccl__log_t *lg, unsigned subsys, ofccl__err_t *e, int code, const char *fmt,
+                ...)
 {
     char msg[OFCCL__ERRMSG_LEN];
     va_list ap;

@@ -15,8 +15,8 @@ typedef struct ofccl__err {
 
 /* Record `code` and the formatted message in `e` (if not NULL), log it at warn
  * level under `subsys` (only if `lg` is not NULL), and return `code`. */
-int ofccl__fail(const ofccl__log_t *lg, unsigned subsys, ofccl__err_t *e, int code,
-                const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+int ofccl__fail(const ofccl__log_t *lg, unsigned subsys, ofccl__err_t *e, int code, const char *fmt,
+                ...) __attribute__((format(printf, 5, 6)));
 void ofccl__err_clear(ofccl__err_t *e);
 /* Copy a message into a caller's buffer, truncating safely. */
 void ofccl__err_copy(char *dst, size_t dstlen, const char *src);

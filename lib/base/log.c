@@ -30,12 +30,18 @@ int ofccl__log_enabled(const ofccl__log_t *lg, int level, unsigned subsys)
 const char *ofccl__log_subsys_name(unsigned subsys)
 {
     switch (subsys) {
-    case OFCCL__SUB_CORE: return "core";
-    case OFCCL__SUB_COLL: return "coll";
-    case OFCCL__SUB_PROV: return "prov";
-    case OFCCL__SUB_BOOT: return "boot";
-    case OFCCL__SUB_MEM: return "mem";
-    default: return "?";
+    case OFCCL__SUB_CORE:
+        return "core";
+    case OFCCL__SUB_COLL:
+        return "coll";
+    case OFCCL__SUB_PROV:
+        return "prov";
+    case OFCCL__SUB_BOOT:
+        return "boot";
+    case OFCCL__SUB_MEM:
+        return "mem";
+    default:
+        return "?";
     }
 }
 

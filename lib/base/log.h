@@ -23,11 +23,11 @@ enum ofccl__log_subsys {
 };
 
 typedef struct ofccl__log {
-    int level;         /* enum ofccl__log_level */
-    unsigned subsys;   /* mask of enum ofccl__log_subsys */
+    int level;       /* enum ofccl__log_level */
+    unsigned subsys; /* mask of enum ofccl__log_subsys */
     char host[64];
     int pid;
-    int rank;          /* -1 until known */
+    int rank; /* -1 until known */
 } ofccl__log_t;
 
 /* A logger that prints warnings for every subsystem; rank unknown. */

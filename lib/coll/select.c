@@ -10,7 +10,8 @@ const ofccl__algo_t *ofccl__algo_select(const ofccl_comm_t *comm, int coll, size
 {
     int id = (int)ofccl__cfg_int(&comm->ctx->cfg,
                                  coll == OFCCL__AG ? OFCCL__CFG_ALGO_AG : OFCCL__CFG_ALGO_RS);
-    int ring = id == 2 || (id == 0 && comm->size >= RING_MIN_RANKS && block_bytes >= RING_MIN_BLOCK);
+    int ring =
+        id == 2 || (id == 0 && comm->size >= RING_MIN_RANKS && block_bytes >= RING_MIN_BLOCK);
 
     if (coll == OFCCL__AG)
         return ring ? &ofccl__ag_ring : &ofccl__ag_direct;

@@ -55,14 +55,7 @@ static int ofccl_barrier_unlocked(ofccl_comm_t *comm)
 /* Public entry points: the same calls under the context lock (progress.c). */
 int ofccl_barrier(ofccl_comm_t *comm)
 {
-    ofccl_ctx_t *ctx;
-    int rc;
-
     if (comm == NULL)
         return OFCCL_ERR_INVALID_ARG;
-    ctx = comm->ctx;
-    ofccl__ctx_lock(ctx);
-    rc = ofccl_barrier_unlocked(comm);
-    ofccl__ctx_unlock(ctx);
-    return rc;
+    OFCCL__LOCKED(comm->ctx, ofccl_barrier_unlocked(comm));
 }

@@ -119,16 +119,16 @@ static int bucket_setup(ofccl_comm_t *comm, const char *what, const ofccl_tensor
                                 "%s: unsupported dtype %d (supported: f32, f64, bf16, f16)", what,
                                 (int)dtype);
     if (ntensors < 0 || (ntensors > 0 && tensors == NULL))
-        return ofccl__comm_fail(comm, OFCCL_ERR_INVALID_ARG, "%s: %d tensors at %p", what,
-                                ntensors, (const void *)tensors);
+        return ofccl__comm_fail(comm, OFCCL_ERR_INVALID_ARG, "%s: %d tensors at %p", what, ntensors,
+                                (const void *)tensors);
     for (int t = 0; t < ntensors; t++) {
         const ofccl_tensor_t *x = &tensors[t];
         size_t c = chunk_of(x->count, n);
         if (x->count > SIZE_MAX / 2 / esize || total > SIZE_MAX / 2 / (size_t)n - c * esize)
             return ofccl__comm_fail(comm, OFCCL_ERR_INVALID_ARG,
                                     "%s: tensor %d: count %zu overflows", what, t, x->count);
-        if (x->count > 0 && (x->full == NULL ||
-                             (x->shard == NULL && shard_len(x->count, n, comm->rank) > 0)))
+        if (x->count > 0 &&
+            (x->full == NULL || (x->shard == NULL && shard_len(x->count, n, comm->rank) > 0)))
             return ofccl__comm_fail(comm, OFCCL_ERR_INVALID_ARG,
                                     "%s: tensor %d (%zu elements) has a NULL %s pointer", what, t,
                                     x->count, x->full == NULL ? "full" : "shard");
@@ -139,8 +139,8 @@ static int bucket_setup(ofccl_comm_t *comm, const char *what, const ofccl_tensor
         /* Grow-only per slot: steady-state training posts allocate nothing. */
         ofccl_tensor_t *p = realloc(r->tensors, sizeof(*p) * (size_t)ntensors);
         if (p == NULL)
-            return ofccl__comm_fail(comm, OFCCL_ERR_NO_MEMORY, "%s: no memory for %d tensors",
-                                    what, ntensors);
+            return ofccl__comm_fail(comm, OFCCL_ERR_NO_MEMORY, "%s: no memory for %d tensors", what,
+                                    ntensors);
         r->tensors = p;
         r->tcap = ntensors;
     }
@@ -157,7 +157,7 @@ static int bucket_setup(ofccl_comm_t *comm, const char *what, const ofccl_tensor
 }
 
 static int ofccl_bucket_allgather_unlocked(ofccl_comm_t *comm, const ofccl_tensor_t *tensors, int n,
-                           ofccl_dtype_t dtype, ofccl_req_t **req)
+                                           ofccl_dtype_t dtype, ofccl_req_t **req)
 {
     ofccl__req_t *r;
     int rc;
@@ -192,8 +192,9 @@ static int ofccl_bucket_allgather_unlocked(ofccl_comm_t *comm, const ofccl_tenso
     return 0;
 }
 
-static int ofccl_bucket_reduce_scatter_unlocked(ofccl_comm_t *comm, const ofccl_tensor_t *tensors, int n,
-                                ofccl_dtype_t dtype, ofccl_redop_t op, ofccl_req_t **req)
+static int ofccl_bucket_reduce_scatter_unlocked(ofccl_comm_t *comm, const ofccl_tensor_t *tensors,
+                                                int n, ofccl_dtype_t dtype, ofccl_redop_t op,
+                                                ofccl_req_t **req)
 {
     ofccl__req_t *r;
     int rc;
@@ -239,29 +240,16 @@ static int ofccl_bucket_reduce_scatter_unlocked(ofccl_comm_t *comm, const ofccl_
 int ofccl_bucket_allgather(ofccl_comm_t *comm, const ofccl_tensor_t *tensors, int n,
                            ofccl_dtype_t dtype, ofccl_req_t **req)
 {
-    ofccl_ctx_t *ctx;
-    int rc;
-
     if (comm == NULL)
         return OFCCL_ERR_INVALID_ARG;
-    ctx = comm->ctx;
-    ofccl__ctx_lock(ctx);
-    rc = ofccl_bucket_allgather_unlocked(comm, tensors, n, dtype, req);
-    ofccl__ctx_unlock(ctx);
-    return rc;
+    OFCCL__LOCKED(comm->ctx, ofccl_bucket_allgather_unlocked(comm, tensors, n, dtype, req));
 }
 
 int ofccl_bucket_reduce_scatter(ofccl_comm_t *comm, const ofccl_tensor_t *tensors, int n,
                                 ofccl_dtype_t dtype, ofccl_redop_t op, ofccl_req_t **req)
 {
-    ofccl_ctx_t *ctx;
-    int rc;
-
     if (comm == NULL)
         return OFCCL_ERR_INVALID_ARG;
-    ctx = comm->ctx;
-    ofccl__ctx_lock(ctx);
-    rc = ofccl_bucket_reduce_scatter_unlocked(comm, tensors, n, dtype, op, req);
-    ofccl__ctx_unlock(ctx);
-    return rc;
+    OFCCL__LOCKED(comm->ctx,
+                  ofccl_bucket_reduce_scatter_unlocked(comm, tensors, n, dtype, op, req));
 }

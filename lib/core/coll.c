@@ -121,8 +121,8 @@ static int post_op(ofccl__req_t *r, ofccl__wop_t *w, int kind, const void *src,
     return 0;
 }
 
-int ofccl__coll_put(ofccl__req_t *r, int peer, const void *src, const ofccl__mr_t *mr,
-                    size_t len, uint64_t dst_off, uint32_t unit)
+int ofccl__coll_put(ofccl__req_t *r, int peer, const void *src, const ofccl__mr_t *mr, size_t len,
+                    uint64_t dst_off, uint32_t unit)
 {
     ofccl__wop_t *w;
     int rc;
@@ -135,9 +135,9 @@ int ofccl__coll_put(ofccl__req_t *r, int peer, const void *src, const ofccl__mr_
     w->peer = peer;
     w->unit = unit;
     w->atomic = 0;
-    rc = post_op(r, w, 0, src, mr, len, &r->peer_rk[peer], r->peer_off[peer] + dst_off,
-                 ofccl__sig_encode(OFCCL__SIG_COLL, r->comm->id,
-                                   r->slot | unit << OFCCL__SLOT_BITS));
+    rc = post_op(
+        r, w, 0, src, mr, len, &r->peer_rk[peer], r->peer_off[peer] + dst_off,
+        ofccl__sig_encode(OFCCL__SIG_COLL, r->comm->id, r->slot | unit << OFCCL__SLOT_BITS));
     if (rc == 0) {
         r->inflight[peer]++;
         r->sent[peer]++;
@@ -184,8 +184,8 @@ static uint64_t fingerprint(const ofccl__req_t *r)
         scalar = bits;
     }
     return (uint64_t)r->coll | (uint64_t)r->dtype << 4 |
-           (uint64_t)(r->coll == OFCCL__RS ? r->op.kind : 0) << 8 |
-           (uint64_t)r->algo->id << 12 | scalar << 32;
+           (uint64_t)(r->coll == OFCCL__RS ? r->op.kind : 0) << 8 | (uint64_t)r->algo->id << 12 |
+           scalar << 32;
 }
 
 static int send_descriptors(ofccl__req_t *r)
@@ -301,8 +301,8 @@ static int take_descriptors(ofccl__req_t *r)
                                     field_name(d[1], r->fingerprint), comm->rank);
         if (d[2] != r->count)
             return ofccl__coll_fail(r, OFCCL_ERR_MISMATCH,
-                                    "rank %d posted it with count %llu, rank %d with count %zu",
-                                    p, (unsigned long long)d[2], comm->rank, r->count);
+                                    "rank %d posted it with count %llu, rank %d with count %zu", p,
+                                    (unsigned long long)d[2], comm->rank, r->count);
         r->peer_rk[p] = (ofccl__rkey_t){d[3], d[4], d[5]};
         r->peer_off[p] = d[6];
         r->peer_ready[p] = 1;
@@ -392,9 +392,9 @@ int ofccl__coll_init(ofccl_comm_t *comm)
         r->nwops = (unsigned)n * (depth * 2 + 2);
         r->wops = calloc(r->nwops, sizeof(*r->wops));
         r->srcs = calloc(n, sizeof(*r->srcs));
-        if (!r->writes_to_me || !r->i_write_to || !r->peer_ready || !r->peer_rk ||
-            !r->peer_off || !r->unit_cnt || !r->seen || !r->sent || !r->inflight ||
-            !r->sig_next || !r->sig_mask || !r->wops || !r->srcs)
+        if (!r->writes_to_me || !r->i_write_to || !r->peer_ready || !r->peer_rk || !r->peer_off ||
+            !r->unit_cnt || !r->seen || !r->sent || !r->inflight || !r->sig_next || !r->sig_mask ||
+            !r->wops || !r->srcs)
             return OFCCL_ERR_NO_MEMORY;
     }
     ofccl__comm_set_sink(comm, OFCCL__SIG_COLL, on_coll_signal, comm);
@@ -676,40 +676,21 @@ static int ofccl_req_free_unlocked(ofccl_req_t *req)
 /* Public entry points: the same calls under the context lock (progress.c). */
 int ofccl_progress(ofccl_ctx_t *ctx)
 {
-    int rc;
-
     if (ctx == NULL)
         return OFCCL_ERR_INVALID_ARG;
-    ofccl__ctx_lock(ctx);
-    rc = ofccl_progress_unlocked(ctx);
-    ofccl__ctx_unlock(ctx);
-    return rc;
+    OFCCL__LOCKED(ctx, ofccl_progress_unlocked(ctx));
 }
 
 int ofccl_test(ofccl_req_t *req, int *done)
 {
-    ofccl_ctx_t *ctx;
-    int rc;
-
     if (req == NULL)
         return OFCCL_ERR_INVALID_ARG;
-    ctx = req->comm->ctx;
-    ofccl__ctx_lock(ctx);
-    rc = ofccl_test_unlocked(req, done);
-    ofccl__ctx_unlock(ctx);
-    return rc;
+    OFCCL__LOCKED(req->comm->ctx, ofccl_test_unlocked(req, done));
 }
 
 int ofccl_req_free(ofccl_req_t *req)
 {
-    ofccl_ctx_t *ctx;
-    int rc;
-
     if (req == NULL)
         return OFCCL_ERR_INVALID_ARG;
-    ctx = req->comm->ctx;
-    ofccl__ctx_lock(ctx);
-    rc = ofccl_req_free_unlocked(req);
-    ofccl__ctx_unlock(ctx);
-    return rc;
+    OFCCL__LOCKED(req->comm->ctx, ofccl_req_free_unlocked(req));
 }

@@ -22,9 +22,9 @@
 #include "core.h"
 #include "reduce.h"
 
-#define OFCCL__SLOTS 8          /* collectives outstanding per communicator */
+#define OFCCL__SLOTS 8 /* collectives outstanding per communicator */
 #define OFCCL__SLOT_BITS 3
-#define OFCCL__MAX_UNITS 16384  /* units (chunk x step) one collective may signal */
+#define OFCCL__MAX_UNITS 16384 /* units (chunk x step) one collective may signal */
 #define OFCCL__DESC_WORDS 8
 
 enum ofccl__coll_kind { OFCCL__AG = 1, OFCCL__RS = 2 };
@@ -84,16 +84,16 @@ struct ofccl_req {
     uint64_t fingerprint;
 
     /* memory: source of what this rank sends, destination peers write into */
-    ofccl__mem_ref_t src;  /* AG: own block; RS: n blocks */
-    ofccl__mem_ref_t dst;  /* AG: n blocks (final or staged); RS: staging for peers */
-    ofccl__mem_ref_t fwd;  /* RS ring: reduced partials forwarded to the right */
-    void *out;             /* RS: where the reduced block goes (user recvbuf) */
-    void *copy_out;        /* AG staged: user recvbuf to copy dst into at completion */
-    int staging_idx;       /* staging set held, -1 if none */
-    int bucket;            /* 1: bucket request, copy-in/out to tensors (bucket.c) */
+    ofccl__mem_ref_t src;    /* AG: own block; RS: n blocks */
+    ofccl__mem_ref_t dst;    /* AG: n blocks (final or staged); RS: staging for peers */
+    ofccl__mem_ref_t fwd;    /* RS ring: reduced partials forwarded to the right */
+    void *out;               /* RS: where the reduced block goes (user recvbuf) */
+    void *copy_out;          /* AG staged: user recvbuf to copy dst into at completion */
+    int staging_idx;         /* staging set held, -1 if none */
+    int bucket;              /* 1: bucket request, copy-in/out to tensors (bucket.c) */
     ofccl_tensor_t *tensors; /* bucket: copy of the caller's list (grow-only, per slot) */
     int ntensors, tcap;
-    size_t bucket_stride;  /* bucket: bytes of one rank's padded region */
+    size_t bucket_stride; /* bucket: bytes of one rank's padded region */
 
     /* plan */
     size_t chunk;
@@ -104,25 +104,25 @@ struct ofccl_req {
     uint8_t *i_write_to;   /* [size] 1 if this rank writes into that rank */
 
     /* descriptors received from the ranks this rank writes to */
-    uint8_t *peer_ready;      /* [size] */
-    ofccl__rkey_t *peer_rk;   /* [size] */
-    uint64_t *peer_off;       /* [size] offset of their destination in their region */
+    uint8_t *peer_ready;    /* [size] */
+    ofccl__rkey_t *peer_rk; /* [size] */
+    uint64_t *peer_off;     /* [size] offset of their destination in their region */
     unsigned descs_sent;
 
     /* counters: the whole state of the pipeline */
-    uint32_t *unit_cnt;       /* [MAX_UNITS] arrivals per unit */
-    uint64_t arrived;         /* total arrivals */
-    uint64_t *seen;           /* [size] atomic path: per-writer counter already folded */
-    uint32_t *sent;           /* [size] units posted to that peer */
-    uint32_t *inflight;       /* [size] writes in flight to that peer */
-    uint32_t *sig_next;       /* [size] atomic path: next unit to signal */
-    uint64_t *sig_mask;       /* [size] atomic path: delivered, unsignalled units */
-    uint32_t reduced;         /* RS: units reduced */
-    unsigned ops_out;         /* ops of this request not yet completed */
-    ofccl__wop_t *wops;       /* [size * (depth * 2 + 2)] */
-    const void **srcs;        /* [size] reduction sources */
+    uint32_t *unit_cnt; /* [MAX_UNITS] arrivals per unit */
+    uint64_t arrived;   /* total arrivals */
+    uint64_t *seen;     /* [size] atomic path: per-writer counter already folded */
+    uint32_t *sent;     /* [size] units posted to that peer */
+    uint32_t *inflight; /* [size] writes in flight to that peer */
+    uint32_t *sig_next; /* [size] atomic path: next unit to signal */
+    uint64_t *sig_mask; /* [size] atomic path: delivered, unsignalled units */
+    uint32_t reduced;   /* RS: units reduced */
+    unsigned ops_out;   /* ops of this request not yet completed */
+    ofccl__wop_t *wops; /* [size * (depth * 2 + 2)] */
+    const void **srcs;  /* [size] reduction sources */
     unsigned nwops;
-    uint32_t aux[4];          /* algorithm scratch */
+    uint32_t aux[4]; /* algorithm scratch */
 };
 
 /* ---- for algorithms ---- */
@@ -138,8 +138,8 @@ static inline size_t ofccl__chunk_len(const ofccl__req_t *r, unsigned chunk)
 /* Post a write of `len` bytes from local `src` (inside r->src/dst/fwd's
  * registration `mr`) to `peer`'s destination at `dst_off` bytes, signalled as
  * `unit`. Returns 0 posted, OFCCL_ERR_AGAIN (try later), or an error. */
-int ofccl__coll_put(ofccl__req_t *r, int peer, const void *src, const ofccl__mr_t *mr,
-                    size_t len, uint64_t dst_off, uint32_t unit);
+int ofccl__coll_put(ofccl__req_t *r, int peer, const void *src, const ofccl__mr_t *mr, size_t len,
+                    uint64_t dst_off, uint32_t unit);
 /* Record that this rank is done reducing/forwarding up to here; for messages. */
 int ofccl__coll_fail(ofccl__req_t *r, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -158,6 +158,10 @@ void ofccl__bucket_copy_out(ofccl__req_t *r);
 int ofccl__post_allgather(ofccl__req_t *r);
 int ofccl__post_reduce_scatter(ofccl__req_t *r);
 
+/* Plans shared by the twins (lib/coll/plan.c). */
+int ofccl__plan_direct(ofccl__req_t *r);
+int ofccl__plan_ring(ofccl__req_t *r);
+
 extern const ofccl__algo_t ofccl__ag_direct, ofccl__ag_ring, ofccl__rs_direct, ofccl__rs_ring;
 /* Choose an algorithm by OFCCL_ALGO_* and the selector (size, rank count). */
 const ofccl__algo_t *ofccl__algo_select(const ofccl_comm_t *comm, int coll, size_t block_bytes);
@@ -165,7 +169,7 @@ const ofccl__algo_t *ofccl__algo_select(const ofccl_comm_t *comm, int coll, size
 /* ---- engine state kept in the communicator ---- */
 typedef struct ofccl__coll_state {
     ofccl__req_t reqs[OFCCL__SLOTS];
-    uint64_t next_seq; /* sequence number of the next collective */
+    uint64_t next_seq;                   /* sequence number of the next collective */
     uint32_t desc_arrived[OFCCL__SLOTS]; /* cqdata path: per slot, bitmask-free count */
     uint8_t *desc_flag;  /* [SLOTS * size] cqdata path: descriptor from rank has landed */
     uint64_t *desc_seen; /* [SLOTS * size] atomic path: per slot/rank counter folded */

@@ -158,8 +158,8 @@ static int choose_signal(ofccl_comm_t *comm, const ofccl__prov_caps_t *caps)
         OFCCL__INFO(&ctx->log, OFCCL__SUB_CORE,
                     "provider %s has no remote CQ data: signalling with atomic adds instead",
                     caps->name);
-    comm->signal_mode = (want == 2 || (want == 0 && !cq)) ? OFCCL__SIGNAL_ATOMIC
-                                                         : OFCCL__SIGNAL_CQDATA;
+    comm->signal_mode =
+        (want == 2 || (want == 0 && !cq)) ? OFCCL__SIGNAL_ATOMIC : OFCCL__SIGNAL_CQDATA;
     return 0;
 }
 
@@ -188,7 +188,8 @@ static void on_remote_data(void *arg, uint64_t data)
 {
     ofccl_comm_t *comm = arg;
     unsigned kind = (unsigned)(data >> 28) & 0xfu;
-    uint32_t id = (uint32_t)(data >> 20) & 0xffu, payload = (uint32_t)data & OFCCL__SIG_PAYLOAD_MASK;
+    uint32_t id = (uint32_t)(data >> 20) & 0xffu,
+             payload = (uint32_t)data & OFCCL__SIG_PAYLOAD_MASK;
 
     /* Signals are untrusted: a stray one is counted and logged, never acted on. */
     if (id != (comm->id & 0xffu) || data > UINT32_MAX) {
@@ -293,11 +294,10 @@ static int comm_setup(ofccl_comm_t *comm)
             goto out;
         memcpy(names + OFCCL__NAME_MAX * (size_t)r, theirs[r].name, theirs[r].namelen);
         namelens[r] = theirs[r].namelen;
-        comm->peer_ctrl[r] = (ofccl__rkey_t){theirs[r].ctrl_base, theirs[r].ctrl_key,
-                                             theirs[r].ctrl_len};
+        comm->peer_ctrl[r] =
+            (ofccl__rkey_t){theirs[r].ctrl_base, theirs[r].ctrl_key, theirs[r].ctrl_len};
     }
-    rc = ofccl__ep_insert_peers(comm->ep, names, OFCCL__NAME_MAX, namelens, comm->size,
-                                &comm->err);
+    rc = ofccl__ep_insert_peers(comm->ep, names, OFCCL__NAME_MAX, namelens, comm->size, &comm->err);
     if (rc) {
         rc = ofccl__comm_fail(comm, rc, "%s", comm->err.msg);
         goto out;
@@ -365,8 +365,8 @@ static int ofccl_comm_world_unlocked(ofccl_ctx_t *ctx, ofccl_comm_t **out)
     ctx->ncomms++;
     comm->next = ctx->comms;
     ctx->comms = comm;
-    OFCCL__INFO(&ctx->log, OFCCL__SUB_CORE, "communicator %u: %d ranks on %s, %s signals",
-                comm->id, comm->size, ofccl__prov_caps(ctx->prov)->name,
+    OFCCL__INFO(&ctx->log, OFCCL__SUB_CORE, "communicator %u: %d ranks on %s, %s signals", comm->id,
+                comm->size, ofccl__prov_caps(ctx->prov)->name,
                 comm->signal_mode == OFCCL__SIGNAL_CQDATA ? "CQ data" : "atomic");
     *out = comm;
     return 0;
@@ -378,8 +378,7 @@ static int ofccl_comm_destroy_unlocked(ofccl_comm_t *comm)
         return OFCCL_ERR_INVALID_ARG;
     if (comm->nwins > 0)
         return ofccl__fail(&comm->ctx->log, OFCCL__SUB_CORE, &comm->err, OFCCL_ERR_BUSY,
-                           "ofccl_comm_destroy: %d registered window(s) still open",
-                           comm->nwins);
+                           "ofccl_comm_destroy: %d registered window(s) still open", comm->nwins);
     for (int s = 0; comm->coll != NULL && s < OFCCL__SLOTS; s++)
         if (comm->coll->reqs[s].state == OFCCL__REQ_ACTIVE && !comm->sticky)
             return ofccl__fail(&comm->ctx->log, OFCCL__SUB_CORE, &comm->err, OFCCL_ERR_BUSY,
@@ -472,8 +471,8 @@ int ofccl__comm_signal(ofccl_comm_t *comm, int peer, unsigned kind, uint32_t pay
                                      &ofccl__comm_op_plain, &e);
         else
             rc = ofccl__ep_atomic_add(comm->ep, peer, 1, &comm->peer_ctrl[peer],
-                                      (uint64_t)ctrl_word * sizeof(uint64_t),
-                                      &ofccl__comm_op_plain, &e);
+                                      (uint64_t)ctrl_word * sizeof(uint64_t), &ofccl__comm_op_plain,
+                                      &e);
         if (rc == 0) {
             comm->ops_pending++;
             return 0;
@@ -508,26 +507,14 @@ int ofccl__comm_quiesce(ofccl_comm_t *comm, uint64_t deadline_ns, const char *wh
 /* Public entry points: the same calls under the context lock (progress.c). */
 int ofccl_comm_world(ofccl_ctx_t *ctx, ofccl_comm_t **out)
 {
-    int rc;
-
     if (ctx == NULL)
         return OFCCL_ERR_INVALID_ARG;
-    ofccl__ctx_lock(ctx);
-    rc = ofccl_comm_world_unlocked(ctx, out);
-    ofccl__ctx_unlock(ctx);
-    return rc;
+    OFCCL__LOCKED(ctx, ofccl_comm_world_unlocked(ctx, out));
 }
 
 int ofccl_comm_destroy(ofccl_comm_t *comm)
 {
-    ofccl_ctx_t *ctx;
-    int rc;
-
     if (comm == NULL)
         return OFCCL_ERR_INVALID_ARG;
-    ctx = comm->ctx;
-    ofccl__ctx_lock(ctx);
-    rc = ofccl_comm_destroy_unlocked(comm);
-    ofccl__ctx_unlock(ctx);
-    return rc;
+    OFCCL__LOCKED(comm->ctx, ofccl_comm_destroy_unlocked(comm));
 }

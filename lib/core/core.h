@@ -27,10 +27,10 @@ struct ofccl_ctx {
     ofccl__boot_t *boot;
     ofccl__topo_t *topo;
     ofccl__prov_t *prov;
-    char provider[64];     /* alias or prov_name asked of the provider layer */
-    char choice_why[600];  /* why this provider and domain */
+    char provider[64];    /* alias or prov_name asked of the provider layer */
+    char choice_why[600]; /* why this provider and domain */
     int ncomms;
-    ofccl_comm_t *comms;   /* list, for ofccl_progress(ctx) */
+    ofccl_comm_t *comms; /* list, for ofccl_progress(ctx) */
     uint32_t comm_seq;
     struct ofccl_mem *memreg; /* ofccl_mem_register cache (pool.c) */
     ofccl_stats_t stats;
@@ -40,7 +40,9 @@ struct ofccl_ctx {
     pthread_t thread;
     int thread_on;
     atomic_int thread_stop;
-    char caller_cpus[128]; /* the creating thread's binding, kept free for it */     /* communicators created so far: gives each one an id */
+    char caller_cpus[128];
+    /* the creating thread's binding, kept free for it */ /* communicators created so far: gives
+                                                             each one an id */
 };
 
 /* ---- signals: 32 bits of immediate data, so they fit verbs and EFA ----
@@ -48,9 +50,9 @@ struct ofccl_ctx {
  * receiver counts arrivals; it never relies on the order of writes. */
 enum ofccl__sig_kind {
     OFCCL__SIG_BARRIER = 1,
-    OFCCL__SIG_TEST = 2,  /* internal tests */
-    OFCCL__SIG_COLL = 3,  /* collectives: data arrived, payload = slot | unit */
-    OFCCL__SIG_DESC = 4,  /* collectives: descriptor arrived, payload = slot | sender */
+    OFCCL__SIG_TEST = 2, /* internal tests */
+    OFCCL__SIG_COLL = 3, /* collectives: data arrived, payload = slot | unit */
+    OFCCL__SIG_DESC = 4, /* collectives: descriptor arrived, payload = slot | sender */
     OFCCL__SIG_KINDS = 16,
 };
 #define OFCCL__SIG_PAYLOAD_BITS 20
@@ -66,8 +68,8 @@ typedef void (*ofccl__sig_sink_fn)(void *arg, uint32_t payload);
 /* The control region of a communicator: words peers add to or write into.
  * After the fixed part come the collective engine's words (coll.h): outgoing
  * descriptors, incoming descriptors per slot and rank, and counters. */
-#define OFCCL__CTRL_BARRIER 0  /* 32 words: arrivals per dissemination round (atomic path) */
-#define OFCCL__CTRL_TEST 32    /* 32 words for internal tests */
+#define OFCCL__CTRL_BARRIER 0 /* 32 words: arrivals per dissemination round (atomic path) */
+#define OFCCL__CTRL_TEST 32   /* 32 words for internal tests */
 #define OFCCL__CTRL_FIXED 64
 
 enum ofccl__signal_mode { OFCCL__SIGNAL_CQDATA = 1, OFCCL__SIGNAL_ATOMIC = 2 };
@@ -78,7 +80,7 @@ struct ofccl_comm {
     uint32_t id;
     int signal_mode; /* enum ofccl__signal_mode */
     ofccl__err_t err;
-    int sticky;      /* first fatal error: every later call reports it */
+    int sticky; /* first fatal error: every later call reports it */
 
     ofccl__ep_t *ep;
     ofccl__ep_handlers_t handlers;
@@ -122,12 +124,22 @@ typedef struct ofccl__op {
 /* ---- context internals ---- */
 /* Resolve "auto" and choose a domain; pure enough for ofccl_info to call it
  * without joining a job. `all_local`: every rank shares this host. */
-int ofccl__ctx_choose(const ofccl__config_t *cfg, ofccl__topo_t *topo, bool all_local,
-                      int nranks, const ofccl__log_t *lg, char *provider, size_t plen,
-                      char *domain, size_t dlen, char *why, size_t whylen, ofccl__err_t *e);
+int ofccl__ctx_choose(const ofccl__config_t *cfg, ofccl__topo_t *topo, bool all_local, int nranks,
+                      const ofccl__log_t *lg, char *provider, size_t plen, char *domain,
+                      size_t dlen, char *why, size_t whylen, ofccl__err_t *e);
 
 void ofccl__ctx_lock(ofccl_ctx_t *ctx);
 void ofccl__ctx_unlock(ofccl_ctx_t *ctx);
+/* Body of a public entry point: run `call` under the context lock. */
+#define OFCCL__LOCKED(ctx, call)                                                                   \
+    do {                                                                                           \
+        ofccl_ctx_t *ctx_ = (ctx);                                                                 \
+        int rc_;                                                                                   \
+        ofccl__ctx_lock(ctx_);                                                                     \
+        rc_ = (call);                                                                              \
+        ofccl__ctx_unlock(ctx_);                                                                   \
+        return rc_;                                                                                \
+    } while (0)
 int ofccl__progress_start(ofccl_ctx_t *ctx, ofccl__err_t *e);
 void ofccl__progress_stop(ofccl_ctx_t *ctx);
 

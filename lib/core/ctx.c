@@ -35,23 +35,22 @@ static bool has_domain(const ofccl__prov_dom_t *doms, int n, const char *name)
     return false;
 }
 
-int ofccl__ctx_choose(const ofccl__config_t *cfg, ofccl__topo_t *topo, bool all_local,
-                      int nranks, const ofccl__log_t *lg, char *provider, size_t plen,
-                      char *domain, size_t dlen, char *why, size_t whylen, ofccl__err_t *e)
+int ofccl__ctx_choose(const ofccl__config_t *cfg, ofccl__topo_t *topo, bool all_local, int nranks,
+                      const ofccl__log_t *lg, char *provider, size_t plen, char *domain,
+                      size_t dlen, char *why, size_t whylen, ofccl__err_t *e)
 {
     const char *want = ofccl__cfg_str(cfg, OFCCL__CFG_PROVIDER);
     const char *iface = ofccl__cfg_str(cfg, OFCCL__CFG_IFACE);
     ofccl__prov_dom_t doms[64];
     ofccl__topo_nic_t nics[64];
-    char pwhy[160], dwhy[400] = "";
+    char pwhy[320], dwhy[400] = "";
     int n = 0, row, rc;
     unsigned flags;
 
     if (strcasecmp(want, "auto") == 0) {
         want = all_local ? "shm" : "tcp";
         snprintf(pwhy, sizeof(pwhy), "%s: OFCCL_PROVIDER=auto and %s", want,
-                 all_local ? "all ranks share this host"
-                           : "the job spans several hosts");
+                 all_local ? "all ranks share this host" : "the job spans several hosts");
     } else {
         snprintf(pwhy, sizeof(pwhy), "%s: set by OFCCL_PROVIDER", want);
     }
@@ -72,8 +71,8 @@ int ofccl__ctx_choose(const ofccl__config_t *cfg, ofccl__topo_t *topo, bool all_
         if (!has_domain(doms, n, iface)) {
             char list[512] = "";
             for (int k = 0; k < n; k++)
-                snprintf(list + strlen(list), sizeof(list) - strlen(list), "%s%s",
-                         k ? ", " : "", doms[k].domain);
+                snprintf(list + strlen(list), sizeof(list) - strlen(list), "%s%s", k ? ", " : "",
+                         doms[k].domain);
             return ofccl__fail(lg, OFCCL__SUB_CORE, e, OFCCL_ERR_CONFIG,
                                "OFCCL_IFACE=%s: provider %s offers no such domain (it offers: "
                                "%s)",
@@ -105,8 +104,8 @@ int ofccl__ctx_choose(const ofccl__config_t *cfg, ofccl__topo_t *topo, bool all_
             return rc;
         chosen = map[chosen];
         ofccl__strlcpy(domain, doms[chosen].domain, dlen);
-        snprintf(dwhy, sizeof(dwhy), "domain %s: closest to this process (%s)",
-                 doms[chosen].domain, twhy);
+        snprintf(dwhy, sizeof(dwhy), "domain %s: closest to this process (%s)", doms[chosen].domain,
+                 twhy);
     } else {
         ofccl__strlcpy(domain, n > 0 ? doms[0].domain : "", dlen);
         snprintf(dwhy, sizeof(dwhy), "domain %s: the only one offered",
@@ -165,13 +164,12 @@ static int ctx_open(ofccl_ctx_t *ctx, const ofccl_ctx_params_t *params)
         return rc;
     ctx->log.rank = ctx->boot->rank;
 
-    rc = ofccl__topo_load(ofccl__cfg_str(&ctx->cfg, OFCCL__CFG_TOPO_XML), &ctx->log, &ctx->topo,
-                          e);
+    rc = ofccl__topo_load(ofccl__cfg_str(&ctx->cfg, OFCCL__CFG_TOPO_XML), &ctx->log, &ctx->topo, e);
     if (rc)
         return rc;
     rc = ofccl__ctx_choose(&ctx->cfg, ctx->topo, ctx->boot->local_size == ctx->boot->size,
-                           ctx->boot->size, &ctx->log, ctx->provider, sizeof(ctx->provider),
-                           domain, sizeof(domain), ctx->choice_why, sizeof(ctx->choice_why), e);
+                           ctx->boot->size, &ctx->log, ctx->provider, sizeof(ctx->provider), domain,
+                           sizeof(domain), ctx->choice_why, sizeof(ctx->choice_why), e);
     if (rc)
         return rc;
     OFCCL__INFO(&ctx->log, OFCCL__SUB_CORE, "rank %d of %d (local %d of %d) via %s: %s",

@@ -89,14 +89,13 @@ static int alloc_registered(ofccl_comm_t *comm, size_t bytes, void **ptr, ofccl_
     int rc;
 
     if (p == NULL)
-        return ofccl__comm_fail(comm, OFCCL_ERR_NO_MEMORY, "pool: cannot allocate %zu bytes",
-                                len);
+        return ofccl__comm_fail(comm, OFCCL_ERR_NO_MEMORY, "pool: cannot allocate %zu bytes", len);
     /* Remote read only where the provider must order a write with a read. */
-    rc = ofccl__mr_reg(comm->ep, p, len,
-                       STAGE_ACCESS | (ofccl__ep_caps(comm->ep)->delivery_complete
-                                           ? 0u
-                                           : (unsigned)OFCCL__ACC_REMOTE_READ),
-                       mr, &comm->err);
+    rc = ofccl__mr_reg(
+        comm->ep, p, len,
+        STAGE_ACCESS |
+            (ofccl__ep_caps(comm->ep)->delivery_complete ? 0u : (unsigned)OFCCL__ACC_REMOTE_READ),
+        mr, &comm->err);
     if (rc) {
         free(p);
         return ofccl__comm_fail(comm, rc, "pool: %s", comm->err.msg);
@@ -158,8 +157,8 @@ static int ofccl_buffer_alloc_unlocked(ofccl_comm_t *comm, size_t bytes, void **
     if (comm == NULL)
         return OFCCL_ERR_INVALID_ARG;
     if (ptr == NULL || bytes == 0)
-        return ofccl__comm_fail(comm, OFCCL_ERR_INVALID_ARG,
-                                "ofccl_buffer_alloc: %s", ptr ? "zero bytes" : "ptr is NULL");
+        return ofccl__comm_fail(comm, OFCCL_ERR_INVALID_ARG, "ofccl_buffer_alloc: %s",
+                                ptr ? "zero bytes" : "ptr is NULL");
     if (comm->sticky)
         return ofccl__comm_fail(comm, comm->sticky, "ofccl_buffer_alloc: communicator unusable");
     rc = over_budget(comm, round_up(bytes, STAGE_ALIGN), "ofccl_buffer_alloc");
@@ -219,10 +218,11 @@ static int ofccl_mem_register_unlocked(ofccl_ctx_t *ctx, void *ptr, size_t len, 
         return OFCCL_ERR_INVALID_ARG;
     if (ptr == NULL || len == 0 || mh == NULL || (uintptr_t)ptr + len < (uintptr_t)ptr)
         return ofccl__fail(&ctx->log, OFCCL__SUB_MEM, &ctx->err, OFCCL_ERR_INVALID_ARG,
-                           "ofccl_mem_register: %s", mh == NULL   ? "mh is NULL"
-                                                     : ptr == NULL ? "ptr is NULL"
-                                                     : len == 0    ? "len is 0"
-                                                                   : "range wraps around");
+                           "ofccl_mem_register: %s",
+                           mh == NULL    ? "mh is NULL"
+                           : ptr == NULL ? "ptr is NULL"
+                           : len == 0    ? "len is 0"
+                                         : "range wraps around");
     /* Same or contained range: a hit costs nothing and uses no key. */
     for (m = ctx->memreg; m != NULL; m = m->next)
         if ((char *)ptr >= m->addr && (char *)ptr + len <= m->addr + m->len) {
@@ -308,9 +308,8 @@ const ofccl__mr_t *ofccl__mem_find(ofccl_comm_t *comm, const void *ptr, size_t l
                 freek = k;
         }
         /* First use on this communicator: register on its endpoint, once. */
-        if (freek >= 0 &&
-            ofccl__mr_reg(comm->ep, m->addr, m->len, STAGE_ACCESS, &m->per_comm[freek].mr,
-                          &comm->err) == 0) {
+        if (freek >= 0 && ofccl__mr_reg(comm->ep, m->addr, m->len, STAGE_ACCESS,
+                                        &m->per_comm[freek].mr, &comm->err) == 0) {
             m->per_comm[freek].comm = comm;
             comm->ctx->stats.registrations++;
             comm->ctx->stats.registered_bytes += m->len;
@@ -345,54 +344,28 @@ int ofccl_ctx_stats(const ofccl_ctx_t *ctx, ofccl_stats_t *stats)
 /* Public entry points: the same calls under the context lock (progress.c). */
 int ofccl_buffer_alloc(ofccl_comm_t *comm, size_t bytes, void **ptr)
 {
-    ofccl_ctx_t *ctx;
-    int rc;
-
     if (comm == NULL)
         return OFCCL_ERR_INVALID_ARG;
-    ctx = comm->ctx;
-    ofccl__ctx_lock(ctx);
-    rc = ofccl_buffer_alloc_unlocked(comm, bytes, ptr);
-    ofccl__ctx_unlock(ctx);
-    return rc;
+    OFCCL__LOCKED(comm->ctx, ofccl_buffer_alloc_unlocked(comm, bytes, ptr));
 }
 
 int ofccl_buffer_free(ofccl_comm_t *comm, void *ptr)
 {
-    ofccl_ctx_t *ctx;
-    int rc;
-
     if (comm == NULL)
         return OFCCL_ERR_INVALID_ARG;
-    ctx = comm->ctx;
-    ofccl__ctx_lock(ctx);
-    rc = ofccl_buffer_free_unlocked(comm, ptr);
-    ofccl__ctx_unlock(ctx);
-    return rc;
+    OFCCL__LOCKED(comm->ctx, ofccl_buffer_free_unlocked(comm, ptr));
 }
 
 int ofccl_mem_register(ofccl_ctx_t *ctx, void *ptr, size_t len, ofccl_mem_t **mh)
 {
-    int rc;
-
     if (ctx == NULL)
         return OFCCL_ERR_INVALID_ARG;
-    ofccl__ctx_lock(ctx);
-    rc = ofccl_mem_register_unlocked(ctx, ptr, len, mh);
-    ofccl__ctx_unlock(ctx);
-    return rc;
+    OFCCL__LOCKED(ctx, ofccl_mem_register_unlocked(ctx, ptr, len, mh));
 }
 
 int ofccl_mem_deregister(ofccl_mem_t *mh)
 {
-    ofccl_ctx_t *ctx;
-    int rc;
-
     if (mh == NULL)
         return OFCCL_ERR_INVALID_ARG;
-    ctx = mh->ctx;
-    ofccl__ctx_lock(ctx);
-    rc = ofccl_mem_deregister_unlocked(mh);
-    ofccl__ctx_unlock(ctx);
-    return rc;
+    OFCCL__LOCKED(mh->ctx, ofccl_mem_deregister_unlocked(mh));
 }

@@ -141,7 +141,8 @@ int ofccl__post_reduce_scatter(ofccl__req_t *r)
         fwd_bytes = total - r->block;
     dst_bytes = (dst_bytes + 63) & ~(size_t)63;
     fwd_bytes = (fwd_bytes + 63) & ~(size_t)63;
-    need = dst_bytes + fwd_bytes + (copy_src ? total : 0) + (r->bucket ? ofccl__bucket_extra(r) : 0);
+    need =
+        dst_bytes + fwd_bytes + (copy_src ? total : 0) + (r->bucket ? ofccl__bucket_extra(r) : 0);
     rc = ofccl__stage_acquire(comm, OFCCL__RS, need, &r->staging_idx, &stage);
     if (rc)
         return rc;
@@ -166,25 +167,13 @@ int ofccl__post_reduce_scatter(ofccl__req_t *r)
     return rc;
 }
 
-static int ofccl_allgather_unlocked(ofccl_comm_t *comm, const void *sendbuf, void *recvbuf, size_t count,
-                    ofccl_dtype_t dtype, ofccl_req_t **req)
+/* Claim a slot, fill in the arguments and post; the slot is released on failure. */
+static int post(ofccl_comm_t *comm, int coll, const void *sendbuf, void *recvbuf, size_t count,
+                ofccl_dtype_t dtype, ofccl_redop_t op, size_t block, ofccl_req_t **req)
 {
     ofccl__req_t *r;
-    size_t block;
-    int rc;
+    int rc = ofccl__coll_begin(comm, coll, &r);
 
-    if (comm == NULL)
-        return OFCCL_ERR_INVALID_ARG;
-    rc = check_args(comm, "ofccl_allgather", sendbuf, recvbuf, count, dtype, req, &block);
-    if (rc)
-        return rc;
-    /* In place is sendbuf == recvbuf + rank * block; any other overlap is a bug. */
-    if (sendbuf != (char *)recvbuf + (size_t)comm->rank * block &&
-        overlaps(sendbuf, block, recvbuf, block * (size_t)comm->size))
-        return ofccl__comm_fail(comm, OFCCL_ERR_INVALID_ARG,
-                                "ofccl_allgather: sendbuf overlaps recvbuf but is not this "
-                                "rank's block (in place means sendbuf == recvbuf + rank * count)");
-    rc = ofccl__coll_begin(comm, OFCCL__AG, &r);
     if (rc)
         return rc;
     r->sendbuf = sendbuf;
@@ -193,8 +182,8 @@ static int ofccl_allgather_unlocked(ofccl_comm_t *comm, const void *sendbuf, voi
     r->dtype = dtype;
     r->esize = ofccl_dtype_size(dtype);
     r->block = block;
-    r->op = (ofccl_redop_t){OFCCL_OP_SUM, 1.0};
-    rc = ofccl__post_allgather(r);
+    r->op = op;
+    rc = coll == OFCCL__AG ? ofccl__post_allgather(r) : ofccl__post_reduce_scatter(r);
     if (rc) {
         r->state = OFCCL__REQ_FREE;
         return rc;
@@ -203,16 +192,32 @@ static int ofccl_allgather_unlocked(ofccl_comm_t *comm, const void *sendbuf, voi
     return 0;
 }
 
-static int ofccl_reduce_scatter_unlocked(ofccl_comm_t *comm, const void *sendbuf, void *recvbuf, size_t recvcount,
-                         ofccl_dtype_t dtype, ofccl_redop_t op, ofccl_req_t **req)
+static int ofccl_allgather_unlocked(ofccl_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                    size_t count, ofccl_dtype_t dtype, ofccl_req_t **req)
 {
-    ofccl__req_t *r;
     size_t block;
-    int rc;
+    int rc = check_args(comm, "ofccl_allgather", sendbuf, recvbuf, count, dtype, req, &block);
 
-    if (comm == NULL)
-        return OFCCL_ERR_INVALID_ARG;
-    rc = check_args(comm, "ofccl_reduce_scatter", sendbuf, recvbuf, recvcount, dtype, req, &block);
+    if (rc)
+        return rc;
+    /* In place is sendbuf == recvbuf + rank * block; any other overlap is a bug. */
+    if (sendbuf != (char *)recvbuf + (size_t)comm->rank * block &&
+        overlaps(sendbuf, block, recvbuf, block * (size_t)comm->size))
+        return ofccl__comm_fail(comm, OFCCL_ERR_INVALID_ARG,
+                                "ofccl_allgather: sendbuf overlaps recvbuf but is not this "
+                                "rank's block (in place means sendbuf == recvbuf + rank * count)");
+    return post(comm, OFCCL__AG, sendbuf, recvbuf, count, dtype, (ofccl_redop_t){OFCCL_OP_SUM, 1},
+                block, req);
+}
+
+static int ofccl_reduce_scatter_unlocked(ofccl_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                         size_t recvcount, ofccl_dtype_t dtype, ofccl_redop_t op,
+                                         ofccl_req_t **req)
+{
+    size_t block;
+    int rc =
+        check_args(comm, "ofccl_reduce_scatter", sendbuf, recvbuf, recvcount, dtype, req, &block);
+
     if (rc == 0)
         rc = check_op(comm, op);
     if (rc)
@@ -223,52 +228,23 @@ static int ofccl_reduce_scatter_unlocked(ofccl_comm_t *comm, const void *sendbuf
                                 "ofccl_reduce_scatter: recvbuf overlaps sendbuf but is not this "
                                 "rank's block (in place means recvbuf == sendbuf + rank * "
                                 "recvcount)");
-    rc = ofccl__coll_begin(comm, OFCCL__RS, &r);
-    if (rc)
-        return rc;
-    r->sendbuf = sendbuf;
-    r->recvbuf = recvbuf;
-    r->count = recvcount;
-    r->dtype = dtype;
-    r->esize = ofccl_dtype_size(dtype);
-    r->block = block;
-    r->op = op;
-    rc = ofccl__post_reduce_scatter(r);
-    if (rc) {
-        r->state = OFCCL__REQ_FREE;
-        return rc;
-    }
-    *req = r;
-    return 0;
+    return post(comm, OFCCL__RS, sendbuf, recvbuf, recvcount, dtype, op, block, req);
 }
 
 /* Public entry points: the same calls under the context lock (progress.c). */
 int ofccl_allgather(ofccl_comm_t *comm, const void *sendbuf, void *recvbuf, size_t count,
                     ofccl_dtype_t dtype, ofccl_req_t **req)
 {
-    ofccl_ctx_t *ctx;
-    int rc;
-
     if (comm == NULL)
         return OFCCL_ERR_INVALID_ARG;
-    ctx = comm->ctx;
-    ofccl__ctx_lock(ctx);
-    rc = ofccl_allgather_unlocked(comm, sendbuf, recvbuf, count, dtype, req);
-    ofccl__ctx_unlock(ctx);
-    return rc;
+    OFCCL__LOCKED(comm->ctx, ofccl_allgather_unlocked(comm, sendbuf, recvbuf, count, dtype, req));
 }
 
 int ofccl_reduce_scatter(ofccl_comm_t *comm, const void *sendbuf, void *recvbuf, size_t recvcount,
                          ofccl_dtype_t dtype, ofccl_redop_t op, ofccl_req_t **req)
 {
-    ofccl_ctx_t *ctx;
-    int rc;
-
     if (comm == NULL)
         return OFCCL_ERR_INVALID_ARG;
-    ctx = comm->ctx;
-    ofccl__ctx_lock(ctx);
-    rc = ofccl_reduce_scatter_unlocked(comm, sendbuf, recvbuf, recvcount, dtype, op, req);
-    ofccl__ctx_unlock(ctx);
-    return rc;
+    OFCCL__LOCKED(comm->ctx,
+                  ofccl_reduce_scatter_unlocked(comm, sendbuf, recvbuf, recvcount, dtype, op, req));
 }

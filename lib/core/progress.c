@@ -34,8 +34,8 @@ static void *progress_main(void *arg)
 {
     ofccl_ctx_t *ctx = arg;
     char why[256] = "";
-    int rc = ofccl__topo_pin_thread(ctx->topo, ctx->caller_cpus[0] ? ctx->caller_cpus : NULL,
-                                    why, sizeof(why));
+    int rc = ofccl__topo_pin_thread(ctx->topo, ctx->caller_cpus[0] ? ctx->caller_cpus : NULL, why,
+                                    sizeof(why));
 
     OFCCL__INFO(&ctx->log, OFCCL__SUB_CORE, "progress thread: %s%s", why,
                 rc ? " (running unpinned)" : "");

@@ -595,7 +595,8 @@ int ofccl__topo_pin_thread(ofccl__topo_t *t, const char *caller, char *why, size
     pu = hwloc_bitmap_last(target);
     if (pu < 0) {
         pu = hwloc_bitmap_last(mine);
-        snprintf(why, whylen, "no PU outside the caller's (%s): sharing PU %d", caller ? caller : "all", pu);
+        snprintf(why, whylen, "no PU outside the caller's (%s): sharing PU %d",
+                 caller ? caller : "all", pu);
     } else {
         set_to_list(mine, list, sizeof(list));
         snprintf(why, whylen, "PU %d, outside the caller's PUs %s", pu, list);

@@ -26,8 +26,8 @@ void ofccl__topo_free(ofccl__topo_t *t);
 /* Choose among `n` candidate NICs the one closest to `cpuset` (hwloc list
  * syntax "0-3,8"; NULL = this process's current binding). Ties keep the
  * earliest candidate (libfabric's order). Writes the reason into `why`. */
-int ofccl__topo_pick_nic(ofccl__topo_t *t, const char *cpuset, const ofccl__topo_nic_t *nics,
-                         int n, int *chosen, char *why, size_t whylen, ofccl__err_t *e);
+int ofccl__topo_pick_nic(ofccl__topo_t *t, const char *cpuset, const ofccl__topo_nic_t *nics, int n,
+                         int *chosen, char *why, size_t whylen, ofccl__err_t *e);
 
 /* One line on where this process runs ("bound to PUs 0-1, NUMA node 0 of 1, ...")
  * and, for each NIC given, its locality; for ofccl_info. */

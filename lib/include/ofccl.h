@@ -178,9 +178,8 @@ OFCCL_API int ofccl_shard_range(const ofccl_comm_t *comm, size_t count, size_t *
                                 size_t *shard_count);
 OFCCL_API int ofccl_bucket_allgather(ofccl_comm_t *comm, const ofccl_tensor_t *tensors, int n,
                                      ofccl_dtype_t dtype, ofccl_req_t **req);
-OFCCL_API int ofccl_bucket_reduce_scatter(ofccl_comm_t *comm, const ofccl_tensor_t *tensors,
-                                          int n, ofccl_dtype_t dtype, ofccl_redop_t op,
-                                          ofccl_req_t **req);
+OFCCL_API int ofccl_bucket_reduce_scatter(ofccl_comm_t *comm, const ofccl_tensor_t *tensors, int n,
+                                          ofccl_dtype_t dtype, ofccl_redop_t op, ofccl_req_t **req);
 
 /* ---- memory ----
  * Pool buffers are registered once per communicator; collectives on them move
@@ -200,13 +199,13 @@ OFCCL_API int ofccl_mem_deregister(ofccl_mem_t *mh);
 
 /* Counters for tests and tuning (bytes and counts since context creation). */
 typedef struct ofccl_stats {
-    size_t size;              /* sizeof(ofccl_stats_t) */
-    uint64_t registrations;   /* fabric registrations performed */
-    uint64_t reg_cache_hits;  /* ofccl_mem_register / lookups served by the cache */
-    uint64_t staged_bytes;    /* bytes copied through staging buffers */
-    uint64_t pool_bytes;      /* bytes currently held by pools and staging */
-    uint64_t registered_bytes;/* bytes currently registered */
-    uint64_t pool_grows;      /* times a staging buffer was re-registered larger */
+    size_t size;               /* sizeof(ofccl_stats_t) */
+    uint64_t registrations;    /* fabric registrations performed */
+    uint64_t reg_cache_hits;   /* ofccl_mem_register / lookups served by the cache */
+    uint64_t staged_bytes;     /* bytes copied through staging buffers */
+    uint64_t pool_bytes;       /* bytes currently held by pools and staging */
+    uint64_t registered_bytes; /* bytes currently registered */
+    uint64_t pool_grows;       /* times a staging buffer was re-registered larger */
 } ofccl_stats_t;
 OFCCL_API int ofccl_ctx_stats(const ofccl_ctx_t *ctx, ofccl_stats_t *stats);
 

@@ -53,8 +53,8 @@ static void print_params(const ofccl__config_t *cfg, int markdown)
         }
         return;
     }
-    printf("%-22s %-7s %-10s %-18s %-8s %s\n", "PARAMETER", "TYPE", "DEFAULT", "CURRENT",
-           "SOURCE", "HELP");
+    printf("%-22s %-7s %-10s %-18s %-8s %s\n", "PARAMETER", "TYPE", "DEFAULT", "CURRENT", "SOURCE",
+           "HELP");
     for (int id = 0; id < OFCCL__CFG_COUNT; id++) {
         const ofccl__cfg_param_t *p = &ofccl__cfg_params[id];
         printf("OFCCL_%-16s %-7s %-10s %-18s %-8s %s\n", p->name, type_names[p->type],
@@ -76,8 +76,8 @@ static void print_provider(const char *prov_name, ofccl__prov_dom_t *doms, int n
         if (strcmp(doms[k].prov_name, prov_name) == 0 &&
             (domain[0] == '\0' || strcmp(doms[k].domain, "lo") == 0))
             domain = doms[k].domain;
-    ofccl__prov_params_t pp = {.provider = prov_name, .domain = domain, .strict = strict,
-                               .log = lg};
+    ofccl__prov_params_t pp = {
+        .provider = prov_name, .domain = domain, .strict = strict, .log = lg};
     rc = ofccl__prov_open(&pp, &prov, &e);
     if (rc) {
         printf("  %s%s: cannot open: %s\n", prov_name, strict ? " (strict)" : "", e.msg);

@@ -235,7 +235,9 @@ static void test_allgather(void)
 
 static void test_reduce_scatter(void)
 {
-    const ofccl_redop_t ops[] = {{OFCCL_OP_SUM, 1}, {OFCCL_OP_AVG, 1}, {OFCCL_OP_PREMUL_SUM, 0.25},
+    const ofccl_redop_t ops[] = {{OFCCL_OP_SUM, 1},
+                                 {OFCCL_OP_AVG, 1},
+                                 {OFCCL_OP_PREMUL_SUM, 0.25},
                                  {OFCCL_OP_PREMUL_SUM, -3.0}};
     for (unsigned it = 0; it < rounds; it++) {
         rng_seed(seed, 100 + it);

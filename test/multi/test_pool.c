@@ -15,8 +15,8 @@ static int rank, size;
 static int open_world(const char *const *settings, ofccl_ctx_t **ctx, ofccl_comm_t **comm)
 {
     char err[512] = "";
-    ofccl_ctx_params_t p = {.size = sizeof(p), .settings = settings, .errbuf = err,
-                            .errlen = sizeof(err)};
+    ofccl_ctx_params_t p = {
+        .size = sizeof(p), .settings = settings, .errbuf = err, .errlen = sizeof(err)};
     int rc = ofccl_ctx_create(&p, ctx);
 
     if (rc) {

@@ -135,9 +135,8 @@ static void test_writedata(void)
     memset(win_buf, 0xEE, chunk * (size_t)size); /* poison */
     memset(arrivals, 0, sizeof(arrivals));
     ofccl__comm_set_sink(comm, OFCCL__SIG_TEST, count_arrival, NULL);
-    CU_ASSERT_EQUAL_FATAL(ofccl__win_create(comm, win_buf, chunk * (size_t)size,
-                                            OFCCL__ACC_REMOTE_WRITE, &win),
-                          0);
+    CU_ASSERT_EQUAL_FATAL(
+        ofccl__win_create(comm, win_buf, chunk * (size_t)size, OFCCL__ACC_REMOTE_WRITE, &win), 0);
     /* Strict mode demands registered sources, as verbs does. */
     CU_ASSERT_EQUAL_FATAL(ofccl__mr_reg(comm->ep, src, chunk, OFCCL__ACC_LOCAL, &src_mr, &e), 0);
     CU_ASSERT_EQUAL(ofccl_comm_destroy(comm), OFCCL_ERR_BUSY); /* window still open */
@@ -152,10 +151,10 @@ static void test_writedata(void)
             if (p == rank)
                 continue;
             do {
-                rc = ofccl__ep_writedata(comm->ep, p, src, chunk, src_mr, &win->peers[p],
-                                         (uint64_t)rank * chunk,
-                                         ofccl__sig_encode(OFCCL__SIG_TEST, comm->id, (uint32_t)rank),
-                                         &ofccl__comm_op_plain, &e);
+                rc = ofccl__ep_writedata(
+                    comm->ep, p, src, chunk, src_mr, &win->peers[p], (uint64_t)rank * chunk,
+                    ofccl__sig_encode(OFCCL__SIG_TEST, comm->id, (uint32_t)rank),
+                    &ofccl__comm_op_plain, &e);
                 if (rc == OFCCL_ERR_AGAIN)
                     ofccl__comm_progress(comm);
             } while (rc == OFCCL_ERR_AGAIN);
@@ -196,8 +195,8 @@ static void test_two_contexts(void)
 {
     const char *const settings[] = {"SIGNAL=atomic", NULL};
     char err[512] = "";
-    ofccl_ctx_params_t p = {.size = sizeof(p), .settings = settings, .errbuf = err,
-                            .errlen = sizeof(err)};
+    ofccl_ctx_params_t p = {
+        .size = sizeof(p), .settings = settings, .errbuf = err, .errlen = sizeof(err)};
     ofccl_ctx_t *ctx2 = NULL;
     ofccl_comm_t *comm2 = NULL;
 
@@ -235,7 +234,8 @@ int main(void)
     }
     rc = ofccl_comm_world(ctx, &comm);
     if (rc) {
-        fprintf(stderr, "ofccl_comm_world: %s: %s\n", ofccl_strerror(rc), ofccl_ctx_last_error(ctx));
+        fprintf(stderr, "ofccl_comm_world: %s: %s\n", ofccl_strerror(rc),
+                ofccl_ctx_last_error(ctx));
         ofccl_ctx_destroy(ctx);
         return 1;
     }

@@ -49,9 +49,13 @@ static void test_defaults(void)
 
 static void test_env_values(void)
 {
-    const char *const env[] = {"OFCCL_LOG_LEVEL=DEBUG", "OFCCL_STRICT=yes",
-                               "OFCCL_BOOT_TIMEOUT_MS=1500", "OFCCL_LOG_SUBSYS=core,prov",
-                               "OFCCL_PROVIDER=tcp", "OFCCL_SIGNAL=atomic", NULL};
+    const char *const env[] = {"OFCCL_LOG_LEVEL=DEBUG",
+                               "OFCCL_STRICT=yes",
+                               "OFCCL_BOOT_TIMEOUT_MS=1500",
+                               "OFCCL_LOG_SUBSYS=core,prov",
+                               "OFCCL_PROVIDER=tcp",
+                               "OFCCL_SIGNAL=atomic",
+                               NULL};
     ofccl__config_t cfg;
     ofccl__err_t e;
 
@@ -212,8 +216,8 @@ static void test_ctx_bad_params(void)
 {
     char err[256] = "";
     const char *const bad[] = {"LOG_LEVEL=shouty", NULL};
-    ofccl_ctx_params_t p = {.size = sizeof(p), .settings = bad, .errbuf = err,
-                            .errlen = sizeof(err)};
+    ofccl_ctx_params_t p = {
+        .size = sizeof(p), .settings = bad, .errbuf = err, .errlen = sizeof(err)};
     ofccl_ctx_params_t tiny = {.size = 4};
     ofccl_ctx_t *ctx = (ofccl_ctx_t *)&p; /* must stay untouched */
 

@@ -2,16 +2,6 @@
  * One step; every peer's stream is chunked and at most `depth` deep. */
 #include "coll.h"
 
-static int plan(ofccl__req_t *r)
-{
-    ofccl_comm_t *comm = r->comm;
-
-    for (int p = 0; p < comm->size; p++)
-        r->writes_to_me[p] = r->i_write_to[p] = p != comm->rank;
-    r->units_in = (unsigned)(comm->size - 1) * r->nchunks;
-    return 0;
-}
-
 static int progress(ofccl__req_t *r)
 {
     ofccl_comm_t *comm = r->comm;
@@ -25,8 +15,8 @@ static int progress(ofccl__req_t *r)
         while (r->sent[p] < r->nchunks) {
             unsigned c = r->sent[p];
             size_t off = (size_t)c * r->chunk;
-            int rc = ofccl__coll_put(r, p, src + off, r->src.mr, ofccl__chunk_len(r, c),
-                                     mine + off, c);
+            int rc =
+                ofccl__coll_put(r, p, src + off, r->src.mr, ofccl__chunk_len(r, c), mine + off, c);
             if (rc == OFCCL_ERR_AGAIN)
                 break;
             if (rc)
@@ -38,5 +28,5 @@ static int progress(ofccl__req_t *r)
     return 0;
 }
 
-const ofccl__algo_t ofccl__ag_direct = {sizeof(ofccl__algo_t), "direct", OFCCL__AG,
-                                        OFCCL__ALGO_DIRECT, plan, progress};
+const ofccl__algo_t ofccl__ag_direct = {sizeof(ofccl__algo_t), "direct",           OFCCL__AG,
+                                        OFCCL__ALGO_DIRECT,    ofccl__plan_direct, progress};

@@ -3,17 +3,6 @@
  * left, so the steps overlap (pipelined). */
 #include "coll.h"
 
-static int plan(ofccl__req_t *r)
-{
-    ofccl_comm_t *comm = r->comm;
-    int n = comm->size;
-
-    r->writes_to_me[(comm->rank - 1 + n) % n] = 1;
-    r->i_write_to[(comm->rank + 1) % n] = 1;
-    r->units_in = (unsigned)(n - 1) * r->nchunks;
-    return 0;
-}
-
 static int progress(ofccl__req_t *r)
 {
     ofccl_comm_t *comm = r->comm;
@@ -40,5 +29,5 @@ static int progress(ofccl__req_t *r)
     return 0;
 }
 
-const ofccl__algo_t ofccl__ag_ring = {sizeof(ofccl__algo_t), "ring", OFCCL__AG, OFCCL__ALGO_RING,
-                                      plan, progress};
+const ofccl__algo_t ofccl__ag_ring = {sizeof(ofccl__algo_t), "ring",           OFCCL__AG,
+                                      OFCCL__ALGO_RING,      ofccl__plan_ring, progress};

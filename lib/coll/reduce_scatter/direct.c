@@ -3,16 +3,6 @@
  * chunk c has arrived, own contribution first, then the others in rank order. */
 #include "coll.h"
 
-static int plan(ofccl__req_t *r)
-{
-    ofccl_comm_t *comm = r->comm;
-
-    for (int p = 0; p < comm->size; p++)
-        r->writes_to_me[p] = r->i_write_to[p] = p != comm->rank;
-    r->units_in = (unsigned)(comm->size - 1) * r->nchunks;
-    return 0;
-}
-
 static int reduce_ready(ofccl__req_t *r)
 {
     ofccl_comm_t *comm = r->comm;
@@ -20,8 +10,7 @@ static int reduce_ready(ofccl__req_t *r)
     const void **srcs = r->srcs;
     int ndiv = r->op.kind == OFCCL_OP_AVG ? comm->size : 0;
 
-    while (r->reduced < r->nchunks &&
-           r->unit_cnt[r->reduced] == (uint32_t)(comm->size - 1)) {
+    while (r->reduced < r->nchunks && r->unit_cnt[r->reduced] == (uint32_t)(comm->size - 1)) {
         unsigned c = r->reduced;
         size_t off = (size_t)c * r->chunk, k = 1;
         int rc;
@@ -67,5 +56,5 @@ static int progress(ofccl__req_t *r)
     return 0;
 }
 
-const ofccl__algo_t ofccl__rs_direct = {sizeof(ofccl__algo_t), "direct", OFCCL__RS,
-                                        OFCCL__ALGO_DIRECT, plan, progress};
+const ofccl__algo_t ofccl__rs_direct = {sizeof(ofccl__algo_t), "direct",           OFCCL__RS,
+                                        OFCCL__ALGO_DIRECT,    ofccl__plan_direct, progress};

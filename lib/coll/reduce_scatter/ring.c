@@ -7,17 +7,6 @@
 
 static const ofccl_redop_t sum_op = {OFCCL_OP_SUM, 1.0};
 
-static int plan(ofccl__req_t *r)
-{
-    ofccl_comm_t *comm = r->comm;
-    int n = comm->size;
-
-    r->writes_to_me[(comm->rank - 1 + n) % n] = 1;
-    r->i_write_to[(comm->rank + 1) % n] = 1;
-    r->units_in = (unsigned)(n - 1) * r->nchunks;
-    return 0;
-}
-
 /* out = own (premultiplied) [+ partial], own always the first source. */
 static int combine(ofccl__req_t *r, void *out, const void *own, const void *partial, size_t count,
                    int ndiv)
@@ -86,5 +75,5 @@ static int progress(ofccl__req_t *r)
     return 0;
 }
 
-const ofccl__algo_t ofccl__rs_ring = {sizeof(ofccl__algo_t), "ring", OFCCL__RS, OFCCL__ALGO_RING,
-                                      plan, progress};
+const ofccl__algo_t ofccl__rs_ring = {sizeof(ofccl__algo_t), "ring",           OFCCL__RS,
+                                      OFCCL__ALGO_RING,      ofccl__plan_ring, progress};

@@ -1,0 +1,132 @@
+/*
+ * Contexts without a launcher (singleton): the whole stack end to end on one
+ * rank, and the bad inputs a user meets first — unknown provider, a provider
+ * lacking a capability, an unknown interface, a broken launch, a missing
+ * topology file — each with its error code and a message that says what to do.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cu.h"
+#include "ofccl.h"
+
+static int create(const char *const *settings, char *err, size_t errlen, ofccl_ctx_t **ctx)
+{
+    ofccl_ctx_params_t p = {
+        .size = sizeof(p), .settings = settings, .errbuf = err, .errlen = errlen};
+    err[0] = '\0';
+    return ofccl_ctx_create(&p, ctx);
+}
+
+static void test_singleton_world(void)
+{
+    const char *const settings[] = {"PROVIDER=shm", NULL};
+    char err[512];
+    ofccl_ctx_t *ctx;
+    ofccl_comm_t *comm;
+    ofccl_req_t *req;
+    float in[5] = {1, 2, 3, 4, 5}, out[5] = {0};
+    int r = -1, n = -1, done = 0;
+
+    CU_ASSERT_EQUAL_FATAL(create(settings, err, sizeof(err), &ctx), 0);
+    CU_ASSERT_STRING_EQUAL(ofccl_ctx_provider(ctx), "shm");
+    CU_ASSERT_EQUAL_FATAL(ofccl_comm_world(ctx, &comm), 0);
+    CU_ASSERT_EQUAL(ofccl_comm_rank(comm, &r), 0);
+    CU_ASSERT_EQUAL(ofccl_comm_size(comm, &n), 0);
+    CU_ASSERT_EQUAL(r, 0);
+    CU_ASSERT_EQUAL(n, 1);
+    CU_ASSERT_EQUAL(ofccl_barrier(comm), 0);
+    CU_ASSERT_EQUAL_FATAL(ofccl_allgather(comm, in, out, 5, OFCCL_F32, &req), 0);
+    CU_ASSERT_EQUAL(ofccl_test(req, &done), 0);
+    CU_ASSERT_EQUAL(done, 1);
+    CU_ASSERT_EQUAL(ofccl_req_free(req), 0);
+    CU_ASSERT_EQUAL(memcmp(in, out, sizeof(in)), 0);
+    CU_ASSERT_EQUAL_FATAL(
+        ofccl_reduce_scatter(comm, in, out, 5, OFCCL_F32, (ofccl_redop_t){OFCCL_OP_AVG, 1}, &req),
+        0);
+    CU_ASSERT_EQUAL(ofccl_wait(req), 0);
+    CU_ASSERT_EQUAL(ofccl_req_free(req), 0);
+    CU_ASSERT_EQUAL(out[4], 5.0f);
+    CU_ASSERT_EQUAL(ofccl_ctx_destroy(ctx), OFCCL_ERR_BUSY);
+    CU_ASSERT_EQUAL(ofccl_comm_destroy(comm), 0);
+    CU_ASSERT_EQUAL(ofccl_ctx_destroy(ctx), 0);
+}
+
+static void test_unknown_provider(void)
+{
+    const char *const settings[] = {"PROVIDER=carrier-pigeon", NULL};
+    char err[512];
+    ofccl_ctx_t *ctx = NULL;
+
+    CU_ASSERT_EQUAL(create(settings, err, sizeof(err), &ctx), OFCCL_ERR_NOT_SUPPORTED);
+    CU_ASSERT_PTR_NULL(ctx);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "carrier-pigeon"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "shm")); /* lists what is offered */
+}
+
+/* libfabric's "net" provider has no 64-bit atomics: forcing the atomic signal
+ * path on it must fail at communicator creation, naming the capability. */
+static void test_missing_capability(void)
+{
+    const char *const settings[] = {"PROVIDER=net", "IFACE=lo", "SIGNAL=atomic", NULL};
+    char err[512];
+    ofccl_ctx_t *ctx;
+    ofccl_comm_t *comm = NULL;
+
+    CU_ASSERT_EQUAL_FATAL(create(settings, err, sizeof(err), &ctx), 0);
+    CU_ASSERT_EQUAL(ofccl_comm_world(ctx, &comm), OFCCL_ERR_NOT_SUPPORTED);
+    CU_ASSERT_PTR_NULL(comm);
+    CU_ASSERT_PTR_NOT_NULL(strstr(ofccl_ctx_last_error(ctx), "atomic"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(ofccl_ctx_last_error(ctx), "OFCCL_SIGNAL=cqdata"));
+    CU_ASSERT_EQUAL(ofccl_ctx_destroy(ctx), 0);
+}
+
+static void test_unknown_iface(void)
+{
+    const char *const settings[] = {"PROVIDER=tcp", "IFACE=nosuch0", NULL};
+    char err[512];
+    ofccl_ctx_t *ctx = NULL;
+
+    CU_ASSERT_EQUAL(create(settings, err, sizeof(err), &ctx), OFCCL_ERR_CONFIG);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "nosuch0"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "lo")); /* lists the domains offered */
+}
+
+static void test_broken_launch(void)
+{
+    char err[512];
+    ofccl_ctx_t *ctx = NULL;
+
+    setenv("SLURM_JOB_ID", "4242", 1);
+    CU_ASSERT_EQUAL(create(NULL, err, sizeof(err), &ctx), OFCCL_ERR_BOOTSTRAP);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "srun --mpi=pmix"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "SLURM_JOB_ID"));
+    unsetenv("SLURM_JOB_ID");
+    /* The same process can still create a context once the environment is sane. */
+    CU_ASSERT_EQUAL(create(NULL, err, sizeof(err), &ctx), 0);
+    CU_ASSERT_EQUAL(ofccl_ctx_destroy(ctx), 0);
+}
+
+static void test_missing_topology(void)
+{
+    const char *const settings[] = {"TOPO_XML=/nonexistent/topology.xml", NULL};
+    char err[512];
+    ofccl_ctx_t *ctx = NULL;
+
+    CU_ASSERT_EQUAL(create(settings, err, sizeof(err), &ctx), OFCCL_ERR_CONFIG);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "/nonexistent/topology.xml"));
+}
+
+int main(void)
+{
+    static const cu_test_t tests[] = {
+        {"singleton world end to end", test_singleton_world},
+        {"unknown provider lists the offered ones", test_unknown_provider},
+        {"provider lacking a capability", test_missing_capability},
+        {"unknown interface lists the domains", test_unknown_iface},
+        {"launcher without PMIx names the fix", test_broken_launch},
+        {"missing topology file", test_missing_topology},
+        {NULL, NULL},
+    };
+    return cu_run("ctx", tests);
+}
