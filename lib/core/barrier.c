@@ -18,7 +18,7 @@ static int ofccl_barrier_unlocked(ofccl_comm_t *comm)
 
     if (comm == NULL)
         return OFCCL_ERR_INVALID_ARG;
-    if (comm->sticky)
+    if (ofccl__comm_usable(comm))
         return ofccl__comm_fail(comm, comm->sticky,
                                 "ofccl_barrier: communicator unusable after an earlier error");
     if (comm->size == 1)

@@ -40,6 +40,8 @@ size_t ofccl__coll_ctrl_words(int size)
     return arr_cnt_word(size, OFCCL__SLOTS, 0);
 }
 
+static void history(ofccl__req_t *r, int done);
+
 static const char *coll_name(int coll)
 {
     return coll == OFCCL__AG ? "all-gather" : "reduce-scatter";
@@ -463,7 +465,7 @@ int ofccl__coll_begin(ofccl_comm_t *comm, int coll, ofccl__req_t **out)
     ofccl__coll_state_t *cs = comm->coll;
     ofccl__req_t *r = &cs->reqs[cs->next_seq % OFCCL__SLOTS];
 
-    if (comm->sticky)
+    if (ofccl__comm_usable(comm))
         return ofccl__comm_fail(comm, comm->sticky,
                                 "%s: communicator unusable after an earlier error (%s)",
                                 coll_name(coll), ofccl_strerror(comm->sticky));
@@ -509,6 +511,7 @@ int ofccl__coll_start(ofccl__req_t *r)
     r->start_ns = ofccl__now_ns();
     r->deadline_ns = ofccl__comm_deadline(comm);
     r->state = OFCCL__REQ_ACTIVE;
+    history(r, 0);
     comm->coll->next_seq++;
     rc = send_descriptors(r);
     if (rc)
@@ -540,8 +543,56 @@ static void waiting_for(const ofccl__req_t *r, char *buf, size_t len)
                  used ? "; " : "", (unsigned long long)r->arrived, r->units_in);
 }
 
+/* The last OFCCL__HISTORY collectives, dumped when one times out. */
+static void history(ofccl__req_t *r, int done)
+{
+    ofccl__hist_t *h = &r->comm->coll->hist[r->seq % OFCCL__HISTORY];
+
+    if (!done)
+        *h = (ofccl__hist_t){r->seq, r->coll, r->algo->id, r->block, 0, 0, r->start_ns, 0};
+    else if (h->seq == r->seq) {
+        h->status = r->status;
+        h->done = 1;
+        h->end_ns = ofccl__now_ns();
+    }
+}
+
+static void dump_history(const ofccl__req_t *stuck)
+{
+    const ofccl_comm_t *comm = stuck->comm;
+    const ofccl__log_t *lg = &comm->ctx->log;
+    uint64_t now = ofccl__now_ns();
+
+    OFCCL__WARN(lg, OFCCL__SUB_COLL, "communicator %u: last collectives (oldest first):", comm->id);
+    for (uint64_t k = 0; k < OFCCL__HISTORY; k++) {
+        const ofccl__hist_t *h = &comm->coll->hist[(stuck->seq + 1 + k) % OFCCL__HISTORY];
+        if (h->start_ns == 0 || h->seq > stuck->seq)
+            continue;
+        OFCCL__WARN(lg, OFCCL__SUB_COLL, "  #%llu %s (%s) %zu B/rank: %s after %.1f ms",
+                    (unsigned long long)h->seq, coll_name(h->coll),
+                    h->algo == OFCCL__ALGO_RING ? "ring" : "direct", h->block,
+                    !h->done    ? "running"
+                    : h->status ? ofccl_strerror(h->status)
+                                : "done",
+                    (double)((h->done ? h->end_ns : now) - h->start_ns) / 1e6);
+    }
+    for (int p = 0; p < comm->size; p++)
+        if (stuck->i_write_to[p] || stuck->writes_to_me[p])
+            OFCCL__WARN(lg, OFCCL__SUB_COLL,
+                        "  #%llu peer %d: descriptor %s, %u units sent, %u in flight",
+                        (unsigned long long)stuck->seq, p,
+                        !stuck->i_write_to[p]  ? "not needed"
+                        : stuck->peer_ready[p] ? "received"
+                                               : "MISSING",
+                        stuck->sent[p], stuck->inflight[p]);
+    OFCCL__WARN(lg, OFCCL__SUB_COLL, "  #%llu: %llu of %u units arrived, %u chunks reduced",
+                (unsigned long long)stuck->seq, (unsigned long long)stuck->arrived, stuck->units_in,
+                stuck->reduced);
+}
+
 static void complete(ofccl__req_t *r)
 {
+    history(r, 1);
     if (r->status == 0 && r->copy_out != NULL) {
         memcpy(r->copy_out, r->dst.ptr, r->block * (size_t)r->comm->size);
         r->comm->ctx->stats.staged_bytes += r->block * (size_t)r->comm->size;
@@ -601,6 +652,7 @@ static int req_progress(ofccl__req_t *r)
         waiting_for(r, who, sizeof(who));
         ofccl__coll_fail(r, OFCCL_ERR_TIMEOUT, "not complete after %llu ms; waiting for %s",
                          (unsigned long long)((ofccl__now_ns() - r->start_ns) / 1000000), who);
+        dump_history(r);
     }
     /* A failed request completes once its own ops are back (or the comm is dead). */
     if (r->status != 0 && (r->ops_out == 0 || comm->sticky))

@@ -167,7 +167,17 @@ extern const ofccl__algo_t ofccl__ag_direct, ofccl__ag_ring, ofccl__rs_direct, o
 const ofccl__algo_t *ofccl__algo_select(const ofccl_comm_t *comm, int coll, size_t block_bytes);
 
 /* ---- engine state kept in the communicator ---- */
+#define OFCCL__HISTORY 16
+typedef struct ofccl__hist {
+    uint64_t seq;
+    int coll, algo;
+    size_t block;
+    int status, done;
+    uint64_t start_ns, end_ns;
+} ofccl__hist_t;
+
 typedef struct ofccl__coll_state {
+    ofccl__hist_t hist[OFCCL__HISTORY]; /* the last collectives, for timeout reports */
     ofccl__req_t reqs[OFCCL__SLOTS];
     uint64_t next_seq;                   /* sequence number of the next collective */
     uint32_t desc_arrived[OFCCL__SLOTS]; /* cqdata path: per slot, bitmask-free count */

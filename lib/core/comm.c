@@ -351,6 +351,7 @@ static int ofccl_comm_world_unlocked(ofccl_ctx_t *ctx, ofccl_comm_t **out)
     comm->local_rank = ctx->boot->local_rank;
     comm->local_size = ctx->boot->local_size;
     comm->id = ++ctx->comm_seq;
+    comm->timeout_ms = (uint64_t)ofccl__cfg_int(&ctx->cfg, OFCCL__CFG_TIMEOUT_MS);
     comm->handlers = (ofccl__ep_handlers_t){comm, on_done, on_error, on_remote_data};
     rc = comm_setup(comm);
     if (rc == 0 && (rc = ofccl__coll_init(comm)) != 0)
@@ -425,8 +426,10 @@ int ofccl__comm_fail(ofccl_comm_t *comm, int code, const char *fmt, ...)
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
     /* Errors that leave the communicator unusable are sticky. */
+    /* A timeout or a mismatch inside a collective leaves sequence numbers and
+     * buffers out of step with the peers: sticky too. */
     if (code == OFCCL_ERR_REMOTE_ERROR || code == OFCCL_ERR_PROVIDER || code == OFCCL_ERR_ABORTED ||
-        code == OFCCL_ERR_CORRUPT)
+        code == OFCCL_ERR_CORRUPT || code == OFCCL_ERR_TIMEOUT || code == OFCCL_ERR_MISMATCH)
         if (comm->sticky == 0)
             comm->sticky = code;
     return ofccl__fail(&comm->ctx->log, OFCCL__SUB_CORE, &comm->err, code, "rank %d: %s",
@@ -436,7 +439,14 @@ int ofccl__comm_fail(ofccl_comm_t *comm, int code, const char *fmt, ...)
 int ofccl__comm_progress(ofccl_comm_t *comm)
 {
     ofccl__err_t e;
-    int rc = ofccl__ep_progress(comm->ep, &comm->handlers, 64, &e);
+    int rc;
+
+    /* The flag is all ofccl_comm_abort touches; the message is written here,
+     * by the thread that holds the lock. */
+    if (atomic_load_explicit(&comm->aborted, memory_order_acquire) && comm->sticky == 0)
+        return ofccl__comm_fail(comm, OFCCL_ERR_ABORTED,
+                                "communicator %u aborted by ofccl_comm_abort", comm->id);
+    rc = ofccl__ep_progress(comm->ep, &comm->handlers, 64, &e);
 
     if (rc < 0)
         return ofccl__comm_fail(comm, rc, "%s", e.msg);
@@ -453,9 +463,36 @@ void ofccl__comm_set_sink(ofccl_comm_t *comm, unsigned kind, ofccl__sig_sink_fn 
 
 uint64_t ofccl__comm_deadline(const ofccl_comm_t *comm)
 {
-    int64_t ms = ofccl__cfg_int(&comm->ctx->cfg, OFCCL__CFG_TIMEOUT_MS);
+    uint64_t ms = comm->timeout_ms;
 
-    return ms == 0 ? UINT64_MAX : ofccl__now_ns() + (uint64_t)ms * 1000000ull;
+    return ms == 0 ? UINT64_MAX : ofccl__now_ns() + ms * 1000000ull;
+}
+
+int ofccl__comm_usable(ofccl_comm_t *comm)
+{
+    if (atomic_load_explicit(&comm->aborted, memory_order_acquire) && comm->sticky == 0)
+        ofccl__comm_fail(comm, OFCCL_ERR_ABORTED, "communicator %u aborted by ofccl_comm_abort",
+                         comm->id);
+    return comm->sticky;
+}
+
+int ofccl_comm_abort(ofccl_comm_t *comm)
+{
+    if (comm == NULL)
+        return OFCCL_ERR_INVALID_ARG;
+    /* No lock: the caller may be the thread a blocked call is waiting on. */
+    atomic_store_explicit(&comm->aborted, 1, memory_order_release);
+    return 0;
+}
+
+int ofccl_comm_set_timeout(ofccl_comm_t *comm, uint64_t timeout_ms)
+{
+    if (comm == NULL || timeout_ms > 86400000ull * 365)
+        return OFCCL_ERR_INVALID_ARG;
+    ofccl__ctx_lock(comm->ctx);
+    comm->timeout_ms = timeout_ms;
+    ofccl__ctx_unlock(comm->ctx);
+    return 0;
 }
 
 int ofccl__comm_signal(ofccl_comm_t *comm, int peer, unsigned kind, uint32_t payload,

@@ -101,6 +101,9 @@ struct ofccl_comm {
     uint64_t barrier_arrived[32];
     unsigned ops_pending; /* our ops accepted and not completed */
 
+    atomic_int aborted;  /* set by ofccl_comm_abort from any thread */
+    uint64_t timeout_ms; /* 0 = none */
+
     struct ofccl__coll_state *coll; /* the collective engine (coll.h) */
     struct ofccl__pool *pool;       /* staging and user pool buffers (pool.c) */
     ofccl_comm_t *next;             /* the context's list of communicators */
@@ -147,6 +150,8 @@ void ofccl__progress_stop(ofccl_ctx_t *ctx);
 /* Record a fatal error: the communicator reports it from every later call. */
 int ofccl__comm_fail(ofccl_comm_t *comm, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* 0, or the sticky error (an abort request becomes one here). */
+int ofccl__comm_usable(ofccl_comm_t *comm);
 /* Drive the endpoint once (bounded); returns <0 on a fatal error. */
 int ofccl__comm_progress(ofccl_comm_t *comm);
 void ofccl__comm_set_sink(ofccl_comm_t *comm, unsigned kind, ofccl__sig_sink_fn fn, void *arg);

@@ -71,8 +71,9 @@ int ofccl__ctx_choose(const ofccl__config_t *cfg, ofccl__topo_t *topo, bool all_
         if (!has_domain(doms, n, iface)) {
             char list[512] = "";
             for (int k = 0; k < n; k++)
-                snprintf(list + strlen(list), sizeof(list) - strlen(list), "%s%s", k ? ", " : "",
-                         doms[k].domain);
+                if (!has_domain(doms, k, doms[k].domain)) /* once each (IPv4, IPv6, ...) */
+                    snprintf(list + strlen(list), sizeof(list) - strlen(list), "%s%s",
+                             list[0] ? ", " : "", doms[k].domain);
             return ofccl__fail(lg, OFCCL__SUB_CORE, e, OFCCL_ERR_CONFIG,
                                "OFCCL_IFACE=%s: provider %s offers no such domain (it offers: "
                                "%s)",

@@ -159,7 +159,7 @@ static int ofccl_buffer_alloc_unlocked(ofccl_comm_t *comm, size_t bytes, void **
     if (ptr == NULL || bytes == 0)
         return ofccl__comm_fail(comm, OFCCL_ERR_INVALID_ARG, "ofccl_buffer_alloc: %s",
                                 ptr ? "zero bytes" : "ptr is NULL");
-    if (comm->sticky)
+    if (ofccl__comm_usable(comm))
         return ofccl__comm_fail(comm, comm->sticky, "ofccl_buffer_alloc: communicator unusable");
     rc = over_budget(comm, round_up(bytes, STAGE_ALIGN), "ofccl_buffer_alloc");
     if (rc)

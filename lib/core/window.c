@@ -37,7 +37,7 @@ int ofccl__win_create(ofccl_comm_t *comm, void *addr, size_t len, unsigned acces
     ofccl__win_t *win;
     int rc;
 
-    if (comm->sticky)
+    if (ofccl__comm_usable(comm))
         return ofccl__comm_fail(comm, comm->sticky, "window: communicator unusable");
     win = calloc(1, sizeof(*win));
     if (win == NULL)

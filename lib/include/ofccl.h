@@ -129,6 +129,13 @@ OFCCL_API int ofccl_comm_local_rank(const ofccl_comm_t *comm, int *local_rank);
 OFCCL_API int ofccl_comm_local_size(const ofccl_comm_t *comm, int *local_size);
 /* Last error message of this communicator ("" if none). */
 OFCCL_API const char *ofccl_comm_last_error(const ofccl_comm_t *comm);
+/* Abort: safe from any thread, at any time, idempotent. Every pending and later
+ * call on the communicator returns OFCCL_ERR_ABORTED promptly; only
+ * ofccl_comm_destroy remains useful. */
+OFCCL_API int ofccl_comm_abort(ofccl_comm_t *comm);
+/* Deadline of blocking calls and requests on this communicator, in ms (0 =
+ * none); starts as OFCCL_TIMEOUT_MS. Applies to requests posted afterwards. */
+OFCCL_API int ofccl_comm_set_timeout(ofccl_comm_t *comm, uint64_t timeout_ms);
 
 /* Block until every rank of the communicator has entered the barrier. Goes over
  * the fabric (not the bootstrap); fails with OFCCL_ERR_TIMEOUT after OFCCL_TIMEOUT_MS. */

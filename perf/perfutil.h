@@ -1,0 +1,92 @@
+/*
+ * Shared by the benchmarks in perf/: element types and their conversions,
+ * test values whose sums are exact, reference reductions, size parsing, and
+ * the nccl-tests-style table with its CSV and JSON copies. Independent of
+ * ofccl (mpi_perf and ceiling use it without the library), so the reference
+ * used to check results is not the code under test.
+ */
+#ifndef OFCCL_PERFUTIL_H
+#define OFCCL_PERFUTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+typedef enum perf_dtype { PERF_F32, PERF_F64, PERF_BF16, PERF_F16, PERF_DTYPE_COUNT } perf_dtype_t;
+typedef enum perf_op { PERF_SUM, PERF_AVG } perf_op_t;
+
+extern const char *const perf_dtype_names[PERF_DTYPE_COUNT];
+size_t perf_dtype_size(perf_dtype_t dt);
+/* Index of `name` in `names` (n entries), or -1. */
+int perf_lookup(const char *name, const char *const *names, int n);
+
+/* "64", "4K", "16M", "1G" (powers of 1024) -> bytes; 0 on a malformed value. */
+size_t perf_parse_size(const char *s);
+double perf_now_us(void);
+
+/* Conversions, round to nearest even like the library promises (docs/reductions.md). */
+uint16_t perf_f32_to_bf16(float f);
+float perf_bf16_to_f32(uint16_t h);
+uint16_t perf_f32_to_f16(float f);
+float perf_f16_to_f32(uint16_t h);
+
+void perf_store(perf_dtype_t dt, void *p, size_t i, double v);
+double perf_load(perf_dtype_t dt, const void *p, size_t i);
+
+/*
+ * Test value of element g of rank r at iteration it: a multiple of 1/8 whose
+ * magnitude is small enough that every partial sum over `nranks` ranks is
+ * exact in the element type (bf16 has 8 significant bits), so a reduction in
+ * any order gives exactly the reference.
+ */
+double perf_value(perf_dtype_t dt, int nranks, int r, int it, size_t g);
+/* The expected reduction of element g over ranks 0..nranks-1: f32 accumulation
+ * (f64 for f64), AVG divides in the accumulator type, then one rounding to dt. */
+double perf_reference(perf_dtype_t dt, perf_op_t op, int nranks, int it, size_t g);
+/* Fill elements [0, n) of p with perf_value(rank, it, first + i). */
+void perf_fill(perf_dtype_t dt, void *p, size_t n, int nranks, int rank, int it, size_t first);
+/* Count elements i in [0, n) of p that differ from perf_value(rank, it, first + i). */
+long perf_check_values(perf_dtype_t dt, const void *p, size_t n, int nranks, int rank, int it,
+                       size_t first);
+/* Count elements i in [0, n) of p that differ from perf_reference(first + i). */
+long perf_check_reduced(perf_dtype_t dt, perf_op_t op, const void *p, size_t n, int nranks, int it,
+                        size_t first);
+
+/* Sizes of the sweep: b, b*f, b*f^2, ... <= e (at most PERF_MAX_SIZES). */
+#define PERF_MAX_SIZES 64
+int perf_sweep(size_t b, size_t e, double f, size_t *sizes);
+
+/* One line of the table. */
+typedef struct perf_row {
+    const char *coll; /* "ag" or "rs" */
+    size_t bytes;     /* full gathered buffer / reduce input, as nccl-tests */
+    size_t count;     /* elements per rank (bucket: elements of the whole bucket) */
+    const char *type, *redop;
+    double us;   /* average per iteration, slowest rank */
+    long wrong;  /* elements wrong, summed over ranks */
+    int nranks;
+} perf_row_t;
+
+/* Fixed description of a run, repeated in every CSV line and in the JSON header. */
+typedef struct perf_meta {
+    const char *impl;      /* ofccl or mpi */
+    const char *transport; /* provider name, or MPI btl list */
+    const char *algo;      /* ofccl algorithm, "-" for MPI */
+    const char *mem;       /* pool, reg, plain */
+    const char *mode;      /* flat or bucket */
+    int nranks, iters, warmup, check;
+} perf_meta_t;
+
+typedef struct perf_out {
+    perf_meta_t meta;
+    FILE *csv, *json;
+    int rows;
+} perf_out_t;
+
+/* Open the CSV/JSON files (either path may be NULL) and print the table header. */
+int perf_out_open(perf_out_t *o, const perf_meta_t *meta, const char *csv, const char *json);
+void perf_out_row(perf_out_t *o, const perf_row_t *r);
+/* `extra_json`: optional "key": value members appended to the JSON object. */
+int perf_out_close(perf_out_t *o, const char *extra_json);
+
+#endif
