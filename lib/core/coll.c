@@ -268,6 +268,46 @@ static const char *field_name(uint64_t a, uint64_t b)
     return "premul scalar";
 }
 
+int ofccl__desc_check(const uint64_t d[OFCCL__DESC_WORDS], const ofccl__desc_expect_t *x, char *why,
+                      size_t len)
+{
+    /* A descriptor is written by a peer: every field is checked before use. */
+    if (d[7] != (uint64_t)x->from)
+        return snprintf(why, len, "rank %d's descriptor claims to come from rank %llu", x->from,
+                        (unsigned long long)d[7]),
+               OFCCL_ERR_CORRUPT;
+    if (d[0] != x->seq)
+        return snprintf(why, len,
+                        "rank %d announced collective #%llu where #%llu was expected: "
+                        "collectives must be posted in the same order on every rank",
+                        x->from, (unsigned long long)d[0], (unsigned long long)x->seq),
+               OFCCL_ERR_MISMATCH;
+    if (d[1] != x->fingerprint)
+        return snprintf(why, len, "rank %d posted it with a different %s than rank %d", x->from,
+                        field_name(d[1], x->fingerprint), x->me),
+               OFCCL_ERR_MISMATCH;
+    if (d[2] != x->count)
+        return snprintf(why, len, "rank %d posted it with count %llu, rank %d with count %llu",
+                        x->from, (unsigned long long)d[2], x->me, (unsigned long long)x->count),
+               OFCCL_ERR_MISMATCH;
+    /* The region must hold what we will write; a short one is a lie, not a mismatch. */
+    if (d[6] > d[5] || d[5] - d[6] < x->need)
+        return snprintf(why, len,
+                        "rank %d announced a %llu-byte region at offset %llu, %llu bytes needed",
+                        x->from, (unsigned long long)d[5], (unsigned long long)d[6],
+                        (unsigned long long)x->need),
+               OFCCL_ERR_CORRUPT;
+    return 0;
+}
+
+/* Bytes a writer may put into a peer's destination for this request. */
+static uint64_t dst_need(const ofccl__req_t *r)
+{
+    uint64_t n = (uint64_t)r->comm->size;
+    return r->coll == OFCCL__RS && r->algo->id == OFCCL__ALGO_RING ? (n - 1) * r->block
+                                                                   : n * r->block;
+}
+
 /* Read descriptors that have landed from the ranks we write to. */
 static int take_descriptors(ofccl__req_t *r)
 {
@@ -276,7 +316,10 @@ static int take_descriptors(ofccl__req_t *r)
 
     for (int p = 0; p < comm->size; p++) {
         size_t idx = (size_t)r->slot * (size_t)comm->size + (size_t)p;
+        ofccl__desc_expect_t x = {r->seq, r->fingerprint, r->count, dst_need(r), p, comm->rank};
         const uint64_t *d;
+        char why[256];
+        int rc;
 
         if (!r->i_write_to[p] || r->peer_ready[p])
             continue;
@@ -292,19 +335,9 @@ static int take_descriptors(ofccl__req_t *r)
             cs->desc_seen[idx]++;
         }
         d = (const uint64_t *)&comm->ctrl[desc_in_word(comm->size, r->slot, p)];
-        if (d[0] != r->seq || d[7] != (uint64_t)p)
-            return ofccl__coll_fail(r, OFCCL_ERR_MISMATCH,
-                                    "rank %d announced collective #%llu where #%llu was expected: "
-                                    "collectives must be posted in the same order on every rank",
-                                    p, (unsigned long long)d[0], (unsigned long long)r->seq);
-        if (d[1] != r->fingerprint)
-            return ofccl__coll_fail(r, OFCCL_ERR_MISMATCH,
-                                    "rank %d posted it with a different %s than rank %d", p,
-                                    field_name(d[1], r->fingerprint), comm->rank);
-        if (d[2] != r->count)
-            return ofccl__coll_fail(r, OFCCL_ERR_MISMATCH,
-                                    "rank %d posted it with count %llu, rank %d with count %zu", p,
-                                    (unsigned long long)d[2], comm->rank, r->count);
+        rc = ofccl__desc_check(d, &x, why, sizeof(why));
+        if (rc)
+            return ofccl__coll_fail(r, rc, "%s", why);
         r->peer_rk[p] = (ofccl__rkey_t){d[3], d[4], d[5]};
         r->peer_off[p] = d[6];
         r->peer_ready[p] = 1;

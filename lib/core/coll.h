@@ -158,6 +158,16 @@ void ofccl__bucket_copy_out(ofccl__req_t *r);
 int ofccl__post_allgather(ofccl__req_t *r);
 int ofccl__post_reduce_scatter(ofccl__req_t *r);
 
+/* What a descriptor from rank `from` must say for the collective we posted. */
+typedef struct ofccl__desc_expect {
+    uint64_t seq, fingerprint, count, need;
+    int from, me;
+} ofccl__desc_expect_t;
+/* Validate a descriptor written by a peer (untrusted): 0, OFCCL_ERR_MISMATCH
+ * (the peer posted something else) or OFCCL_ERR_CORRUPT; `why` says which. */
+int ofccl__desc_check(const uint64_t d[OFCCL__DESC_WORDS], const ofccl__desc_expect_t *x, char *why,
+                      size_t len);
+
 /* Plans shared by the twins (lib/coll/plan.c). */
 int ofccl__plan_direct(ofccl__req_t *r);
 int ofccl__plan_ring(ofccl__req_t *r);

@@ -187,12 +187,11 @@ static void on_error(void *arg, void *op_ctx, int peer, int status, const char *
 static void on_remote_data(void *arg, uint64_t data)
 {
     ofccl_comm_t *comm = arg;
-    unsigned kind = (unsigned)(data >> 28) & 0xfu;
-    uint32_t id = (uint32_t)(data >> 20) & 0xffu,
-             payload = (uint32_t)data & OFCCL__SIG_PAYLOAD_MASK;
+    unsigned kind = 0;
+    uint32_t id = 0, payload = 0;
 
     /* Signals are untrusted: a stray one is counted and logged, never acted on. */
-    if (id != (comm->id & 0xffu) || data > UINT32_MAX) {
+    if (ofccl__sig_decode(data, &kind, &id, &payload) != 0 || id != (comm->id & 0xffu)) {
         comm->corrupt_signals++;
         OFCCL__WARN(&comm->ctx->log, OFCCL__SUB_CORE,
                     "ignoring signal 0x%llx: not for communicator %u", (unsigned long long)data,

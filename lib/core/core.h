@@ -63,6 +63,17 @@ static inline uint32_t ofccl__sig_encode(unsigned kind, uint32_t comm_id, uint32
     return (kind & 0xfu) << 28 | (comm_id & 0xffu) << 20 | (payload & OFCCL__SIG_PAYLOAD_MASK);
 }
 
+/* Split a received signal word; -1 when it cannot be one of ours (> 32 bits). */
+static inline int ofccl__sig_decode(uint64_t data, unsigned *kind, uint32_t *id, uint32_t *payload)
+{
+    if (data > UINT32_MAX)
+        return -1;
+    *kind = (unsigned)(data >> 28) & 0xfu;
+    *id = (uint32_t)(data >> 20) & 0xffu;
+    *payload = (uint32_t)data & OFCCL__SIG_PAYLOAD_MASK;
+    return 0;
+}
+
 typedef void (*ofccl__sig_sink_fn)(void *arg, uint32_t payload);
 
 /* The control region of a communicator: words peers add to or write into.
