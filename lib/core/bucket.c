@@ -53,7 +53,8 @@ void ofccl__bucket_copy_in(ofccl__req_t *r, void *area)
             const ofccl_tensor_t *x = &r->tensors[t];
             size_t slot = chunk_of(x->count, n) * r->esize;
             size_t len = shard_len(x->count, n, comm->rank) * r->esize;
-            memcpy(base + off, x->shard, len);
+            if (len) /* an empty shard may have a NULL pointer */
+                memcpy(base + off, x->shard, len);
             memset(base + off + len, 0, slot - len);
             off += slot;
         }

@@ -626,7 +626,7 @@ static void dump_history(const ofccl__req_t *stuck)
 static void complete(ofccl__req_t *r)
 {
     history(r, 1);
-    if (r->status == 0 && r->copy_out != NULL) {
+    if (r->status == 0 && r->copy_out != NULL && r->block > 0) {
         memcpy(r->copy_out, r->dst.ptr, r->block * (size_t)r->comm->size);
         r->comm->ctx->stats.staged_bytes += r->block * (size_t)r->comm->size;
     }

@@ -157,7 +157,8 @@ int ofccl__post_reduce_scatter(ofccl__req_t *r)
     }
     if (copy_src) {
         void *copy = (char *)stage.ptr + dst_bytes + fwd_bytes;
-        memcpy(copy, r->sendbuf, total);
+        if (total) /* count 0 may come with NULL buffers */
+            memcpy(copy, r->sendbuf, total);
         comm->ctx->stats.staged_bytes += total;
         r->src = (ofccl__mem_ref_t){copy, stage.mr};
     }
