@@ -87,6 +87,11 @@ int ofccl__mr_reg(ofccl__ep_t *ep, void *addr, size_t len, unsigned access, ofcc
                            "rank %d: cannot register %p (%zu bytes, access 0x%x): need a "
                            "non-NULL, non-empty buffer and known access flags",
                            ep->params.rank, addr, len, access);
+    if (ofccl__fault_hit(&ep->prov->f_regs, ep->prov->fault.mr_fail_at, ep->prov->fault.mr_fail_at))
+        return ofccl__fail(log, OFCCL__SUB_PROV, e, OFCCL_ERR_NO_MEMORY,
+                           "rank %d: registering %zu bytes failed: Cannot allocate memory "
+                           "(injected by OFCCL_FAULT)",
+                           ep->params.rank, len);
     /* Least privilege: each ofccl access maps to the fewest libfabric rights. */
     if (access & OFCCL__ACC_LOCAL)
         fi_access |= FI_WRITE | FI_READ;

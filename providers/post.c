@@ -104,6 +104,17 @@ ssize_t ofccl__op_post(ofccl__ep_t *ep, struct ofccl__op *op)
     }
 }
 
+/* Post, unless an injected EAGAIN storm says the provider is "busy". */
+static ssize_t post_or_storm(ofccl__ep_t *ep, struct ofccl__op *op)
+{
+    const ofccl__fault_t *f = &ep->prov->fault;
+
+    if (op->kind != OFCCL__OP_RECV &&
+        ofccl__fault_hit(&ep->prov->f_posts, f->eagain_from, f->eagain_to))
+        return -FI_EAGAIN;
+    return ofccl__op_post(ep, op);
+}
+
 /* Caller holds ep->lock. */
 static void rq_push(ofccl__ep_t *ep, struct ofccl__op *op)
 {
@@ -250,7 +261,7 @@ static int submit(ofccl__ep_t *ep, const struct ofccl__op *tmpl, void *op_ctx, o
         pthread_mutex_unlock(&ep->lock);
         return 0;
     }
-    ret = ofccl__op_post(ep, op);
+    ret = post_or_storm(ep, op);
     if (ret == -FI_EAGAIN)
         rq_push(ep, op);
     else if (ret != 0)
@@ -564,8 +575,22 @@ static int drain_cq(ofccl__ep_t *ep, const ofccl__ep_handlers_t *h, int max, ofc
             if (classify(ep, &ents[i], &evs[nev]))
                 nev++;
         pthread_mutex_unlock(&ep->lock);
-        for (int i = 0; i < nev; i++)
+        for (int i = 0; i < nev; i++) {
+            if (evs[i].type == EV_DONE &&
+                ofccl__fault_hit(&ep->prov->f_comps, ep->prov->fault.cq_error_at,
+                                 ep->prov->fault.cq_error_at)) {
+                snprintf(msg, sizeof(msg),
+                         "rank %d: operation to peer %d failed: injected CQ error entry "
+                         "(OFCCL_FAULT)",
+                         ep->params.rank, evs[i].peer);
+                evs[i].type = EV_ERROR;
+                evs[i].status = OFCCL_ERR_REMOTE_ERROR;
+                OFCCL__WARN(ep->prov->log, OFCCL__SUB_PROV, "%s", msg);
+                deliver(h, &evs[i], msg);
+                continue;
+            }
             deliver(h, &evs[i], NULL);
+        }
         handled += nev;
         left -= (int)n;
         if ((size_t)n < want)
@@ -592,7 +617,7 @@ static int drain_retry(ofccl__ep_t *ep, const ofccl__ep_handlers_t *h)
             pthread_mutex_unlock(&ep->lock);
             break;
         }
-        ret = ofccl__op_post(ep, op);
+        ret = post_or_storm(ep, op);
         if (ret == -FI_EAGAIN) {
             pthread_mutex_unlock(&ep->lock);
             break;

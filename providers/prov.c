@@ -433,6 +433,8 @@ int ofccl__prov_open(const ofccl__prov_params_t *params, ofccl__prov_t **out, of
         goto err_list;
     }
     prov->log = log;
+    if (params->fault != NULL)
+        prov->fault = *params->fault;
     pthread_mutex_init(&prov->lock, NULL);
     prov->info = fi_dupinfo(pick);
     if (prov->info == NULL) {

@@ -99,6 +99,14 @@ void ofccl__prov_available(char *buf, size_t len);
 /* libfabric version string ("1.17.0"), for ofccl_info. */
 const char *ofccl__prov_fabric_version(void);
 
+/* ---- fault injection (honoured only in -Dfault_injection=true builds) ----
+ * Counters run over the provider handle's lifetime, 1-based; 0 = off. */
+typedef struct ofccl__fault {
+    unsigned eagain_from, eagain_to; /* post attempts in [from, to] see -FI_EAGAIN */
+    unsigned mr_fail_at;             /* that registration fails with ENOMEM */
+    unsigned cq_error_at;            /* that completion becomes an error entry */
+} ofccl__fault_t;
+
 /* ---- provider handle: fabric + domain ---- */
 typedef struct ofccl__prov ofccl__prov_t;
 
@@ -106,7 +114,8 @@ typedef struct ofccl__prov_params {
     const char *provider; /* alias or prov_name; never "auto" (the context resolves it) */
     const char *domain;   /* domain name to use, "" = first offered */
     bool strict;
-    const ofccl__log_t *log; /* lives at least as long as the handle */
+    const ofccl__log_t *log;     /* lives at least as long as the handle */
+    const ofccl__fault_t *fault; /* NULL = none */
 } ofccl__prov_params_t;
 
 /* Fails with OFCCL_ERR_NOT_SUPPORTED (unknown/unavailable provider: the message

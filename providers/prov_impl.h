@@ -6,6 +6,7 @@
 #define OFCCL_PROVIDERS_PROV_IMPL_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -36,7 +37,27 @@ struct ofccl__prov {
     bool fetch_atomic_ok;
     pthread_mutex_t lock; /* guards n_eps */
     unsigned n_eps;
+    ofccl__fault_t fault; /* injected faults (fault-injection builds only) */
+    _Atomic unsigned f_posts, f_regs, f_comps;
 };
+
+/* Fault injection: true when this post / registration / completion is the one
+ * to fail. Always false in builds without -Dfault_injection=true. */
+#ifdef OFCCL_FAULT_INJECTION
+static inline bool ofccl__fault_hit(_Atomic unsigned *counter, unsigned from, unsigned to)
+{
+    unsigned n = atomic_fetch_add(counter, 1) + 1;
+    return from != 0 && n >= from && n <= to;
+}
+#else
+static inline bool ofccl__fault_hit(_Atomic unsigned *counter, unsigned from, unsigned to)
+{
+    (void)counter;
+    (void)from;
+    (void)to;
+    return false;
+}
+#endif
 
 enum ofccl__op_kind {
     OFCCL__OP_FREE = 0,

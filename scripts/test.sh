@@ -1,7 +1,8 @@
 #!/bin/sh
 # Install what is missing, build, and run the whole test suite twice: as built,
 # then every unit and multi-rank suite again under AddressSanitizer and
-# UndefinedBehaviorSanitizer. Prints the meson summaries and a final
+# UndefinedBehaviorSanitizer in a build with fault injection (which adds the
+# injected-fault tests, so LeakSanitizer checks that failures leak nothing). Prints the meson summaries and a final
 # "N passed, N failed" line; fails when any test failed or when no test ran.
 # Set OFCCL_SKIP_SANITIZERS=1 to run only the first pass.
 set -eu
@@ -14,7 +15,8 @@ logs=build/meson-logs/testlog.json
 meson test -C build --print-errorlogs --num-processes 2 "$@" || status=$?
 if [ "${OFCCL_SKIP_SANITIZERS:-0}" != 1 ]; then
     [ -f build-asan/build.ninja ] ||
-        meson setup build-asan -Db_sanitize=address,undefined -Db_lundef=false >/dev/null
+        meson setup build-asan -Db_sanitize=address,undefined -Db_lundef=false \
+            -Dfault_injection=true >/dev/null
     ninja -C build-asan >/dev/null
     # libpmix leaks ~110 KB per PMIx_Init inside itself; nothing of ours is suppressed.
     LSAN_OPTIONS=suppressions=$PWD/test/unit/pmix.lsan.supp:fast_unwind_on_malloc=0 \

@@ -65,6 +65,10 @@ typedef enum ofccl__cfg_type {
       "Staging buffers for all-gathers (how many can be in flight on staged memory)")              \
     X(RS_BUFFERS, INT, "1", "", 1, 16,                                                             \
       "Staging buffers for reduce-scatters (how many can be in flight)")                           \
+    X(FAULT, STRING, "", "<eagain=A-B,mrfail=N,cqerr=N,kill=N[@rank]>", 0, 0,                      \
+      "Inject faults (builds with -Dfault_injection=true only): EAGAIN for post attempts A..B, "   \
+      "fail the Nth registration, turn the Nth completion into an error, SIGKILL this rank when "  \
+      "it posts collective N; @rank limits an item to one rank")                                   \
     X(PROGRESS_THREAD, BOOL, "0", "0|1", 0, 0,                                                     \
       "Run a progress thread (pinned away from the caller's cores when possible)")
 

@@ -3,6 +3,7 @@
  * progress loop, completion, and the public test/wait/progress/free calls.
  */
 #include <math.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -521,6 +522,14 @@ int ofccl__coll_start(ofccl__req_t *r)
     int rc;
 
     r->seq = comm->coll->next_seq;
+#ifdef OFCCL_FAULT_INJECTION
+    if (comm->ctx->kill_at != 0 && r->seq + 1 == comm->ctx->kill_at) {
+        OFCCL__WARN(&comm->ctx->log, OFCCL__SUB_COLL,
+                    "OFCCL_FAULT: killing this rank at collective #%llu",
+                    (unsigned long long)r->seq);
+        raise(SIGKILL);
+    }
+#endif
     r->depth = (unsigned)ofccl__cfg_int(&comm->ctx->cfg, OFCCL__CFG_DEPTH);
     r->chunk = (size_t)ofccl__cfg_int(&comm->ctx->cfg, OFCCL__CFG_CHUNK_BYTES);
     r->chunk -= r->chunk % r->esize;

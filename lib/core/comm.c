@@ -431,6 +431,9 @@ int ofccl__comm_fail(ofccl_comm_t *comm, int code, const char *fmt, ...)
         code == OFCCL_ERR_CORRUPT || code == OFCCL_ERR_TIMEOUT || code == OFCCL_ERR_MISMATCH)
         if (comm->sticky == 0)
             comm->sticky = code;
+    /* Lower layers often name the rank already; say it once. */
+    if (strncmp(msg, "rank ", 5) == 0)
+        return ofccl__fail(&comm->ctx->log, OFCCL__SUB_CORE, &comm->err, code, "%s", msg);
     return ofccl__fail(&comm->ctx->log, OFCCL__SUB_CORE, &comm->err, code, "rank %d: %s",
                        comm->rank, msg);
 }

@@ -30,8 +30,8 @@ struct ofccl_ctx {
     char provider[64];    /* alias or prov_name asked of the provider layer */
     char choice_why[600]; /* why this provider and domain */
     int ncomms;
-    ofccl_comm_t *comms; /* list, for ofccl_progress(ctx) */
-    uint32_t comm_seq;
+    ofccl_comm_t *comms;      /* list, for ofccl_progress(ctx) */
+    uint32_t comm_seq;        /* communicators created so far: gives each one an id */
     struct ofccl_mem *memreg; /* ofccl_mem_register cache (pool.c) */
     ofccl_stats_t stats;
     /* progress.c: the lock every public call holds, and the progress thread */
@@ -40,9 +40,9 @@ struct ofccl_ctx {
     pthread_t thread;
     int thread_on;
     atomic_int thread_stop;
-    char caller_cpus[128];
-    /* the creating thread's binding, kept free for it */ /* communicators created so far: gives
-                                                             each one an id */
+    char caller_cpus[128]; /* the creating thread's binding, kept free for it */
+    ofccl__fault_t fault;  /* OFCCL_FAULT (fault-injection builds) */
+    unsigned kill_at;      /* SIGKILL this rank when it posts collective #kill_at (1-based) */
 };
 
 /* ---- signals: 32 bits of immediate data, so they fit verbs and EFA ----
@@ -142,6 +142,8 @@ int ofccl__ctx_choose(const ofccl__config_t *cfg, ofccl__topo_t *topo, bool all_
                       const ofccl__log_t *lg, char *provider, size_t plen, char *domain,
                       size_t dlen, char *why, size_t whylen, ofccl__err_t *e);
 
+int ofccl__fault_parse(const char *spec, int rank, ofccl__fault_t *f, unsigned *kill_at,
+                       ofccl__err_t *e);
 void ofccl__ctx_lock(ofccl_ctx_t *ctx);
 void ofccl__ctx_unlock(ofccl_ctx_t *ctx);
 /* Body of a public entry point: run `call` under the context lock. */

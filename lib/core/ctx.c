@@ -176,11 +176,18 @@ static int ctx_open(ofccl_ctx_t *ctx, const ofccl_ctx_params_t *params)
     OFCCL__INFO(&ctx->log, OFCCL__SUB_CORE, "rank %d of %d (local %d of %d) via %s: %s",
                 ctx->boot->rank, ctx->boot->size, ctx->boot->local_rank, ctx->boot->local_size,
                 ctx->boot->ops->name, ctx->choice_why);
+    rc = ofccl__fault_parse(ofccl__cfg_str(&ctx->cfg, OFCCL__CFG_FAULT), ctx->boot->rank,
+                            &ctx->fault, &ctx->kill_at, e);
+    if (rc) {
+        OFCCL__WARN(&ctx->log, OFCCL__SUB_CORE, "%s", e->msg);
+        return rc;
+    }
     pp = (ofccl__prov_params_t){
         .provider = ctx->provider,
         .domain = domain,
         .strict = ofccl__cfg_int(&ctx->cfg, OFCCL__CFG_STRICT) != 0,
         .log = &ctx->log,
+        .fault = &ctx->fault,
     };
     rc = ofccl__prov_open(&pp, &ctx->prov, e);
     if (rc)

@@ -65,7 +65,7 @@ static void on_remote_data(void *arg, uint64_t data)
 static int pair_open(struct pair *p, const char *provider, const char *domain, bool strict,
                      ofccl__err_t *e)
 {
-    ofccl__prov_params_t pp = {provider, domain, strict, &g_log};
+    ofccl__prov_params_t pp = {provider, domain, strict, &g_log, NULL};
     char names[2][NAME_MAX_LEN];
     size_t lens[2];
     int ret;
@@ -488,7 +488,7 @@ static void test_write_dc_fallback(void)
 
 static void test_unknown_provider(void)
 {
-    ofccl__prov_params_t pp = {"foo", "", false, &g_log};
+    ofccl__prov_params_t pp = {"foo", "", false, &g_log, NULL};
     ofccl__prov_t *prov = NULL;
     ofccl__err_t e;
 
@@ -504,7 +504,7 @@ static void test_unknown_provider(void)
 
 static void test_unknown_domain(void)
 {
-    ofccl__prov_params_t pp = {"tcp", "nosuchnic0", false, &g_log};
+    ofccl__prov_params_t pp = {"tcp", "nosuchnic0", false, &g_log, NULL};
     ofccl__prov_t *prov = NULL;
     ofccl__err_t e;
 
@@ -516,7 +516,7 @@ static void test_unknown_domain(void)
 
 static void test_mr_invalid(void)
 {
-    ofccl__prov_params_t pp = {"shm", "", false, &g_log};
+    ofccl__prov_params_t pp = {"shm", "", false, &g_log, NULL};
     ofccl__ep_params_t epp = {.rank = 0, .size = 1, .ops_inflight = 4, .rx_posted = 4};
     ofccl__prov_t *prov = NULL;
     ofccl__ep_t *ep = NULL;

@@ -1,0 +1,109 @@
+/*
+ * Two ranks forked by the test itself and joined through the TCP bootstrap, so
+ * a test can kill one or make it misbehave without a launcher tearing the job
+ * down. Each child runs a scenario and exits 0 when it saw what it expected.
+ */
+#ifndef OFCCL_TEST_FORKRUN_H
+#define OFCCL_TEST_FORKRUN_H
+
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ofccl.h"
+
+static const char *provider = "tcp";
+/* One extra "NAME=value" setting per rank (NULL = none), e.g. a fault spec. */
+static const char *rank_setting[2];
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static int free_port(void)
+{
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof(a);
+    int fd = socket(AF_INET, SOCK_STREAM, 0), port;
+
+    bind(fd, (struct sockaddr *)&a, sizeof(a));
+    getsockname(fd, (struct sockaddr *)&a, &len);
+    port = ntohs(a.sin_port);
+    close(fd);
+    return port;
+}
+
+typedef int (*scenario_fn)(int rank, ofccl_ctx_t *ctx, ofccl_comm_t *comm);
+
+/* Child: join the 2-rank job, run the scenario, tear down; exit code 0 = as expected. */
+static int child(int rank, int port, scenario_fn fn)
+{
+    char root[64], rk[32], prov[64], err[512] = "";
+    const char *settings[] = {
+        root, rk, "BOOT_SIZE=2", prov, "BOOT_TIMEOUT_MS=20000", rank_setting[rank], NULL};
+    ofccl_ctx_params_t p = {
+        .size = sizeof(p), .settings = settings, .errbuf = err, .errlen = sizeof(err)};
+    ofccl_ctx_t *ctx;
+    ofccl_comm_t *comm;
+    int rc;
+
+    snprintf(root, sizeof(root), "BOOT_ROOT=127.0.0.1:%d", port);
+    snprintf(rk, sizeof(rk), "BOOT_RANK=%d", rank);
+    snprintf(prov, sizeof(prov), "PROVIDER=%s", provider);
+    if (ofccl_ctx_create(&p, &ctx) != 0) {
+        fprintf(stderr, "rank %d: ctx: %s\n", rank, err);
+        return 10;
+    }
+    if (ofccl_comm_world(ctx, &comm) != 0 || ofccl_barrier(comm) != 0) {
+        fprintf(stderr, "rank %d: comm: %s\n", rank, ofccl_ctx_last_error(ctx));
+        return 11;
+    }
+    rc = fn(rank, ctx, comm);
+    /* Destroy is local: it works whatever state the communicator is in. */
+    if (ofccl_comm_destroy(comm) != 0 || ofccl_ctx_destroy(ctx) != 0)
+        rc = rc ? rc : 12;
+    return rc;
+}
+
+/* Run a scenario on two forked ranks; returns each rank's wait status. */
+static void run(scenario_fn fn, int status[2])
+{
+    int port = free_port();
+    pid_t pid[2];
+    double deadline = now_s() + 60;
+
+    fflush(NULL);
+    for (int r = 0; r < 2; r++) {
+        pid[r] = fork();
+        if (pid[r] == 0)
+            exit(child(r, port, fn)); /* exit, not _exit: LeakSanitizer checks at exit */
+    }
+    for (int r = 0; r < 2; r++) {
+        status[r] = -1;
+        while (now_s() < deadline) {
+            pid_t w = waitpid(pid[r], &status[r], WNOHANG);
+            if (w == pid[r])
+                break;
+            usleep(10000);
+        }
+        if (now_s() >= deadline) { /* bounded: never let a stuck rank hang the suite */
+            kill(pid[r], SIGKILL);
+            waitpid(pid[r], &status[r], 0);
+        }
+    }
+}
+
+static int exited_ok(int st)
+{
+    return WIFEXITED(st) && WEXITSTATUS(st) == 0;
+}
+
+#endif
