@@ -2,7 +2,8 @@
 # Install what ofccl needs on Debian 12, only if something is missing.
 set -eu
 pkgs="build-essential meson ninja-build pkg-config python3 libfabric-dev libfabric-bin
-      libhwloc-dev hwloc libpmix-dev libcunit1-dev openmpi-bin libopenmpi-dev gnuplot-nox"
+      libhwloc-dev hwloc libpmix-dev libcunit1-dev openmpi-bin libopenmpi-dev gnuplot-nox
+      iproute2 nftables clang libclang-rt-14-dev"
 missing=""
 for p in $pkgs; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||

@@ -580,9 +580,15 @@ static void waiting_for(const ofccl__req_t *r, char *buf, size_t len)
             used += (size_t)snprintf(buf + used, len - used, "%srank %d (%u writes in flight)",
                                      used ? ", " : "", p, r->inflight[p]);
     }
-    if (r->arrived < r->units_in && used + 40 < len)
-        snprintf(buf + used, len - used, "%s%llu of %u data arrivals from the writers",
-                 used ? "; " : "", (unsigned long long)r->arrived, r->units_in);
+    if (r->arrived < r->units_in && used + 64 < len) {
+        int listed = 0;
+        used += (size_t)snprintf(buf + used, len - used,
+                                 "%s%llu of %u data arrivals from rank(s) writing here:",
+                                 used ? "; " : "", (unsigned long long)r->arrived, r->units_in);
+        for (int p = 0; p < comm->size && used + 16 < len; p++)
+            if (r->writes_to_me[p] && listed++ < 8)
+                used += (size_t)snprintf(buf + used, len - used, " rank %d", p);
+    }
 }
 
 /* The last OFCCL__HISTORY collectives, dumped when one times out. */

@@ -5,7 +5,7 @@
 # Usage: run_tcpboot.sh N program [args...]
 set -u
 n=$1; shift
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+port=${OFCCL_TEST_BOOT_PORT:-$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')}
 pids=""
 for r in $(seq 0 $((n - 1))); do
     OFCCL_BOOT_ROOT=127.0.0.1:$port OFCCL_BOOT_RANK=$r OFCCL_BOOT_SIZE=$n \
