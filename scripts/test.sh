@@ -4,6 +4,7 @@
 # UndefinedBehaviorSanitizer in a build with fault injection (which adds the
 # injected-fault tests, so LeakSanitizer checks that failures leak nothing). Prints the meson summaries and a final
 # "N passed, N failed" line; fails when any test failed or when no test ran.
+# A ThreadSanitizer pass covers the tests that run threads.
 # Set OFCCL_SKIP_SANITIZERS=1 to run only the first pass.
 set -eu
 cd "$(dirname "$0")/.."
@@ -24,6 +25,15 @@ if [ "${OFCCL_SKIP_SANITIZERS:-0}" != 1 ]; then
         meson test -C build-asan --print-errorlogs --num-processes 2 --suite unit --suite multi \
         "$@" || status=$?
     logs="$logs build-asan/meson-logs/testlog.json"
+    # ThreadSanitizer over what runs threads: the progress thread and a
+    # communicator aborted from another thread while a call blocks.
+    [ -f build-tsan/build.ninja ] ||
+        meson setup build-tsan -Db_sanitize=thread -Db_lundef=false >/dev/null
+    ninja -C build-tsan >/dev/null
+    TSAN_OPTIONS=halt_on_error=1:report_signal_unsafe=0 \
+        meson test -C build-tsan --print-errorlogs pool-shm-np2 pool-tcp-np2 fault-shm fault-tcp ||
+        status=$?
+    logs="$logs build-tsan/meson-logs/testlog.json"
 fi
 python3 - $logs <<'PY' || status=1
 import json, sys
