@@ -31,10 +31,16 @@ size_t perf_parse_size(const char *s)
     int shift = 0;
 
     switch (toupper((unsigned char)*end)) {
-    case 'G': shift += 10; /* fall through */
-    case 'M': shift += 10; /* fall through */
-    case 'K': shift += 10; end++; break;
-    default: break;
+    case 'G':
+        shift += 10; /* fall through */
+    case 'M':
+        shift += 10; /* fall through */
+    case 'K':
+        shift += 10;
+        end++;
+        break;
+    default:
+        break;
     }
     if (end == s || *end != '\0' || v < 0 || v * (double)(1ull << shift) > 1e15)
         return 0;
@@ -113,20 +119,32 @@ float perf_f16_to_f32(uint16_t h)
 void perf_store(perf_dtype_t dt, void *p, size_t i, double v)
 {
     switch (dt) {
-    case PERF_F32: ((float *)p)[i] = (float)v; break;
-    case PERF_F64: ((double *)p)[i] = v; break;
-    case PERF_BF16: ((uint16_t *)p)[i] = perf_f32_to_bf16((float)v); break;
-    default: ((uint16_t *)p)[i] = perf_f32_to_f16((float)v); break;
+    case PERF_F32:
+        ((float *)p)[i] = (float)v;
+        break;
+    case PERF_F64:
+        ((double *)p)[i] = v;
+        break;
+    case PERF_BF16:
+        ((uint16_t *)p)[i] = perf_f32_to_bf16((float)v);
+        break;
+    default:
+        ((uint16_t *)p)[i] = perf_f32_to_f16((float)v);
+        break;
     }
 }
 
 double perf_load(perf_dtype_t dt, const void *p, size_t i)
 {
     switch (dt) {
-    case PERF_F32: return ((const float *)p)[i];
-    case PERF_F64: return ((const double *)p)[i];
-    case PERF_BF16: return perf_bf16_to_f32(((const uint16_t *)p)[i]);
-    default: return perf_f16_to_f32(((const uint16_t *)p)[i]);
+    case PERF_F32:
+        return ((const float *)p)[i];
+    case PERF_F64:
+        return ((const double *)p)[i];
+    case PERF_BF16:
+        return perf_bf16_to_f32(((const uint16_t *)p)[i]);
+    default:
+        return perf_f16_to_f32(((const uint16_t *)p)[i]);
     }
 }
 

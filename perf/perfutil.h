@@ -62,8 +62,8 @@ typedef struct perf_row {
     size_t bytes;     /* full gathered buffer / reduce input, as nccl-tests */
     size_t count;     /* elements per rank (bucket: elements of the whole bucket) */
     const char *type, *redop;
-    double us;   /* average per iteration, slowest rank */
-    long wrong;  /* elements wrong, summed over ranks */
+    double us;  /* average per iteration, slowest rank */
+    long wrong; /* elements wrong, summed over ranks */
     int nranks;
 } perf_row_t;
 

@@ -1,0 +1,189 @@
+/*
+ * ceiling: what one core of this machine can do with memory, measured at the
+ * benchmark's sizes, to put the collectives' figures in proportion:
+ *   - memcpy rate (bytes copied per second): the bound of any shared-memory
+ *     transfer that copies each byte once;
+ *   - a two-input sum, out[i] = a[i] + b[i], in f32 and in bf16 (f32
+ *     arithmetic, rounded to nearest even), rated in output bytes per second.
+ * The sums are this file's own loops (16-lane vectors, AVX-512 / AVX2 / SSE2
+ * clones): an approximation of the library's reduction kernel, not the kernel
+ * itself, which may be vectorised, blocked and dispatched differently.
+ *
+ *   ceiling [-b 8] [-e 64M] [-f 2] [-t ms per figure] [-p cpu] [-C out.csv]
+ */
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "perfutil.h"
+
+static char *src, *src2, *dst;
+
+/*
+ * Explicit 16-lane vectors (GCC vector extensions) so -O2 gives vector code
+ * without relying on the auto-vectoriser; one clone per ISA level, picked at
+ * load time, as a library kernel with AVX2/AVX-512 variants would be.
+ * Out of line so that repeated calls cannot be folded together.
+ */
+typedef float v16f __attribute__((vector_size(64), aligned(4)));
+typedef uint32_t v16u __attribute__((vector_size(64)));
+typedef uint16_t v16h __attribute__((vector_size(32), aligned(2)));
+#define CLONES __attribute__((noinline, target_clones("arch=x86-64-v4", "avx2", "default")))
+
+CLONES static void sum_f32(float *restrict out, const float *restrict a, const float *restrict b,
+                           size_t n)
+{
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        *(v16f *)(out + i) = *(const v16f *)(a + i) + *(const v16f *)(b + i);
+    for (; i < n; i++)
+        out[i] = a[i] + b[i];
+}
+
+static uint16_t bf16_add(uint16_t a, uint16_t b)
+{
+    float x, y, s;
+    uint32_t ua = (uint32_t)a << 16, ub = (uint32_t)b << 16, us;
+    memcpy(&x, &ua, 4);
+    memcpy(&y, &ub, 4);
+    s = x + y;
+    memcpy(&us, &s, 4);
+    /* round to nearest even; the inputs here are finite, so no NaN case */
+    return (uint16_t)((us + 0x7fffu + ((us >> 16) & 1u)) >> 16);
+}
+
+CLONES static void sum_bf16(uint16_t *restrict out, const uint16_t *restrict a,
+                            const uint16_t *restrict b, size_t n)
+{
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        v16u ua = __builtin_convertvector(*(const v16h *)(a + i), v16u) << 16;
+        v16u ub = __builtin_convertvector(*(const v16h *)(b + i), v16u) << 16;
+        v16u us = (v16u)((v16f)ua + (v16f)ub);
+        us = (us + 0x7fffu + ((us >> 16) & 1u)) >> 16;
+        *(v16h *)(out + i) = __builtin_convertvector(us, v16h);
+    }
+    for (; i < n; i++)
+        out[i] = bf16_add(a[i], b[i]);
+}
+
+__attribute__((noinline)) static void copy(void *d, const void *s, size_t n)
+{
+    memcpy(d, s, n);
+}
+
+/* Rate in GB/s of `kind` over `bytes`, repeating until `target_us` has passed
+ * (at least 3 and at most 1e7 repetitions, so it always ends). */
+static double measure(int kind, size_t bytes, double target_us)
+{
+    double t0, t = 0;
+    long reps = 0, batch = 1;
+
+    for (int i = 0; i < 2; i++) /* warm caches and TLB */
+        kind == 0 ? copy(dst, src, bytes)
+        : kind == 1
+            ? sum_f32((float *)dst, (const float *)src, (const float *)src2, bytes / 4)
+            : sum_bf16((uint16_t *)dst, (const uint16_t *)src, (const uint16_t *)src2, bytes / 2);
+    while ((t < target_us || reps < 3) && reps < 10000000) {
+        t0 = perf_now_us();
+        for (long i = 0; i < batch; i++) {
+            if (kind == 0)
+                copy(dst, src, bytes);
+            else if (kind == 1)
+                sum_f32((float *)dst, (const float *)src, (const float *)src2, bytes / 4);
+            else
+                sum_bf16((uint16_t *)dst, (const uint16_t *)src, (const uint16_t *)src2, bytes / 2);
+        }
+        t += perf_now_us() - t0;
+        reps += batch;
+        batch *= 2;
+    }
+    return (double)bytes * (double)reps / t / 1e3;
+}
+
+int main(int argc, char **argv)
+{
+    size_t minb = 8, maxb = 64u << 20, sizes[PERF_MAX_SIZES];
+    double factor = 2, target_ms = 20;
+    const char *csv = NULL;
+    FILE *f = NULL;
+    int c, cpu = -1, n;
+
+    while ((c = getopt(argc, argv, "b:e:f:t:p:C:h")) != -1) {
+        switch (c) {
+        case 'b':
+            minb = perf_parse_size(optarg);
+            break;
+        case 'e':
+            maxb = perf_parse_size(optarg);
+            break;
+        case 'f':
+            factor = atof(optarg);
+            break;
+        case 't':
+            target_ms = atof(optarg);
+            break;
+        case 'p':
+            cpu = atoi(optarg);
+            break;
+        case 'C':
+            csv = optarg;
+            break;
+        default:
+            fprintf(stderr, "usage: ceiling [-b min] [-e max] [-f factor] [-t ms] [-p cpu] "
+                            "[-C file.csv]\n");
+            return 2;
+        }
+    }
+    if (!minb || !maxb || factor < 1 || target_ms <= 0) {
+        fprintf(stderr, "ceiling: bad size, factor or time\n");
+        return 2;
+    }
+    if (cpu >= 0) {
+        cpu_set_t set;
+        CPU_ZERO(&set);
+        CPU_SET(cpu, &set);
+        if (sched_setaffinity(0, sizeof(set), &set) != 0)
+            perror("sched_setaffinity");
+    }
+    if (posix_memalign((void **)&src, 4096, maxb + 64) ||
+        posix_memalign((void **)&src2, 4096, maxb + 64) ||
+        posix_memalign((void **)&dst, 4096, maxb + 64)) {
+        fprintf(stderr, "ceiling: out of memory\n");
+        return 1;
+    }
+    /* Finite values in every type: small multiples of 1/8 in f32 and bf16 alike. */
+    for (size_t i = 0; i + 4 <= maxb; i += 4) {
+        float v = (float)((int)(i % 61) - 30) / 8.0f;
+        memcpy(src + i, &v, 4);
+        memcpy(src2 + i, &v, 4);
+    }
+    memset(dst, 0, maxb);
+    if (csv && !(f = fopen(csv, "w"))) {
+        perror(csv);
+        return 1;
+    }
+    if (f)
+        fputs("size,memcpy_GBps,sum_f32_GBps,sum_bf16_GBps\n", f);
+    printf("# one core%s; GB/s = 1e9 bytes/s (memcpy: bytes copied; sums: output bytes)\n"
+           "# sums are 16-lane vector loops approximating ofccl's reduction kernel\n"
+           "# %12s %12s %12s %12s\n",
+           cpu >= 0 ? " (pinned)" : "", "size(B)", "memcpy", "sum_f32", "sum_bf16");
+    n = perf_sweep(minb, maxb, factor, sizes);
+    for (int i = 0; i < n; i++) {
+        double m = measure(0, sizes[i], target_ms * 1e3);
+        double s32 = sizes[i] >= 4 ? measure(1, sizes[i], target_ms * 1e3) : 0;
+        double s16 = sizes[i] >= 2 ? measure(2, sizes[i], target_ms * 1e3) : 0;
+        printf("  %12zu %12.3f %12.3f %12.3f\n", sizes[i], m, s32, s16);
+        if (f)
+            fprintf(f, "%zu,%.4f,%.4f,%.4f\n", sizes[i], m, s32, s16);
+    }
+    if (f && fclose(f) != 0)
+        return 1;
+    free(src);
+    free(src2);
+    free(dst);
+    return 0;
+}
