@@ -324,6 +324,19 @@ const ofccl__mr_t *ofccl__mem_find(ofccl_comm_t *comm, const void *ptr, size_t l
     return NULL;
 }
 
+size_t ofccl__mem_known_room(const ofccl_comm_t *comm, const void *ptr)
+{
+    const char *p = ptr;
+
+    for (const ofccl__ubuf_t *u = comm->pool->user; u != NULL; u = u->next)
+        if (p >= (char *)u->ptr && p < (char *)u->ptr + u->bytes)
+            return (size_t)((char *)u->ptr + u->bytes - p);
+    for (const ofccl_mem_t *m = comm->ctx->memreg; m != NULL; m = m->next)
+        if (p >= m->addr && p < m->addr + m->len)
+            return (size_t)(m->addr + m->len - p);
+    return SIZE_MAX;
+}
+
 void ofccl__memreg_forget_comm(ofccl_comm_t *comm)
 {
     for (ofccl_mem_t *m = comm->ctx->memreg; m != NULL; m = m->next)

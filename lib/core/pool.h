@@ -55,6 +55,9 @@ void ofccl__stage_release(ofccl_comm_t *comm, int coll, int idx);
  * buffer, or a range registered with ofccl_mem_register (registered on this
  * communicator's endpoint on first use). NULL when none. */
 const ofccl__mr_t *ofccl__mem_find(ofccl_comm_t *comm, const void *ptr, size_t len);
+/* Bytes from `ptr` to the end of the pool buffer or registered range holding
+ * it (the caller's buffer cannot be larger); SIZE_MAX when ofccl does not know. */
+size_t ofccl__mem_known_room(const ofccl_comm_t *comm, const void *ptr);
 /* The communicator is going away: drop its registrations from the cache. */
 void ofccl__memreg_forget_comm(ofccl_comm_t *comm);
 

@@ -39,6 +39,21 @@ static int check_args(ofccl_comm_t *comm, const char *what, const void *sendbuf,
     return 0;
 }
 
+/* A buffer inside a pool buffer or registered range must fit in it: that much
+ * ofccl can check (plain malloc'd memory it cannot). */
+static int check_room(ofccl_comm_t *comm, const char *what, const char *name, const void *buf,
+                      size_t need)
+{
+    size_t room = need ? ofccl__mem_known_room(comm, buf) : SIZE_MAX;
+
+    if (room < need)
+        return ofccl__comm_fail(comm, OFCCL_ERR_INVALID_ARG,
+                                "%s: %s is too small: %zu bytes needed, the pool buffer or "
+                                "registered range holding it has %zu from there",
+                                what, name, need, room);
+    return 0;
+}
+
 static int check_op(ofccl_comm_t *comm, ofccl_redop_t op)
 {
     if ((unsigned)op.kind >= OFCCL_OP_COUNT)
@@ -199,6 +214,10 @@ static int ofccl_allgather_unlocked(ofccl_comm_t *comm, const void *sendbuf, voi
     size_t block;
     int rc = check_args(comm, "ofccl_allgather", sendbuf, recvbuf, count, dtype, req, &block);
 
+    if (rc == 0)
+        rc = check_room(comm, "ofccl_allgather", "sendbuf", sendbuf, block);
+    if (rc == 0)
+        rc = check_room(comm, "ofccl_allgather", "recvbuf", recvbuf, block * (size_t)comm->size);
     if (rc)
         return rc;
     /* In place is sendbuf == recvbuf + rank * block; any other overlap is a bug. */
@@ -221,6 +240,11 @@ static int ofccl_reduce_scatter_unlocked(ofccl_comm_t *comm, const void *sendbuf
 
     if (rc == 0)
         rc = check_op(comm, op);
+    if (rc == 0)
+        rc = check_room(comm, "ofccl_reduce_scatter", "sendbuf", sendbuf,
+                        block * (size_t)comm->size);
+    if (rc == 0)
+        rc = check_room(comm, "ofccl_reduce_scatter", "recvbuf", recvbuf, block);
     if (rc)
         return rc;
     if (recvbuf != (const char *)sendbuf + (size_t)comm->rank * block &&

@@ -440,6 +440,19 @@ static void test_bad_arguments(void)
                         OFCCL_ERR_INVALID_ARG);
         CU_ASSERT_PTR_NOT_NULL(strstr(ofccl_comm_last_error(comm), "overlaps"));
     }
+    {
+        /* Too small, where ofccl can know it: a 64-byte pool buffer as the output. */
+        void *small = NULL;
+        CU_ASSERT_EQUAL_FATAL(ofccl_buffer_alloc(comm, 64, &small), 0);
+        CU_ASSERT_EQUAL(ofccl_allgather(comm, a, small, 16, OFCCL_F32, &req),
+                        size > 1 ? OFCCL_ERR_INVALID_ARG : 0);
+        if (size > 1) {
+            CU_ASSERT_PTR_NOT_NULL(strstr(ofccl_comm_last_error(comm), "too small"));
+        } else {
+            CU_ASSERT_EQUAL(wait_ok(req, "small"), 0);
+        }
+        CU_ASSERT_EQUAL(ofccl_buffer_free(comm, small), 0);
+    }
     CU_ASSERT_EQUAL(ofccl_test(NULL, NULL), OFCCL_ERR_INVALID_ARG);
     CU_ASSERT_EQUAL(ofccl_buffer_free(comm, a), OFCCL_ERR_INVALID_ARG);
     CU_ASSERT_EQUAL(ofccl_buffer_alloc(comm, 0, (void **)&req), OFCCL_ERR_INVALID_ARG);
