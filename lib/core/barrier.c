@@ -1,6 +1,8 @@
 /* Barrier: dissemination over the fabric (ceil(log2 n) rounds). Arrivals are
  * counted per round, monotonically, so a fast rank's signal for the next
  * barrier is never confused with this one's. */
+#include <sched.h>
+
 #include "core.h"
 #include "util.h"
 
@@ -35,7 +37,9 @@ static int ofccl_barrier_unlocked(ofccl_comm_t *comm)
                                 OFCCL__CTRL_BARRIER + (unsigned)round, deadline);
         if (rc)
             return rc;
-        while (arrived(comm, round) < seq) {
+        for (unsigned spins = 1; arrived(comm, round) < seq; spins++) {
+            if (spins % 32 == 0 && ofccl__now_ns() - start > 50000)
+                sched_yield(); /* oversubscribed ranks: let the peer run */
             rc = ofccl__comm_progress(comm);
             if (rc)
                 return rc;

@@ -3,6 +3,7 @@
  * progress loop, completion, and the public test/wait/progress/free calls.
  */
 #include <math.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -748,7 +749,9 @@ int ofccl_wait(ofccl_req_t *req)
         return OFCCL_ERR_INVALID_ARG;
     /* Bounded: every request carries a deadline that progress enforces. One
      * pass per lock hold, so a progress thread can interleave. */
-    for (;;) {
+    uint64_t t0 = ofccl__now_ns();
+
+    for (unsigned spins = 1;; spins++) {
         int state, status;
         ofccl__ctx_lock(req->comm->ctx);
         if (req->state == OFCCL__REQ_ACTIVE)
@@ -758,6 +761,11 @@ int ofccl_wait(ofccl_req_t *req)
         ofccl__ctx_unlock(req->comm->ctx);
         if (state != OFCCL__REQ_ACTIVE)
             return status;
+        /* With more ranks than cores, a spinning waiter starves the peer it
+         * waits for. Past 50 us (longer than any small collective takes on a
+         * free core), yield now and then. */
+        if (spins % 32 == 0 && ofccl__now_ns() - t0 > 50000)
+            sched_yield();
     }
 }
 
