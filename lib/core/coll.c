@@ -133,6 +133,10 @@ int ofccl__coll_put(ofccl__req_t *r, int peer, const void *src, const ofccl__mr_
 
     if (!r->peer_ready[peer] || r->inflight[peer] >= r->depth)
         return OFCCL_ERR_AGAIN;
+    /* Atomic path: delivered units wait in a 63-bit window behind the oldest
+     * unsignalled one (bit 63 is the descriptor's); never post past it. */
+    if (r->comm->signal_mode == OFCCL__SIGNAL_ATOMIC && unit - r->sig_next[peer] >= 63)
+        return OFCCL_ERR_AGAIN;
     w = wop_get(r);
     if (w == NULL)
         return OFCCL_ERR_AGAIN;
