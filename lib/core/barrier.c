@@ -59,7 +59,6 @@ static int ofccl_barrier_unlocked(ofccl_comm_t *comm)
 /* Public entry points: the same calls under the context lock (progress.c). */
 int ofccl_barrier(ofccl_comm_t *comm)
 {
-    if (comm == NULL)
-        return OFCCL_ERR_INVALID_ARG;
+    OFCCL__CHECK_HANDLE(comm);
     OFCCL__LOCKED(comm->ctx, ofccl_barrier_unlocked(comm));
 }

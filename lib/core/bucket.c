@@ -241,16 +241,14 @@ static int ofccl_bucket_reduce_scatter_unlocked(ofccl_comm_t *comm, const ofccl_
 int ofccl_bucket_allgather(ofccl_comm_t *comm, const ofccl_tensor_t *tensors, int n,
                            ofccl_dtype_t dtype, ofccl_req_t **req)
 {
-    if (comm == NULL)
-        return OFCCL_ERR_INVALID_ARG;
+    OFCCL__CHECK_HANDLE(comm);
     OFCCL__LOCKED(comm->ctx, ofccl_bucket_allgather_unlocked(comm, tensors, n, dtype, req));
 }
 
 int ofccl_bucket_reduce_scatter(ofccl_comm_t *comm, const ofccl_tensor_t *tensors, int n,
                                 ofccl_dtype_t dtype, ofccl_redop_t op, ofccl_req_t **req)
 {
-    if (comm == NULL)
-        return OFCCL_ERR_INVALID_ARG;
+    OFCCL__CHECK_HANDLE(comm);
     OFCCL__LOCKED(comm->ctx,
                   ofccl_bucket_reduce_scatter_unlocked(comm, tensors, n, dtype, op, req));
 }

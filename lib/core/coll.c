@@ -788,8 +788,7 @@ static int ofccl_req_free_unlocked(ofccl_req_t *req)
 /* Public entry points: the same calls under the context lock (progress.c). */
 int ofccl_progress(ofccl_ctx_t *ctx)
 {
-    if (ctx == NULL)
-        return OFCCL_ERR_INVALID_ARG;
+    OFCCL__CHECK_HANDLE(ctx);
     OFCCL__LOCKED(ctx, ofccl_progress_unlocked(ctx));
 }
 

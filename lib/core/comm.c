@@ -362,6 +362,11 @@ static int ofccl_comm_world_unlocked(ofccl_ctx_t *ctx, ofccl_comm_t **out)
         comm_free(comm);
         return rc;
     }
+    if (ofccl__handle_add(comm) != 0) {
+        comm_free(comm);
+        return ofccl__fail(&ctx->log, OFCCL__SUB_CORE, &ctx->err, OFCCL_ERR_NO_MEMORY,
+                           "ofccl_comm_world: out of memory");
+    }
     ctx->ncomms++;
     comm->next = ctx->comms;
     ctx->comms = comm;
@@ -388,6 +393,7 @@ static int ofccl_comm_destroy_unlocked(ofccl_comm_t *comm)
     /* Local: give our own ops a moment to finish, but never wait on dead peers. */
     if (comm->ops_pending > 0 && !comm->sticky)
         ofccl__comm_quiesce(comm, ofccl__now_ns() + 1000000000ull, "destroy");
+    ofccl__handle_remove(comm);
     comm->ctx->ncomms--;
     for (ofccl_comm_t **pp = &comm->ctx->comms; *pp != NULL; pp = &(*pp)->next)
         if (*pp == comm) {
@@ -401,7 +407,8 @@ static int ofccl_comm_destroy_unlocked(ofccl_comm_t *comm)
 #define COMM_GETTER(fn, field)                                                                     \
     int fn(const ofccl_comm_t *comm, int *out)                                                     \
     {                                                                                              \
-        if (comm == NULL || out == NULL)                                                           \
+        OFCCL__CHECK_HANDLE(comm);                                                                 \
+        if (out == NULL)                                                                           \
             return OFCCL_ERR_INVALID_ARG;                                                          \
         *out = comm->field;                                                                        \
         return 0;                                                                                  \
@@ -413,7 +420,10 @@ COMM_GETTER(ofccl_comm_local_size, local_size)
 
 const char *ofccl_comm_last_error(const ofccl_comm_t *comm)
 {
-    return comm ? comm->err.msg : "ofccl_comm_last_error: comm is NULL";
+    if (!ofccl__handle_live(comm))
+        return comm ? "ofccl_comm_last_error: communicator destroyed"
+                    : "ofccl_comm_last_error: comm is NULL";
+    return comm->err.msg;
 }
 
 int ofccl__comm_fail(ofccl_comm_t *comm, int code, const char *fmt, ...)
@@ -480,8 +490,7 @@ int ofccl__comm_usable(ofccl_comm_t *comm)
 
 int ofccl_comm_abort(ofccl_comm_t *comm)
 {
-    if (comm == NULL)
-        return OFCCL_ERR_INVALID_ARG;
+    OFCCL__CHECK_HANDLE(comm);
     /* No lock: the caller may be the thread a blocked call is waiting on. */
     atomic_store_explicit(&comm->aborted, 1, memory_order_release);
     return 0;
@@ -489,7 +498,8 @@ int ofccl_comm_abort(ofccl_comm_t *comm)
 
 int ofccl_comm_set_timeout(ofccl_comm_t *comm, uint64_t timeout_ms)
 {
-    if (comm == NULL || timeout_ms > 86400000ull * 365)
+    OFCCL__CHECK_HANDLE(comm);
+    if (timeout_ms > 86400000ull * 365)
         return OFCCL_ERR_INVALID_ARG;
     ofccl__ctx_lock(comm->ctx);
     comm->timeout_ms = timeout_ms;
@@ -546,14 +556,12 @@ int ofccl__comm_quiesce(ofccl_comm_t *comm, uint64_t deadline_ns, const char *wh
 /* Public entry points: the same calls under the context lock (progress.c). */
 int ofccl_comm_world(ofccl_ctx_t *ctx, ofccl_comm_t **out)
 {
-    if (ctx == NULL)
-        return OFCCL_ERR_INVALID_ARG;
+    OFCCL__CHECK_HANDLE(ctx);
     OFCCL__LOCKED(ctx, ofccl_comm_world_unlocked(ctx, out));
 }
 
 int ofccl_comm_destroy(ofccl_comm_t *comm)
 {
-    if (comm == NULL)
-        return OFCCL_ERR_INVALID_ARG;
+    OFCCL__CHECK_HANDLE(comm);
     OFCCL__LOCKED(comm->ctx, ofccl_comm_destroy_unlocked(comm));
 }

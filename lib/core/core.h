@@ -144,6 +144,18 @@ int ofccl__ctx_choose(const ofccl__config_t *cfg, ofccl__topo_t *topo, bool all_
 
 int ofccl__fault_parse(const char *spec, int rank, ofccl__fault_t *f, unsigned *kill_at,
                        ofccl__err_t *e);
+/* Live handles (handles.c): a destroyed context or communicator is not live. */
+int ofccl__handle_add(const void *h);
+void ofccl__handle_remove(const void *h);
+int ofccl__handle_live(const void *h);
+/* Start of a public call on `h`: NULL -> INVALID_ARG; destroyed -> STATE. */
+#define OFCCL__CHECK_HANDLE(h)                                                                     \
+    do {                                                                                           \
+        if ((h) == NULL)                                                                           \
+            return OFCCL_ERR_INVALID_ARG;                                                          \
+        if (!ofccl__handle_live(h))                                                                \
+            return OFCCL_ERR_STATE;                                                                \
+    } while (0)
 void ofccl__ctx_lock(ofccl_ctx_t *ctx);
 void ofccl__ctx_unlock(ofccl_ctx_t *ctx);
 /* Body of a public entry point: run `call` under the context lock. */

@@ -201,6 +201,7 @@ static void ctx_close(ofccl_ctx_t *ctx)
     while (ctx->memreg != NULL) { /* registrations the caller never released */
         ofccl_mem_t *m = ctx->memreg;
         ctx->memreg = m->next;
+        ofccl__handle_remove(m);
         free(m);
     }
     if (ctx->prov)
@@ -232,6 +233,9 @@ int ofccl_ctx_create(const ofccl_ctx_params_t *params, ofccl_ctx_t **out)
         return OFCCL_ERR_NO_MEMORY;
     }
     rc = ctx_open(ctx, params);
+    if (rc == 0 && ofccl__handle_add(ctx) != 0)
+        rc = ofccl__fail(&ctx->log, OFCCL__SUB_CORE, &ctx->err, OFCCL_ERR_NO_MEMORY,
+                         "ofccl_ctx_create: out of memory");
     if (rc) {
         if (params)
             ofccl__err_copy(params->errbuf, params->errlen, ctx->err.msg);
@@ -244,22 +248,25 @@ int ofccl_ctx_create(const ofccl_ctx_params_t *params, ofccl_ctx_t **out)
 
 int ofccl_ctx_destroy(ofccl_ctx_t *ctx)
 {
-    if (ctx == NULL)
-        return OFCCL_ERR_INVALID_ARG;
+    OFCCL__CHECK_HANDLE(ctx);
     if (ctx->ncomms > 0)
         return ofccl__fail(&ctx->log, OFCCL__SUB_CORE, &ctx->err, OFCCL_ERR_BUSY,
                            "ofccl_ctx_destroy: %d communicator(s) still open; destroy them first",
                            ctx->ncomms);
+    ofccl__handle_remove(ctx);
     ctx_close(ctx);
     return 0;
 }
 
 const char *ofccl_ctx_last_error(const ofccl_ctx_t *ctx)
 {
-    return ctx ? ctx->err.msg : "ofccl_ctx_last_error: ctx is NULL";
+    if (!ofccl__handle_live(ctx))
+        return ctx ? "ofccl_ctx_last_error: context destroyed"
+                   : "ofccl_ctx_last_error: ctx is NULL";
+    return ctx->err.msg;
 }
 
 const char *ofccl_ctx_provider(const ofccl_ctx_t *ctx)
 {
-    return ctx ? ofccl__prov_caps(ctx->prov)->name : "";
+    return ofccl__handle_live(ctx) ? ofccl__prov_caps(ctx->prov)->name : "";
 }

@@ -239,6 +239,11 @@ static int ofccl_mem_register_unlocked(ofccl_ctx_t *ctx, void *ptr, size_t len, 
     m->addr = ptr;
     m->len = len;
     m->refs = 1;
+    if (ofccl__handle_add(m) != 0) {
+        free(m);
+        return ofccl__fail(&ctx->log, OFCCL__SUB_MEM, &ctx->err, OFCCL_ERR_NO_MEMORY,
+                           "ofccl_mem_register: no memory");
+    }
     m->next = ctx->memreg;
     ctx->memreg = m;
     *mh = m;
@@ -284,6 +289,7 @@ static int ofccl_mem_deregister_unlocked(ofccl_mem_t *mh)
             *pp = mh->next;
             break;
         }
+    ofccl__handle_remove(mh);
     free(mh);
     return 0;
 }
@@ -357,28 +363,24 @@ int ofccl_ctx_stats(const ofccl_ctx_t *ctx, ofccl_stats_t *stats)
 /* Public entry points: the same calls under the context lock (progress.c). */
 int ofccl_buffer_alloc(ofccl_comm_t *comm, size_t bytes, void **ptr)
 {
-    if (comm == NULL)
-        return OFCCL_ERR_INVALID_ARG;
+    OFCCL__CHECK_HANDLE(comm);
     OFCCL__LOCKED(comm->ctx, ofccl_buffer_alloc_unlocked(comm, bytes, ptr));
 }
 
 int ofccl_buffer_free(ofccl_comm_t *comm, void *ptr)
 {
-    if (comm == NULL)
-        return OFCCL_ERR_INVALID_ARG;
+    OFCCL__CHECK_HANDLE(comm);
     OFCCL__LOCKED(comm->ctx, ofccl_buffer_free_unlocked(comm, ptr));
 }
 
 int ofccl_mem_register(ofccl_ctx_t *ctx, void *ptr, size_t len, ofccl_mem_t **mh)
 {
-    if (ctx == NULL)
-        return OFCCL_ERR_INVALID_ARG;
+    OFCCL__CHECK_HANDLE(ctx);
     OFCCL__LOCKED(ctx, ofccl_mem_register_unlocked(ctx, ptr, len, mh));
 }
 
 int ofccl_mem_deregister(ofccl_mem_t *mh)
 {
-    if (mh == NULL)
-        return OFCCL_ERR_INVALID_ARG;
+    OFCCL__CHECK_HANDLE(mh);
     OFCCL__LOCKED(mh->ctx, ofccl_mem_deregister_unlocked(mh));
 }

@@ -260,16 +260,14 @@ static int ofccl_reduce_scatter_unlocked(ofccl_comm_t *comm, const void *sendbuf
 int ofccl_allgather(ofccl_comm_t *comm, const void *sendbuf, void *recvbuf, size_t count,
                     ofccl_dtype_t dtype, ofccl_req_t **req)
 {
-    if (comm == NULL)
-        return OFCCL_ERR_INVALID_ARG;
+    OFCCL__CHECK_HANDLE(comm);
     OFCCL__LOCKED(comm->ctx, ofccl_allgather_unlocked(comm, sendbuf, recvbuf, count, dtype, req));
 }
 
 int ofccl_reduce_scatter(ofccl_comm_t *comm, const void *sendbuf, void *recvbuf, size_t recvcount,
                          ofccl_dtype_t dtype, ofccl_redop_t op, ofccl_req_t **req)
 {
-    if (comm == NULL)
-        return OFCCL_ERR_INVALID_ARG;
+    OFCCL__CHECK_HANDLE(comm);
     OFCCL__LOCKED(comm->ctx,
                   ofccl_reduce_scatter_unlocked(comm, sendbuf, recvbuf, recvcount, dtype, op, req));
 }

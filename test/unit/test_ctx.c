@@ -52,6 +52,36 @@ static void test_singleton_world(void)
     CU_ASSERT_EQUAL(ofccl_ctx_destroy(ctx), 0);
 }
 
+/* Calls on destroyed objects say so; nothing reads freed memory (ASan checks). */
+static void test_use_after_destroy(void)
+{
+    const char *const settings[] = {"PROVIDER=shm", NULL};
+    char err[512];
+    ofccl_ctx_t *ctx;
+    ofccl_comm_t *comm;
+    ofccl_mem_t *mh;
+    ofccl_req_t *req;
+    float buf[4] = {0};
+    int r;
+
+    CU_ASSERT_EQUAL_FATAL(create(settings, err, sizeof(err), &ctx), 0);
+    CU_ASSERT_EQUAL_FATAL(ofccl_comm_world(ctx, &comm), 0);
+    CU_ASSERT_EQUAL_FATAL(ofccl_mem_register(ctx, buf, sizeof(buf), &mh), 0);
+    CU_ASSERT_EQUAL(ofccl_mem_deregister(mh), 0);
+    CU_ASSERT_EQUAL(ofccl_mem_deregister(mh), OFCCL_ERR_STATE);
+    CU_ASSERT_EQUAL(ofccl_comm_destroy(comm), 0);
+    CU_ASSERT_EQUAL(ofccl_barrier(comm), OFCCL_ERR_STATE);
+    CU_ASSERT_EQUAL(ofccl_allgather(comm, buf, buf, 1, OFCCL_F32, &req), OFCCL_ERR_STATE);
+    CU_ASSERT_EQUAL(ofccl_comm_rank(comm, &r), OFCCL_ERR_STATE);
+    CU_ASSERT_EQUAL(ofccl_comm_abort(comm), OFCCL_ERR_STATE);
+    CU_ASSERT_EQUAL(ofccl_comm_destroy(comm), OFCCL_ERR_STATE);
+    CU_ASSERT_PTR_NOT_NULL(strstr(ofccl_comm_last_error(comm), "destroyed"));
+    CU_ASSERT_EQUAL(ofccl_ctx_destroy(ctx), 0);
+    CU_ASSERT_EQUAL(ofccl_comm_world(ctx, &comm), OFCCL_ERR_STATE);
+    CU_ASSERT_EQUAL(ofccl_ctx_destroy(ctx), OFCCL_ERR_STATE);
+    CU_ASSERT_PTR_NOT_NULL(strstr(ofccl_ctx_last_error(ctx), "destroyed"));
+}
+
 static void test_unknown_provider(void)
 {
     const char *const settings[] = {"PROVIDER=carrier-pigeon", NULL};
@@ -121,6 +151,7 @@ int main(void)
 {
     static const cu_test_t tests[] = {
         {"singleton world end to end", test_singleton_world},
+        {"use after destroy", test_use_after_destroy},
         {"unknown provider lists the offered ones", test_unknown_provider},
         {"provider lacking a capability", test_missing_capability},
         {"unknown interface lists the domains", test_unknown_iface},
