@@ -57,6 +57,9 @@ typedef enum ofccl__cfg_type {
       "Reduce-scatter algorithm; auto = direct up to 8 ranks or for small buffers, else ring")     \
     X(CHUNK_BYTES, SIZE, "512K", "", 4096, 1073741824,                                             \
       "Pipeline chunk: a collective moves each rank's block in chunks of this size")               \
+    X(EAGER_BYTES, SIZE, "16K", "", 0, 1048576,                                                    \
+      "Direct collectives moving at most this many bytes in all go eagerly: data straight into "   \
+      "the receiver's control region, no descriptor round trip; 0 = never")                        \
     X(DEPTH, INT, "4", "", 1, 32, "Chunks in flight per peer")                                     \
     X(ALIGN, SIZE, "128", "", 8, 4096, "Alignment of each rank's shard in a bucket (power of 2)")  \
     X(POOL_BYTES, SIZE, "0", "", 0, INT64_MAX,                                                     \

@@ -37,9 +37,66 @@ static size_t arr_cnt_word(int size, unsigned slot, int from)
 {
     return desc_cnt_word(size, OFCCL__SLOTS, 0) + (size_t)slot * (size_t)size + (size_t)from;
 }
-size_t ofccl__coll_ctrl_words(int size)
+/* [EAGER_OUT: SLOTS x size x slot] [EAGER_IN: EAGER_RING x size x slot] follow. */
+static size_t eager_slot_bytes(int size, size_t eager_bytes)
 {
-    return arr_cnt_word(size, OFCCL__SLOTS, 0);
+    size_t per = (eager_bytes + (size_t)size - 1) / (size_t)size;
+    return OFCCL__DESC_WORDS * sizeof(uint64_t) + (per + 63) / 64 * 64;
+}
+size_t ofccl__coll_ctrl_words(int size, size_t eager_bytes)
+{
+    size_t words = arr_cnt_word(size, OFCCL__SLOTS, 0);
+
+    if (eager_bytes > 0)
+        words += (size_t)(OFCCL__SLOTS + OFCCL__EAGER_RING) * (size_t)size *
+                 (eager_slot_bytes(size, eager_bytes) / sizeof(uint64_t));
+    return words;
+}
+
+size_t ofccl__eager_slot_bytes(const ofccl_comm_t *comm)
+{
+    return comm->coll->eager_slot;
+}
+
+static size_t eager_out_word(const ofccl_comm_t *comm, unsigned slot, int p)
+{
+    return arr_cnt_word(comm->size, OFCCL__SLOTS, 0) +
+           ((size_t)slot * (size_t)comm->size + (size_t)p) * (comm->coll->eager_slot / 8);
+}
+
+static size_t eager_in_word(const ofccl_comm_t *comm, uint64_t seq, int from)
+{
+    return eager_out_word(comm, OFCCL__SLOTS, 0) +
+           ((size_t)(seq % OFCCL__EAGER_RING) * (size_t)comm->size + (size_t)from) *
+               (comm->coll->eager_slot / 8);
+}
+
+uint8_t *ofccl__eager_out(const ofccl_comm_t *comm, unsigned slot, int p)
+{
+    return (uint8_t *)&comm->ctrl[eager_out_word(comm, slot, p)];
+}
+
+const uint8_t *ofccl__eager_in(const ofccl_comm_t *comm, uint64_t seq, int from)
+{
+    return (const uint8_t *)&comm->ctrl[eager_in_word(comm, seq, from)];
+}
+
+uint64_t ofccl__eager_in_offset(const ofccl_comm_t *comm, uint64_t seq, int from)
+{
+    return eager_in_word(comm, seq, from) * sizeof(uint64_t);
+}
+
+int ofccl__eager_ok(const ofccl_comm_t *comm, int coll, int bucket, size_t block)
+{
+    const ofccl__coll_state_t *cs = comm->coll;
+    uint64_t seq = cs->next_seq;
+
+    return cs->eager_bytes > 0 && comm->size > 1 && !bucket &&
+           comm->signal_mode == OFCCL__SIGNAL_CQDATA &&
+           block * (size_t)comm->size <= cs->eager_bytes &&
+           block + OFCCL__DESC_WORDS * sizeof(uint64_t) <= cs->eager_slot &&
+           ofccl__algo_select(comm, coll, block)->id == OFCCL__ALGO_DIRECT &&
+           (seq < OFCCL__SLOTS || cs->all_pairs[(seq - OFCCL__SLOTS) % OFCCL__SLOTS]);
 }
 
 static void history(ofccl__req_t *r, int done);
@@ -145,7 +202,11 @@ int ofccl__coll_put(ofccl__req_t *r, int peer, const void *src, const ofccl__mr_
     w->atomic = 0;
     rc = post_op(
         r, w, 0, src, mr, len, &r->peer_rk[peer], r->peer_off[peer] + dst_off,
-        ofccl__sig_encode(OFCCL__SIG_COLL, r->comm->id, r->slot | unit << OFCCL__SLOT_BITS));
+        r->algo->id == OFCCL__ALGO_EAGER
+            ? ofccl__sig_encode(OFCCL__SIG_EAGER, r->comm->id,
+                                (uint32_t)(r->seq % OFCCL__EAGER_RING) | (uint32_t)r->comm->rank
+                                                                             << 4)
+            : ofccl__sig_encode(OFCCL__SIG_COLL, r->comm->id, r->slot | unit << OFCCL__SLOT_BITS));
     if (rc == 0) {
         r->inflight[peer]++;
         r->sent[peer]++;
@@ -194,6 +255,13 @@ static uint64_t fingerprint(const ofccl__req_t *r)
     return (uint64_t)r->coll | (uint64_t)r->dtype << 4 |
            (uint64_t)(r->coll == OFCCL__RS ? r->op.kind : 0) << 8 | (uint64_t)r->algo->id << 12 |
            scalar << 32;
+}
+
+void ofccl__eager_header(const ofccl__req_t *r, uint8_t *area)
+{
+    uint64_t h[OFCCL__DESC_WORDS] = {r->seq, r->fingerprint,         r->count, 0, 0, 0,
+                                     0,      (uint64_t)r->comm->rank};
+    memcpy(area, h, sizeof(h));
 }
 
 static int send_descriptors(ofccl__req_t *r)
@@ -387,6 +455,37 @@ static void on_coll_signal(void *arg, uint32_t payload)
     r->arrived++;
 }
 
+/* Eager data may land before this rank posts the collective: count per ring slot. */
+static void on_eager_signal(void *arg, uint32_t payload)
+{
+    ofccl_comm_t *comm = arg;
+
+    if ((payload >> 4) >= (uint32_t)comm->size) {
+        comm->corrupt_signals++;
+        return;
+    }
+    comm->coll->eager_cnt[payload % OFCCL__EAGER_RING]++;
+    comm->coll->eager_from[payload % OFCCL__EAGER_RING] = (int)(payload >> 4);
+}
+
+int ofccl__eager_arrived(ofccl__req_t *r)
+{
+    ofccl_comm_t *comm = r->comm;
+    ofccl__coll_state_t *cs = comm->coll;
+
+    /* A descriptor for this collective means that peer chose the other path. */
+    for (int p = 0; p < comm->size; p++)
+        if (cs->desc_flag[(size_t)r->slot * (size_t)comm->size + (size_t)p])
+            return ofccl__coll_fail(r, OFCCL_ERR_MISMATCH,
+                                    "rank %d posted it on the descriptor path, rank %d on the "
+                                    "eager one: the count (or OFCCL_EAGER_BYTES) differs",
+                                    p, comm->rank);
+    if (cs->eager_cnt[r->seq % OFCCL__EAGER_RING] < r->units_in)
+        return 0;
+    cs->eager_cnt[r->seq % OFCCL__EAGER_RING] = 0; /* consumed: the slot may be reused */
+    return 1;
+}
+
 static void on_desc_signal(void *arg, uint32_t payload)
 {
     ofccl_comm_t *comm = arg;
@@ -438,8 +537,11 @@ int ofccl__coll_init(ofccl_comm_t *comm)
             !r->wops || !r->srcs)
             return OFCCL_ERR_NO_MEMORY;
     }
+    cs->eager_bytes = (size_t)ofccl__cfg_int(&comm->ctx->cfg, OFCCL__CFG_EAGER_BYTES);
+    cs->eager_slot = eager_slot_bytes(comm->size, cs->eager_bytes);
     ofccl__comm_set_sink(comm, OFCCL__SIG_COLL, on_coll_signal, comm);
     ofccl__comm_set_sink(comm, OFCCL__SIG_DESC, on_desc_signal, comm);
+    ofccl__comm_set_sink(comm, OFCCL__SIG_EAGER, on_eager_signal, comm);
     return 0;
 }
 
@@ -559,7 +661,19 @@ int ofccl__coll_start(ofccl__req_t *r)
     r->deadline_ns = ofccl__comm_deadline(comm);
     r->state = OFCCL__REQ_ACTIVE;
     history(r, 0);
+    comm->coll->all_pairs[r->seq % OFCCL__SLOTS] = r->algo->id != OFCCL__ALGO_RING;
     comm->coll->next_seq++;
+    if (r->algo->id == OFCCL__ALGO_EAGER) {
+        /* No descriptors: every destination is a known slot of a control region. */
+        for (int p = 0; p < comm->size; p++)
+            if (r->i_write_to[p]) {
+                r->peer_ready[p] = 1;
+                r->peer_rk[p] = comm->peer_ctrl[p];
+                r->peer_off[p] = ofccl__eager_in_offset(comm, r->seq, comm->rank);
+            }
+        r->descs_sent = (unsigned)comm->size;
+        return 0;
+    }
     rc = send_descriptors(r);
     if (rc)
         return rc;
@@ -680,6 +794,12 @@ static int req_progress(ofccl__req_t *r)
         return 0;
     if (r->status == 0 && comm->sticky)
         r->status = comm->sticky;
+    if (r->status == 0 && r->algo->id != OFCCL__ALGO_EAGER &&
+        comm->coll->eager_cnt[r->seq % OFCCL__EAGER_RING] > 0)
+        ofccl__coll_fail(r, OFCCL_ERR_MISMATCH,
+                         "rank %d posted it on the eager path, rank %d on the descriptor one: the "
+                         "count (or OFCCL_EAGER_BYTES) differs",
+                         comm->coll->eager_from[r->seq % OFCCL__EAGER_RING], comm->rank);
     if (r->status == 0) {
         rc = send_descriptors(r);
         if (rc == 0)

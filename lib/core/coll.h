@@ -28,7 +28,8 @@
 #define OFCCL__DESC_WORDS 8
 
 enum ofccl__coll_kind { OFCCL__AG = 1, OFCCL__RS = 2 };
-enum ofccl__algo_id { OFCCL__ALGO_DIRECT = 1, OFCCL__ALGO_RING = 2 };
+enum ofccl__algo_id { OFCCL__ALGO_DIRECT = 1, OFCCL__ALGO_RING = 2, OFCCL__ALGO_EAGER = 3 };
+#define OFCCL__EAGER_RING 16 /* eager slots per writer: see ofccl__eager_ok() */
 enum ofccl__req_state { OFCCL__REQ_FREE = 0, OFCCL__REQ_ACTIVE, OFCCL__REQ_DONE };
 
 typedef struct ofccl_req ofccl__req_t;
@@ -173,6 +174,29 @@ int ofccl__plan_direct(ofccl__req_t *r);
 int ofccl__plan_ring(ofccl__req_t *r);
 
 extern const ofccl__algo_t ofccl__ag_direct, ofccl__ag_ring, ofccl__rs_direct, ofccl__rs_ring;
+extern const ofccl__algo_t ofccl__ag_eager, ofccl__rs_eager;
+
+/* ---- eager path (direct collectives of at most OFCCL_EAGER_BYTES) ----
+ * Writer w puts {header, payload} for collective s into receiver r's control
+ * region at slot (s % 16, w). Safe without credits: w posts s only after its
+ * own s-8 completed, which (s-8 being all-pairs) needed r's data for s-8, so r
+ * had posted s-8 and thus finished s-16, the slot's previous user. Hence eager
+ * only when s-8 was all-pairs too; every rank decides the same way. */
+int ofccl__eager_ok(const ofccl_comm_t *comm, int coll, int bucket, size_t block);
+size_t ofccl__eager_slot_bytes(const ofccl_comm_t *comm);
+/* Our outgoing {header, payload} area for request slot `slot` and peer `p`. */
+uint8_t *ofccl__eager_out(const ofccl_comm_t *comm, unsigned slot, int p);
+/* Incoming area written by `from` for sequence number `seq`. */
+const uint8_t *ofccl__eager_in(const ofccl_comm_t *comm, uint64_t seq, int from);
+/* Byte offset of that incoming area inside a peer's control region (for `from` = us). */
+uint64_t ofccl__eager_in_offset(const ofccl_comm_t *comm, uint64_t seq, int from);
+/* Write the header that travels with eager data. */
+void ofccl__eager_header(const ofccl__req_t *r, uint8_t *area);
+/* All eager data of r has arrived: check every writer's header (lib/coll/allgather/eager.c). */
+int ofccl__eager_land(ofccl__req_t *r);
+/* Eager request r: 1 when every peer's {header, data} is in (0 otherwise), or an
+ * error when a peer took the descriptor path for the same collective. */
+int ofccl__eager_arrived(ofccl__req_t *r);
 /* Choose an algorithm by OFCCL_ALGO_* and the selector (size, rank count). */
 const ofccl__algo_t *ofccl__algo_select(const ofccl_comm_t *comm, int coll, size_t block_bytes);
 
@@ -187,7 +211,11 @@ typedef struct ofccl__hist {
 } ofccl__hist_t;
 
 typedef struct ofccl__coll_state {
-    ofccl__hist_t hist[OFCCL__HISTORY]; /* the last collectives, for timeout reports */
+    ofccl__hist_t hist[OFCCL__HISTORY];    /* the last collectives, for timeout reports */
+    uint8_t all_pairs[OFCCL__SLOTS];       /* was collective seq (by seq % SLOTS) all-pairs? */
+    uint32_t eager_cnt[OFCCL__EAGER_RING]; /* eager arrivals by seq % 16, even before posting */
+    int eager_from[OFCCL__EAGER_RING];     /* a sender of those (for messages) */
+    size_t eager_bytes, eager_slot;        /* OFCCL_EAGER_BYTES; bytes per eager slot */
     ofccl__req_t reqs[OFCCL__SLOTS];
     uint64_t next_seq;                   /* sequence number of the next collective */
     uint32_t desc_arrived[OFCCL__SLOTS]; /* cqdata path: per slot, bitmask-free count */
@@ -198,7 +226,7 @@ typedef struct ofccl__coll_state {
 int ofccl__coll_init(ofccl_comm_t *comm);
 void ofccl__coll_fini(ofccl_comm_t *comm);
 /* Control-region words the engine needs for `size` ranks. */
-size_t ofccl__coll_ctrl_words(int size);
+size_t ofccl__coll_ctrl_words(int size, size_t eager_bytes);
 /* Drive every active request of the communicator once. */
 int ofccl__coll_progress(ofccl_comm_t *comm);
 

@@ -15,11 +15,11 @@ ofccl__op_t ofccl__comm_op_plain = {NULL};
 
 /* The setup blob's payload, little-endian on the wire. */
 #define SETUP_PROV_LEN 64
-#define SETUP_FIXED (4 * 6 + SETUP_PROV_LEN + 8 * 3)
+#define SETUP_FIXED (4 * 7 + SETUP_PROV_LEN + 8 * 3)
 #define SETUP_MAX (SETUP_FIXED + OFCCL__NAME_MAX)
 
 typedef struct setup {
-    uint32_t size, comm_id, signal_mode, strict, cq_data_size, namelen;
+    uint32_t size, comm_id, signal_mode, strict, cq_data_size, eager, namelen;
     char prov[SETUP_PROV_LEN];
     uint64_t ctrl_base, ctrl_key, ctrl_len;
     uint8_t name[OFCCL__NAME_MAX];
@@ -64,6 +64,7 @@ static size_t setup_pack(const setup_t *s, uint8_t *out)
     p = put32(p, s->signal_mode);
     p = put32(p, s->strict);
     p = put32(p, s->cq_data_size);
+    p = put32(p, s->eager);
     p = put32(p, s->namelen);
     memcpy(p, s->prov, SETUP_PROV_LEN);
     p += SETUP_PROV_LEN;
@@ -88,6 +89,7 @@ static int setup_unpack(ofccl_comm_t *comm, int from, const uint8_t *in, size_t 
     p = get32(p, &s->signal_mode);
     p = get32(p, &s->strict);
     p = get32(p, &s->cq_data_size);
+    p = get32(p, &s->eager);
     p = get32(p, &s->namelen);
     memcpy(s->prov, p, SETUP_PROV_LEN);
     s->prov[SETUP_PROV_LEN - 1] = '\0';
@@ -126,6 +128,8 @@ static int setup_check(ofccl_comm_t *comm, int from, const setup_t *mine, const 
         SETUP_MISMATCH("provider", "%s", mine->prov, theirs->prov);
     if (theirs->strict != mine->strict)
         SETUP_MISMATCH("strict mode", "%u", mine->strict, theirs->strict);
+    if (theirs->eager != mine->eager)
+        SETUP_MISMATCH("OFCCL_EAGER_BYTES", "%u", mine->eager, theirs->eager);
     if (theirs->signal_mode != mine->signal_mode)
         SETUP_MISMATCH("signal path", "%s", modes[mine->signal_mode % 3],
                        modes[theirs->signal_mode % 3]);
@@ -232,7 +236,8 @@ static int comm_setup(ofccl_comm_t *comm)
     rc = ofccl__ep_open(ctx->prov, &ep_params, &comm->ep, &comm->err);
     if (rc)
         return ofccl__comm_fail(comm, rc, "%s", comm->err.msg);
-    comm->ctrl_words = ofccl__coll_ctrl_words(comm->size);
+    comm->ctrl_words = ofccl__coll_ctrl_words(
+        comm->size, (size_t)ofccl__cfg_int(&ctx->cfg, OFCCL__CFG_EAGER_BYTES));
     comm->ctrl = aligned_alloc(4096, (comm->ctrl_words * sizeof(uint64_t) + 4095) & ~(size_t)4095);
     if (comm->ctrl == NULL)
         return ofccl__comm_fail(comm, OFCCL_ERR_NO_MEMORY, "comm setup: no memory");
@@ -248,6 +253,7 @@ static int comm_setup(ofccl_comm_t *comm)
     mine.signal_mode = (uint32_t)comm->signal_mode;
     mine.strict = caps->strict;
     mine.cq_data_size = (uint32_t)caps->cq_data_size;
+    mine.eager = (uint32_t)ofccl__cfg_int(&ctx->cfg, OFCCL__CFG_EAGER_BYTES);
     ofccl__strlcpy(mine.prov, caps->name, sizeof(mine.prov));
     mine.ctrl_base = comm->ctrl_mr->base;
     mine.ctrl_key = comm->ctrl_mr->key;

@@ -50,9 +50,10 @@ struct ofccl_ctx {
  * receiver counts arrivals; it never relies on the order of writes. */
 enum ofccl__sig_kind {
     OFCCL__SIG_BARRIER = 1,
-    OFCCL__SIG_TEST = 2, /* internal tests */
-    OFCCL__SIG_COLL = 3, /* collectives: data arrived, payload = slot | unit */
-    OFCCL__SIG_DESC = 4, /* collectives: descriptor arrived, payload = slot | sender */
+    OFCCL__SIG_TEST = 2,  /* internal tests */
+    OFCCL__SIG_COLL = 3,  /* collectives: data arrived, payload = slot | unit */
+    OFCCL__SIG_DESC = 4,  /* collectives: descriptor arrived, payload = slot | sender */
+    OFCCL__SIG_EAGER = 5, /* eager data arrived, payload = seq % 16 | sender << 4 */
     OFCCL__SIG_KINDS = 16,
 };
 #define OFCCL__SIG_PAYLOAD_BITS 20

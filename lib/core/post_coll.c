@@ -96,6 +96,11 @@ int ofccl__post_allgather(ofccl__req_t *r)
     r->algo = ofccl__algo_select(comm, OFCCL__AG, r->block);
     if (comm->size == 1)
         return local_only(r);
+    if (ofccl__eager_ok(comm, OFCCL__AG, r->bucket, r->block)) {
+        /* Small: straight into the peers' control regions, no staging, no registration. */
+        r->algo = &ofccl__ag_eager;
+        return ofccl__coll_start(r);
+    }
     if (r->bucket) {
         /* The flat bucket lives in staging; own shards are packed into our region. */
         rc = ofccl__stage_acquire(comm, OFCCL__AG, total, &r->staging_idx, &r->dst);
@@ -142,6 +147,10 @@ int ofccl__post_reduce_scatter(ofccl__req_t *r)
     if (comm->size == 1)
         return local_only(r);
     r->out = r->recvbuf;
+    if (ofccl__eager_ok(comm, OFCCL__RS, r->bucket, r->block)) {
+        r->algo = &ofccl__rs_eager;
+        return ofccl__coll_start(r);
+    }
     if (r->bucket) {
         copy_src = 0;
     } else {

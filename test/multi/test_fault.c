@@ -164,6 +164,7 @@ static int mismatch_kind;
 
 static int mismatch(int rank, ofccl_ctx_t *ctx, ofccl_comm_t *comm)
 {
+    static float big_in[8192], big_out[8192 * 2];
     float in[64] = {0}, out[256] = {0};
     ofccl_req_t *req;
     const char *field = NULL;
@@ -184,6 +185,11 @@ static int mismatch(int rank, ofccl_ctx_t *ctx, ofccl_comm_t *comm)
         rc = ofccl_reduce_scatter(comm, out, in, 16, OFCCL_F32,
                                   (ofccl_redop_t){rank ? OFCCL_OP_AVG : OFCCL_OP_SUM, 1}, &req);
         field = "reduction op";
+        break;
+    case 4: /* count across the eager threshold: one rank eager, the other not */
+        rc = ofccl_allgather(comm, rank ? big_in : in, rank ? big_out : out, rank ? 8192 : 16,
+                             OFCCL_F32, &req);
+        field = "count";
         break;
     default: /* operation order */
         rc = rank ? ofccl_allgather(comm, in, out, 16, OFCCL_F32, &req)
@@ -206,7 +212,7 @@ static int mismatch(int rank, ofccl_ctx_t *ctx, ofccl_comm_t *comm)
 
 static void test_mismatch(void)
 {
-    for (mismatch_kind = 0; mismatch_kind < 4; mismatch_kind++) {
+    for (mismatch_kind = 0; mismatch_kind < 5; mismatch_kind++) {
         int st[2];
         run(mismatch, st);
         CU_ASSERT_TRUE(exited_ok(st[0]));
@@ -220,7 +226,7 @@ int main(int argc, char **argv)
         {"a peer that never posts: TIMEOUT naming it", test_never_posts},
         {"abort from another thread", test_abort},
         {"a peer killed with SIGKILL", test_peer_dies},
-        {"mismatched count, dtype, op and order", test_mismatch},
+        {"mismatched count, dtype, op, order, and eager vs not", test_mismatch},
         {NULL, NULL},
     };
     if (argc > 1)
