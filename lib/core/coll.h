@@ -192,7 +192,10 @@ const uint8_t *ofccl__eager_in(const ofccl_comm_t *comm, uint64_t seq, int from)
 uint64_t ofccl__eager_in_offset(const ofccl_comm_t *comm, uint64_t seq, int from);
 /* Write the header that travels with eager data. */
 void ofccl__eager_header(const ofccl__req_t *r, uint8_t *area);
-/* All eager data of r has arrived: check every writer's header (lib/coll/allgather/eager.c). */
+/* lib/coll/eager.c: send {header, payload} to every peer (peer p's payload at
+ * sendbuf + p * stride); 1 when all are posted, 0 when some must wait, <0 on
+ * error. Then, once all have arrived, check every writer's header. */
+int ofccl__eager_send(ofccl__req_t *r, size_t stride);
 int ofccl__eager_land(ofccl__req_t *r);
 /* Eager request r: 1 when every peer's {header, data} is in (0 otherwise), or an
  * error when a peer took the descriptor path for the same collective. */

@@ -1,0 +1,51 @@
+/* What the eager all-gather and reduce-scatter share: sending {header, payload}
+ * to every peer and checking every writer's header once all have arrived. */
+#include <string.h>
+
+#include "coll.h"
+
+#define HDR (OFCCL__DESC_WORDS * sizeof(uint64_t))
+
+int ofccl__eager_send(ofccl__req_t *r, size_t stride)
+{
+    ofccl_comm_t *comm = r->comm;
+    int n = comm->size, all_sent = 1;
+
+    for (int k = 1; k < n; k++) {
+        int p = (comm->rank + k) % n;
+        uint8_t *o;
+        int rc;
+        if (r->sent[p])
+            continue;
+        o = ofccl__eager_out(comm, r->slot, p);
+        ofccl__eager_header(r, o);
+        if (r->block)
+            memcpy(o + HDR, (const char *)r->sendbuf + (size_t)p * stride, r->block);
+        rc = ofccl__coll_put(r, p, o, comm->ctrl_mr, HDR + r->block, 0, 0);
+        if (rc == OFCCL_ERR_AGAIN) {
+            all_sent = 0;
+            continue;
+        }
+        if (rc)
+            return rc;
+    }
+    return all_sent;
+}
+
+int ofccl__eager_land(ofccl__req_t *r)
+{
+    ofccl_comm_t *comm = r->comm;
+    char why[256];
+
+    for (int p = 0; p < comm->size; p++) {
+        ofccl__desc_expect_t x = {r->seq, r->fingerprint, r->count, 0, p, comm->rank};
+        int rc;
+        if (p == comm->rank)
+            continue;
+        rc = ofccl__desc_check((const uint64_t *)ofccl__eager_in(comm, r->seq, p), &x, why,
+                               sizeof(why));
+        if (rc)
+            return ofccl__coll_fail(r, rc, "%s", why);
+    }
+    return 0;
+}
