@@ -4,7 +4,8 @@
  * The one installed header. Every handle is opaque; every call returns 0 on
  * success or a negative OFCCL_ERR_* code; outputs are written only on success.
  * The last error message of a context or communicator says what failed, where
- * (rank, peer, phase) and what to do about it.
+ * (rank, peer, phase) and what to do about it. A call on a destroyed context,
+ * communicator or registration returns OFCCL_ERR_STATE.
  */
 #ifndef OFCCL_H
 #define OFCCL_H
