@@ -11,28 +11,6 @@
 
 #include "util.h"
 
-static void put_le16(uint8_t *p, uint16_t v)
-{
-    p[0] = (uint8_t)v;
-    p[1] = (uint8_t)(v >> 8);
-}
-
-static void put_le32(uint8_t *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint16_t get_le16(const uint8_t *p)
-{
-    return (uint16_t)(p[0] | (p[1] << 8));
-}
-
-static uint32_t get_le32(const uint8_t *p)
-{
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
 /*
  * The decoder has no logger (it is called on behalf of whoever received the
  * blob), so it only records the error; the caller logs e->msg once, with its
@@ -61,12 +39,12 @@ size_t ofccl__blob_encode(void *out, size_t cap, uint16_t kind, uint32_t rank, c
     if (out == NULL || len > OFCCL__BLOB_MAX_PAYLOAD || cap < OFCCL__BLOB_HDR ||
         cap - OFCCL__BLOB_HDR < len || (len > 0 && payload == NULL))
         return 0;
-    put_le32(p, OFCCL__BLOB_MAGIC);
-    put_le16(p + 4, OFCCL__BLOB_VERSION);
-    put_le16(p + 6, kind);
-    put_le32(p + 8, rank);
-    put_le32(p + 12, (uint32_t)len);
-    put_le32(p + 16, ofccl__crc32(0, payload, len));
+    ofccl__put_le32(p, OFCCL__BLOB_MAGIC);
+    ofccl__put_le16(p + 4, OFCCL__BLOB_VERSION);
+    ofccl__put_le16(p + 6, kind);
+    ofccl__put_le32(p + 8, rank);
+    ofccl__put_le32(p + 12, (uint32_t)len);
+    ofccl__put_le32(p + 16, ofccl__crc32(0, payload, len));
     if (len > 0)
         memcpy(p + OFCCL__BLOB_HDR, payload, len);
     return OFCCL__BLOB_HDR + len;
@@ -84,12 +62,12 @@ int ofccl__blob_decode(const void *in, size_t inlen, uint16_t kind, uint32_t fro
                          "blob from rank %u is %zu bytes, shorter than the %d-byte header "
                          "(truncated or not an ofccl blob)",
                          from_rank, in == NULL ? (size_t)0 : inlen, OFCCL__BLOB_HDR);
-    magic = get_le32(p);
-    version = get_le16(p + 4);
-    got_kind = get_le16(p + 6);
-    rank = get_le32(p + 8);
-    plen = get_le32(p + 12);
-    crc = get_le32(p + 16);
+    magic = ofccl__get_le32(p);
+    version = ofccl__get_le16(p + 4);
+    got_kind = ofccl__get_le16(p + 6);
+    rank = ofccl__get_le32(p + 8);
+    plen = ofccl__get_le32(p + 12);
+    crc = ofccl__get_le32(p + 16);
     if (magic != OFCCL__BLOB_MAGIC)
         return blob_fail(e, OFCCL_ERR_CORRUPT,
                          "blob from rank %u has magic 0x%08x, expected 0x%08x: not an ofccl blob",

@@ -67,11 +67,11 @@ static void root_abort(tcp_boot_t *t, uint32_t magic, uint64_t seq, int size, co
 
     if (len > MAX_REASON)
         len = MAX_REASON;
-    ofccl__tcp_put32(frame, magic);
-    ofccl__tcp_put32(frame + 4, ST_ABORT);
-    ofccl__tcp_put64(frame + 8, seq);
-    ofccl__tcp_put32(frame + 16, (uint32_t)size);
-    ofccl__tcp_put32(frame + 20, (uint32_t)len);
+    ofccl__put_le32(frame, magic);
+    ofccl__put_le32(frame + 4, ST_ABORT);
+    ofccl__put_le64(frame + 8, seq);
+    ofccl__put_le32(frame + 16, (uint32_t)size);
+    ofccl__put_le32(frame + 20, (uint32_t)len);
     memcpy(frame + FRAME_HDR, why, len);
     for (int r = 1; r < t->nconns; r++) {
         ofccl__tcp_conn_t *c = &t->conns[r];
@@ -191,11 +191,11 @@ static void send_reject(ofccl__tcp_conn_t *c, int size, const char *why)
     uint8_t frame[FRAME_HDR + MAX_REASON];
     size_t len = OFCCL__MIN(strlen(why), (size_t)MAX_REASON);
 
-    ofccl__tcp_put32(frame, TABLE_MAGIC);
-    ofccl__tcp_put32(frame + 4, ST_REJECT);
-    ofccl__tcp_put64(frame + 8, 0);
-    ofccl__tcp_put32(frame + 16, (uint32_t)size);
-    ofccl__tcp_put32(frame + 20, (uint32_t)len);
+    ofccl__put_le32(frame, TABLE_MAGIC);
+    ofccl__put_le32(frame + 4, ST_REJECT);
+    ofccl__put_le64(frame + 8, 0);
+    ofccl__put_le32(frame + 16, (uint32_t)size);
+    ofccl__put_le32(frame + 20, (uint32_t)len);
     memcpy(frame + FRAME_HDR, why, len);
     (void)send(c->fd, frame, FRAME_HDR + len, MSG_NOSIGNAL | MSG_DONTWAIT);
 }
@@ -203,8 +203,8 @@ static void send_reject(ofccl__tcp_conn_t *c, int size, const char *why)
 /* A complete hello arrived on `p`: adopt it as its rank, or log and drop it. */
 static void root_hello(ofccl__boot_t *b, tcp_boot_t *t, ofccl__tcp_conn_t *p, char *hosts)
 {
-    uint32_t magic = ofccl__tcp_get32(p->hdr), version = ofccl__tcp_get32(p->hdr + 4) & 0xffff;
-    uint32_t rank = ofccl__tcp_get32(p->hdr + 8), size = ofccl__tcp_get32(p->hdr + 12);
+    uint32_t magic = ofccl__get_le32(p->hdr), version = ofccl__get_le32(p->hdr + 4) & 0xffff;
+    uint32_t rank = ofccl__get_le32(p->hdr + 8), size = ofccl__get_le32(p->hdr + 12);
     char why[200];
 
     if (magic != HELLO_MAGIC) {
@@ -368,11 +368,11 @@ static int root_open(ofccl__boot_t *b, tcp_boot_t *t, struct addrinfo *ai, uint6
                          "out of memory for the host table");
         goto err_abort;
     }
-    ofccl__tcp_put32(frame, TABLE_MAGIC);
-    ofccl__tcp_put32(frame + 4, ST_OK);
-    ofccl__tcp_put64(frame + 8, 0);
-    ofccl__tcp_put32(frame + 16, (uint32_t)b->size);
-    ofccl__tcp_put32(frame + 20, (uint32_t)tlen);
+    ofccl__put_le32(frame, TABLE_MAGIC);
+    ofccl__put_le32(frame + 4, ST_OK);
+    ofccl__put_le64(frame + 8, 0);
+    ofccl__put_le32(frame + 16, (uint32_t)b->size);
+    ofccl__put_le32(frame + 20, (uint32_t)tlen);
     memcpy(frame + FRAME_HDR, hosts, tlen);
     for (int r = 1; r < b->size; r++) {
         t->conns[r].out = frame;
@@ -447,9 +447,9 @@ static int down_step(ofccl__boot_t *b, ofccl__tcp_conn_t *c, void *arg, ofccl__e
     down_arg_t *d = arg;
 
     if (c->stage == 1) {
-        uint32_t magic = ofccl__tcp_get32(c->hdr), status = ofccl__tcp_get32(c->hdr + 4);
-        uint64_t seq = ofccl__tcp_get64(c->hdr + 8);
-        uint32_t size = ofccl__tcp_get32(c->hdr + 16), blen = ofccl__tcp_get32(c->hdr + 20);
+        uint32_t magic = ofccl__get_le32(c->hdr), status = ofccl__get_le32(c->hdr + 4);
+        uint64_t seq = ofccl__get_le64(c->hdr + 8);
+        uint32_t size = ofccl__get_le32(c->hdr + 16), blen = ofccl__get_le32(c->hdr + 20);
 
         if (magic != d->magic || (status == ST_OK && seq != d->seq) || status > ST_ABORT)
             return ofccl__fail(b->log, OFCCL__SUB_BOOT, e, OFCCL_ERR_CORRUPT,
@@ -501,10 +501,10 @@ static int rank_rendezvous(ofccl__boot_t *b, tcp_boot_t *t, uint64_t deadline, c
     int rc;
 
     memset(hello, 0, sizeof(hello));
-    ofccl__tcp_put32(hello, HELLO_MAGIC);
-    ofccl__tcp_put32(hello + 4, PROTO_VERSION);
-    ofccl__tcp_put32(hello + 8, (uint32_t)b->rank);
-    ofccl__tcp_put32(hello + 12, (uint32_t)b->size);
+    ofccl__put_le32(hello, HELLO_MAGIC);
+    ofccl__put_le32(hello + 4, PROTO_VERSION);
+    ofccl__put_le32(hello + 8, (uint32_t)b->rank);
+    ofccl__put_le32(hello + 12, (uint32_t)b->size);
     memcpy(hello + 16, b->hostname, HOST_LEN);
     memset(&d, 0, sizeof(d));
     d.magic = TABLE_MAGIC;
@@ -560,9 +560,9 @@ static int up_step(ofccl__boot_t *b, ofccl__tcp_conn_t *c, void *arg, ofccl__err
     up_arg_t *u = arg;
 
     if (c->stage == 1) {
-        uint32_t magic = ofccl__tcp_get32(c->hdr), rank = ofccl__tcp_get32(c->hdr + 4),
-                 len = ofccl__tcp_get32(c->hdr + 16);
-        uint64_t seq = ofccl__tcp_get64(c->hdr + 8);
+        uint32_t magic = ofccl__get_le32(c->hdr), rank = ofccl__get_le32(c->hdr + 4),
+                 len = ofccl__get_le32(c->hdr + 16);
+        uint64_t seq = ofccl__get_le64(c->hdr + 8);
 
         if (magic != UP_MAGIC || rank != (uint32_t)c->rank)
             return ofccl__fail(b->log, OFCCL__SUB_BOOT, e, OFCCL_ERR_CORRUPT,
@@ -635,14 +635,14 @@ static int root_allgather(ofccl__boot_t *b, tcp_boot_t *t, uint64_t seq, const c
                          "out of memory for the %zu-byte broadcast of %s", total, what);
         goto err_abort;
     }
-    ofccl__tcp_put32(frame, DOWN_MAGIC);
-    ofccl__tcp_put32(frame + 4, ST_OK);
-    ofccl__tcp_put64(frame + 8, seq);
-    ofccl__tcp_put32(frame + 16, (uint32_t)b->size);
-    ofccl__tcp_put32(frame + 20, (uint32_t)(total - FRAME_HDR));
+    ofccl__put_le32(frame, DOWN_MAGIC);
+    ofccl__put_le32(frame + 4, ST_OK);
+    ofccl__put_le64(frame + 8, seq);
+    ofccl__put_le32(frame + 16, (uint32_t)b->size);
+    ofccl__put_le32(frame + 20, (uint32_t)(total - FRAME_HDR));
     off = FRAME_HDR + 4 * (size_t)b->size;
     for (int r = 0; r < b->size; r++) {
-        ofccl__tcp_put32(frame + FRAME_HDR + 4 * (size_t)r, (uint32_t)lens[r]);
+        ofccl__put_le32(frame + FRAME_HDR + 4 * (size_t)r, (uint32_t)lens[r]);
         memcpy(frame + off, out + (size_t)r * slot, lens[r]);
         off += lens[r];
     }
@@ -689,11 +689,11 @@ static int rank_allgather(ofccl__boot_t *b, tcp_boot_t *t, uint64_t seq, const c
     if (frame == NULL)
         return ofccl__fail(b->log, OFCCL__SUB_BOOT, e, OFCCL_ERR_NO_MEMORY,
                            "out of memory sending %zu bytes for %s", len, what);
-    ofccl__tcp_put32(frame, UP_MAGIC);
-    ofccl__tcp_put32(frame + 4, (uint32_t)b->rank);
-    ofccl__tcp_put64(frame + 8, seq);
-    ofccl__tcp_put32(frame + 16, (uint32_t)len);
-    ofccl__tcp_put32(frame + 20, 0);
+    ofccl__put_le32(frame, UP_MAGIC);
+    ofccl__put_le32(frame + 4, (uint32_t)b->rank);
+    ofccl__put_le64(frame + 8, seq);
+    ofccl__put_le32(frame + 16, (uint32_t)len);
+    ofccl__put_le32(frame + 20, 0);
     if (len > 0)
         memcpy(frame + FRAME_HDR, in, len);
     memset(&d, 0, sizeof(d));
@@ -726,7 +726,7 @@ static int rank_allgather(ofccl__boot_t *b, tcp_boot_t *t, uint64_t seq, const c
     /* The root is a peer like any other: its lengths are checked too. */
     off = 4 * (size_t)b->size;
     for (int r = 0; r < b->size; r++) {
-        size_t l = ofccl__tcp_get32(d.body + 4 * (size_t)r);
+        size_t l = ofccl__get_le32(d.body + 4 * (size_t)r);
         if (l > slot || l > d.body_len - off) {
             rc = ofccl__fail(b->log, OFCCL__SUB_BOOT, e, OFCCL_ERR_CORRUPT,
                              "the bootstrap root relayed %zu bytes from rank %d for %s: more than "

@@ -14,6 +14,7 @@
 #include <sys/socket.h>
 
 #include "boot.h"
+#include "util.h"
 
 #define OFCCL__TCP_HDR_MAX 80 /* largest fixed-size frame or header */
 
@@ -35,28 +36,6 @@ typedef int (*ofccl__tcp_step_fn)(ofccl__boot_t *b, ofccl__tcp_conn_t *c, void *
                                   ofccl__err_t *e);
 
 #define OFCCL__TCP_CLOSED 1
-
-static inline void ofccl__tcp_put32(uint8_t *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static inline void ofccl__tcp_put64(uint8_t *p, uint64_t v)
-{
-    ofccl__tcp_put32(p, (uint32_t)v);
-    ofccl__tcp_put32(p + 4, (uint32_t)(v >> 32));
-}
-
-static inline uint32_t ofccl__tcp_get32(const uint8_t *p)
-{
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
-static inline uint64_t ofccl__tcp_get64(const uint8_t *p)
-{
-    return (uint64_t)ofccl__tcp_get32(p) | (uint64_t)ofccl__tcp_get32(p + 4) << 32;
-}
 
 /* Milliseconds until `deadline` (ns, ofccl__now_ns clock), rounded up; 0 once passed. */
 int ofccl__tcp_ms_left(uint64_t deadline);

@@ -9,6 +9,35 @@
 #define OFCCL__MIN(a, b) ((a) < (b) ? (a) : (b))
 #define OFCCL__MAX(a, b) ((a) > (b) ? (a) : (b))
 
+/* Little-endian encoding of everything ofccl puts on the wire. */
+static inline void ofccl__put_le16(uint8_t *p, uint16_t v)
+{
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+}
+static inline void ofccl__put_le32(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+static inline void ofccl__put_le64(uint8_t *p, uint64_t v)
+{
+    ofccl__put_le32(p, (uint32_t)v);
+    ofccl__put_le32(p + 4, (uint32_t)(v >> 32));
+}
+static inline uint16_t ofccl__get_le16(const uint8_t *p)
+{
+    return (uint16_t)(p[0] | (p[1] << 8));
+}
+static inline uint32_t ofccl__get_le32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+static inline uint64_t ofccl__get_le64(const uint8_t *p)
+{
+    return (uint64_t)ofccl__get_le32(p) | (uint64_t)ofccl__get_le32(p + 4) << 32;
+}
+
 /* CRC-32 (IEEE 802.3 polynomial, reflected), `crc` = 0 to start. */
 uint32_t ofccl__crc32(uint32_t crc, const void *buf, size_t len);
 /* Fill `buf` from getrandom(2). Returns 0 or OFCCL_ERR_INTERNAL. */

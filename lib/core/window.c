@@ -9,25 +9,6 @@
 
 #define RKEY_BYTES 24
 
-static void pack_rkey(uint8_t *p, const ofccl__rkey_t *rk)
-{
-    const uint64_t v[3] = {rk->base, rk->key, rk->len};
-
-    for (int w = 0; w < 3; w++)
-        for (int k = 0; k < 8; k++)
-            *p++ = (uint8_t)(v[w] >> (8 * k));
-}
-
-static void unpack_rkey(const uint8_t *p, ofccl__rkey_t *rk)
-{
-    uint64_t v[3] = {0, 0, 0};
-
-    for (int w = 0; w < 3; w++)
-        for (int k = 0; k < 8; k++)
-            v[w] |= (uint64_t)*p++ << (8 * k);
-    *rk = (ofccl__rkey_t){v[0], v[1], v[2]};
-}
-
 int ofccl__win_create(ofccl_comm_t *comm, void *addr, size_t len, unsigned access,
                       ofccl__win_t **out)
 {
@@ -50,7 +31,9 @@ int ofccl__win_create(ofccl_comm_t *comm, void *addr, size_t len, unsigned acces
         rc = ofccl__comm_fail(comm, rc, "%s", comm->err.msg);
         goto err_free;
     }
-    pack_rkey(mine, &(ofccl__rkey_t){win->mr->base, win->mr->key, win->mr->len});
+    ofccl__put_le64(mine, win->mr->base);
+    ofccl__put_le64(mine + 8, win->mr->key);
+    ofccl__put_le64(mine + 16, win->mr->len);
     blen = ofccl__blob_encode(blob, sizeof(blob), OFCCL__BLOB_REGION, (uint32_t)comm->rank, mine,
                               sizeof(mine));
     all = malloc(slot * (size_t)comm->size);
@@ -79,7 +62,9 @@ int ofccl__win_create(ofccl_comm_t *comm, void *addr, size_t len, unsigned acces
             rc = ofccl__comm_fail(comm, rc, "%s", comm->err.msg);
             goto err_dereg;
         }
-        unpack_rkey(payload, &win->peers[r]);
+        win->peers[r] =
+            (ofccl__rkey_t){ofccl__get_le64(payload), ofccl__get_le64((const uint8_t *)payload + 8),
+                            ofccl__get_le64((const uint8_t *)payload + 16)};
     }
     free(all);
     free(lens);
