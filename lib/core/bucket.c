@@ -153,7 +153,6 @@ static int bucket_setup(ofccl_comm_t *comm, const char *what, const ofccl_tensor
     r->esize = esize;
     r->block = total;
     r->count = total / esize;
-    r->bucket_stride = total;
     return 0;
 }
 

@@ -53,11 +53,6 @@ size_t ofccl__coll_ctrl_words(int size, size_t eager_bytes)
     return words;
 }
 
-size_t ofccl__eager_slot_bytes(const ofccl_comm_t *comm)
-{
-    return comm->coll->eager_slot;
-}
-
 static size_t eager_out_word(const ofccl_comm_t *comm, unsigned slot, int p)
 {
     return arr_cnt_word(comm->size, OFCCL__SLOTS, 0) +
@@ -86,7 +81,7 @@ uint64_t ofccl__eager_in_offset(const ofccl_comm_t *comm, uint64_t seq, int from
     return eager_in_word(comm, seq, from) * sizeof(uint64_t);
 }
 
-int ofccl__eager_ok(const ofccl_comm_t *comm, int coll, int bucket, size_t block)
+int ofccl__eager_ok(const ofccl_comm_t *comm, const ofccl__algo_t *algo, int bucket, size_t block)
 {
     const ofccl__coll_state_t *cs = comm->coll;
     uint64_t seq = cs->next_seq;
@@ -95,7 +90,7 @@ int ofccl__eager_ok(const ofccl_comm_t *comm, int coll, int bucket, size_t block
            comm->signal_mode == OFCCL__SIGNAL_CQDATA &&
            block * (size_t)comm->size <= cs->eager_bytes &&
            block + OFCCL__DESC_WORDS * sizeof(uint64_t) <= cs->eager_slot &&
-           ofccl__algo_select(comm, coll, block)->id == OFCCL__ALGO_DIRECT &&
+           algo->id == OFCCL__ALGO_DIRECT &&
            (seq < OFCCL__SLOTS || cs->all_pairs[(seq - OFCCL__SLOTS) % OFCCL__SLOTS]);
 }
 
@@ -597,7 +592,6 @@ static void req_reset(ofccl__req_t *r)
     r->staging_idx = -1;
     r->bucket = 0;
     r->src = r->dst = r->fwd = (ofccl__mem_ref_t){NULL, NULL};
-    memset(r->aux, 0, sizeof(r->aux));
 }
 
 /* Claim the next sequence number's slot. */

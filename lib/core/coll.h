@@ -94,7 +94,6 @@ struct ofccl_req {
     int bucket;              /* 1: bucket request, copy-in/out to tensors (bucket.c) */
     ofccl_tensor_t *tensors; /* bucket: copy of the caller's list (grow-only, per slot) */
     int ntensors, tcap;
-    size_t bucket_stride; /* bucket: bytes of one rank's padded region */
 
     /* plan */
     size_t chunk;
@@ -123,7 +122,6 @@ struct ofccl_req {
     ofccl__wop_t *wops; /* [size * (depth * 2 + 2)] */
     const void **srcs;  /* [size] reduction sources */
     unsigned nwops;
-    uint32_t aux[4]; /* algorithm scratch */
 };
 
 /* ---- for algorithms ---- */
@@ -141,7 +139,8 @@ static inline size_t ofccl__chunk_len(const ofccl__req_t *r, unsigned chunk)
  * `unit`. Returns 0 posted, OFCCL_ERR_AGAIN (try later), or an error. */
 int ofccl__coll_put(ofccl__req_t *r, int peer, const void *src, const ofccl__mr_t *mr, size_t len,
                     uint64_t dst_off, uint32_t unit);
-/* Record that this rank is done reducing/forwarding up to here; for messages. */
+/* Fail request r: record `code` as its status and a message naming the
+ * collective, its sequence number and algorithm on the communicator. */
 int ofccl__coll_fail(ofccl__req_t *r, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
@@ -182,8 +181,7 @@ extern const ofccl__algo_t ofccl__ag_eager, ofccl__rs_eager;
  * own s-8 completed, which (s-8 being all-pairs) needed r's data for s-8, so r
  * had posted s-8 and thus finished s-16, the slot's previous user. Hence eager
  * only when s-8 was all-pairs too; every rank decides the same way. */
-int ofccl__eager_ok(const ofccl_comm_t *comm, int coll, int bucket, size_t block);
-size_t ofccl__eager_slot_bytes(const ofccl_comm_t *comm);
+int ofccl__eager_ok(const ofccl_comm_t *comm, const ofccl__algo_t *algo, int bucket, size_t block);
 /* Our outgoing {header, payload} area for request slot `slot` and peer `p`. */
 uint8_t *ofccl__eager_out(const ofccl_comm_t *comm, unsigned slot, int p);
 /* Incoming area written by `from` for sequence number `seq`. */
@@ -220,8 +218,7 @@ typedef struct ofccl__coll_state {
     int eager_from[OFCCL__EAGER_RING];     /* a sender of those (for messages) */
     size_t eager_bytes, eager_slot;        /* OFCCL_EAGER_BYTES; bytes per eager slot */
     ofccl__req_t reqs[OFCCL__SLOTS];
-    uint64_t next_seq;                   /* sequence number of the next collective */
-    uint32_t desc_arrived[OFCCL__SLOTS]; /* cqdata path: per slot, bitmask-free count */
+    uint64_t next_seq;   /* sequence number of the next collective */
     uint8_t *desc_flag;  /* [SLOTS * size] cqdata path: descriptor from rank has landed */
     uint64_t *desc_seen; /* [SLOTS * size] atomic path: per slot/rank counter folded */
 } ofccl__coll_state_t;

@@ -25,52 +25,19 @@ typedef struct setup {
     uint8_t name[OFCCL__NAME_MAX];
 } setup_t;
 
-static uint8_t *put32(uint8_t *p, uint32_t v)
-{
-    for (int k = 0; k < 4; k++)
-        *p++ = (uint8_t)(v >> (8 * k));
-    return p;
-}
-
-static uint8_t *put64(uint8_t *p, uint64_t v)
-{
-    for (int k = 0; k < 8; k++)
-        *p++ = (uint8_t)(v >> (8 * k));
-    return p;
-}
-
-static const uint8_t *get32(const uint8_t *p, uint32_t *v)
-{
-    *v = 0;
-    for (int k = 0; k < 4; k++)
-        *v |= (uint32_t)p[k] << (8 * k);
-    return p + 4;
-}
-
-static const uint8_t *get64(const uint8_t *p, uint64_t *v)
-{
-    *v = 0;
-    for (int k = 0; k < 8; k++)
-        *v |= (uint64_t)p[k] << (8 * k);
-    return p + 8;
-}
-
 static size_t setup_pack(const setup_t *s, uint8_t *out)
 {
+    const uint32_t w32[] = {s->size,         s->comm_id, s->signal_mode, s->strict,
+                            s->cq_data_size, s->eager,   s->namelen};
+    const uint64_t w64[] = {s->ctrl_base, s->ctrl_key, s->ctrl_len};
     uint8_t *p = out;
 
-    p = put32(p, s->size);
-    p = put32(p, s->comm_id);
-    p = put32(p, s->signal_mode);
-    p = put32(p, s->strict);
-    p = put32(p, s->cq_data_size);
-    p = put32(p, s->eager);
-    p = put32(p, s->namelen);
+    for (size_t k = 0; k < OFCCL__ARRAY_LEN(w32); k++, p += 4)
+        ofccl__put_le32(p, w32[k]);
     memcpy(p, s->prov, SETUP_PROV_LEN);
     p += SETUP_PROV_LEN;
-    p = put64(p, s->ctrl_base);
-    p = put64(p, s->ctrl_key);
-    p = put64(p, s->ctrl_len);
+    for (size_t k = 0; k < OFCCL__ARRAY_LEN(w64); k++, p += 8)
+        ofccl__put_le64(p, w64[k]);
     memcpy(p, s->name, s->namelen);
     return (size_t)(p - out) + s->namelen;
 }
@@ -78,25 +45,22 @@ static size_t setup_pack(const setup_t *s, uint8_t *out)
 /* Untrusted input: check every length before use. */
 static int setup_unpack(ofccl_comm_t *comm, int from, const uint8_t *in, size_t len, setup_t *s)
 {
+    uint32_t *w32[] = {&s->size,         &s->comm_id, &s->signal_mode, &s->strict,
+                       &s->cq_data_size, &s->eager,   &s->namelen};
+    uint64_t *w64[] = {&s->ctrl_base, &s->ctrl_key, &s->ctrl_len};
     const uint8_t *p = in;
 
     if (len < SETUP_FIXED)
         return ofccl__comm_fail(comm, OFCCL_ERR_CORRUPT,
                                 "comm setup: rank %d sent %zu bytes, at least %d expected", from,
                                 len, SETUP_FIXED);
-    p = get32(p, &s->size);
-    p = get32(p, &s->comm_id);
-    p = get32(p, &s->signal_mode);
-    p = get32(p, &s->strict);
-    p = get32(p, &s->cq_data_size);
-    p = get32(p, &s->eager);
-    p = get32(p, &s->namelen);
+    for (size_t k = 0; k < OFCCL__ARRAY_LEN(w32); k++, p += 4)
+        *w32[k] = ofccl__get_le32(p);
     memcpy(s->prov, p, SETUP_PROV_LEN);
     s->prov[SETUP_PROV_LEN - 1] = '\0';
     p += SETUP_PROV_LEN;
-    p = get64(p, &s->ctrl_base);
-    p = get64(p, &s->ctrl_key);
-    p = get64(p, &s->ctrl_len);
+    for (size_t k = 0; k < OFCCL__ARRAY_LEN(w64); k++, p += 8)
+        *w64[k] = ofccl__get_le64(p);
     if (s->namelen == 0 || s->namelen > OFCCL__NAME_MAX || len != SETUP_FIXED + s->namelen)
         return ofccl__comm_fail(comm, OFCCL_ERR_CORRUPT,
                                 "comm setup: rank %d sent an endpoint name of %u bytes in a "
@@ -459,11 +423,9 @@ int ofccl__comm_progress(ofccl_comm_t *comm)
     ofccl__err_t e;
     int rc;
 
-    /* The flag is all ofccl_comm_abort touches; the message is written here,
-     * by the thread that holds the lock. */
-    if (atomic_load_explicit(&comm->aborted, memory_order_acquire) && comm->sticky == 0)
-        return ofccl__comm_fail(comm, OFCCL_ERR_ABORTED,
-                                "communicator %u aborted by ofccl_comm_abort", comm->id);
+    /* An abort stops progress at once (ofccl__comm_usable records it). */
+    if (atomic_load_explicit(&comm->aborted, memory_order_acquire))
+        return ofccl__comm_usable(comm);
     rc = ofccl__ep_progress(comm->ep, &comm->handlers, 64, &e);
 
     if (rc < 0)
@@ -488,6 +450,8 @@ uint64_t ofccl__comm_deadline(const ofccl_comm_t *comm)
 
 int ofccl__comm_usable(ofccl_comm_t *comm)
 {
+    /* The flag is all ofccl_comm_abort touches; the message is written here,
+     * by the thread that holds the lock. */
     if (atomic_load_explicit(&comm->aborted, memory_order_acquire) && comm->sticky == 0)
         ofccl__comm_fail(comm, OFCCL_ERR_ABORTED, "communicator %u aborted by ofccl_comm_abort",
                          comm->id);

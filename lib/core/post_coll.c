@@ -96,7 +96,7 @@ int ofccl__post_allgather(ofccl__req_t *r)
     r->algo = ofccl__algo_select(comm, OFCCL__AG, r->block);
     if (comm->size == 1)
         return local_only(r);
-    if (ofccl__eager_ok(comm, OFCCL__AG, r->bucket, r->block)) {
+    if (ofccl__eager_ok(comm, r->algo, r->bucket, r->block)) {
         /* Small: straight into the peers' control regions, no staging, no registration. */
         r->algo = &ofccl__ag_eager;
         return ofccl__coll_start(r);
@@ -147,7 +147,7 @@ int ofccl__post_reduce_scatter(ofccl__req_t *r)
     if (comm->size == 1)
         return local_only(r);
     r->out = r->recvbuf;
-    if (ofccl__eager_ok(comm, OFCCL__RS, r->bucket, r->block)) {
+    if (ofccl__eager_ok(comm, r->algo, r->bucket, r->block)) {
         r->algo = &ofccl__rs_eager;
         return ofccl__coll_start(r);
     }
