@@ -11,6 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "local.h"
 #include "prov_impl.h"
 #include "util.h"
 
@@ -71,12 +72,29 @@ static int ep_destroy(ofccl__ep_t *ep)
                              "rank %d: closing %s: %s", ep->params.rank, objs[i].what,
                              fi_strerror(-ret));
     }
+    ofccl__lx_ep_destroy(ep);
     free(ep->rx);
     free(ep->ops);
     free(ep->names); /* only now: the AV (closed above) may point into it */
     pthread_mutex_destroy(&ep->lock);
     free(ep);
     return rc;
+}
+
+/* The op descriptor pool, shared by the libfabric and local paths. */
+static int ops_setup(ofccl__ep_t *ep, ofccl__err_t *e)
+{
+    unsigned n = ep->params.ops_inflight;
+
+    ep->ops = calloc(n, sizeof(*ep->ops));
+    if (ep->ops == NULL)
+        return ofccl__fail(ep->prov->log, OFCCL__SUB_PROV, e, OFCCL_ERR_NO_MEMORY,
+                           "out of memory for %u op descriptors", n);
+    for (unsigned i = n; i-- > 0;) {
+        ep->ops[i].next = ep->free_ops;
+        ep->free_ops = &ep->ops[i];
+    }
+    return 0;
 }
 
 static int ep_setup(ofccl__ep_t *ep, ofccl__err_t *e)
@@ -88,14 +106,6 @@ static int ep_setup(ofccl__ep_t *ep, ofccl__err_t *e)
     struct fi_cq_attr cq_attr;
     int ret;
 
-    ep->ops = calloc(params->ops_inflight, sizeof(*ep->ops));
-    if (ep->ops == NULL)
-        return ofccl__fail(log, OFCCL__SUB_PROV, e, OFCCL_ERR_NO_MEMORY,
-                           "out of memory for %u op descriptors", params->ops_inflight);
-    for (unsigned i = params->ops_inflight; i-- > 0;) {
-        ep->ops[i].next = ep->free_ops;
-        ep->free_ops = &ep->ops[i];
-    }
     if (prov->caps.rx_cq_data) {
         ep->n_rx = params->rx_posted ? params->rx_posted : DEFAULT_RX_POSTED;
         ep->rx = calloc(ep->n_rx, sizeof(*ep->rx));
@@ -178,7 +188,9 @@ int ofccl__ep_open(ofccl__prov_t *prov, const ofccl__ep_params_t *params, ofccl_
     ep->prov = prov;
     ep->params = *params;
     pthread_mutex_init(&ep->lock, NULL);
-    ret = ep_setup(ep, e);
+    ret = ops_setup(ep, e);
+    if (ret == 0)
+        ret = prov->local ? ofccl__lx_ep_setup(ep, e) : ep_setup(ep, e);
     if (ret != 0) {
         ep_destroy(ep);
         return ret;
@@ -220,6 +232,8 @@ int ofccl__ep_name(ofccl__ep_t *ep, void *buf, size_t *len, ofccl__err_t *e)
     if (ep == NULL || buf == NULL || len == NULL)
         return ofccl__fail(ep ? ep->prov->log : NULL, OFCCL__SUB_PROV, e, OFCCL_ERR_INVALID_ARG,
                            "ofccl__ep_name: bad arguments");
+    if (ep->lx != NULL)
+        return ofccl__lx_ep_name(ep, buf, len, e);
     n = *len;
     ret = fi_getname(&ep->ep->fid, buf, &n);
     if (ret == -FI_ETOOSMALL)
@@ -249,6 +263,11 @@ int ofccl__ep_insert_peers(ofccl__ep_t *ep, const void *names, size_t stride, co
         return ofccl__fail(log, OFCCL__SUB_PROV, e, OFCCL_ERR_INVALID_ARG,
                            "rank %d: %d names given for a communicator of %d ranks",
                            ep->params.rank, n, ep->params.size);
+    if (ep->lx != NULL) {
+        int ret = ofccl__lx_insert_peers(ep, names, stride, lens, n, e);
+        ep->peers_inserted = ret == 0;
+        return ret;
+    }
     /* libfabric 1.17's shm keys its name map on the pointer it is given (it
      * does not copy the string): the names must outlive the AV, so the
      * endpoint keeps its own copy, NUL-terminated, until it closes. */

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "local.h"
 #include "prov_impl.h"
 #include "util.h"
 
@@ -105,7 +106,13 @@ int ofccl__mr_reg(ofccl__ep_t *ep, void *addr, size_t len, unsigned access, ofcc
     mr = calloc(1, sizeof(*mr));
     if (mr == NULL)
         return ofccl__fail(log, OFCCL__SUB_PROV, e, OFCCL_ERR_NO_MEMORY, "out of memory");
-    ret = ofccl__mr_reg_raw(ep, addr, len, fi_access, &fmr, &key, e);
+    if (ep->lx != NULL) {
+        ret = ofccl__lx_mr_reg(ep, addr, len, access, &mr->fid, &key, e);
+        fmr = NULL;
+    } else {
+        ret = ofccl__mr_reg_raw(ep, addr, len, fi_access, &fmr, &key, e);
+        mr->fid = fmr;
+    }
     if (ret != 0) {
         free(mr);
         return ret;
@@ -116,7 +123,6 @@ int ofccl__mr_reg(ofccl__ep_t *ep, void *addr, size_t len, unsigned access, ofcc
     mr->key = key;
     mr->base = ep->prov->caps.virt_addr ? (uint64_t)(uintptr_t)addr : 0;
     mr->access = access;
-    mr->fid = fmr;
     mr->ep = ep;
     pthread_mutex_lock(&ep->lock);
     ep->n_mrs++;
@@ -134,7 +140,12 @@ int ofccl__mr_dereg(ofccl__mr_t *mr)
         return 0;
     ep = mr->ep;
     /* Closing the MR is what revokes the key: later remote access fails. */
-    ret = fi_close(&((struct fid_mr *)mr->fid)->fid);
+    if (ep->lx != NULL) {
+        ofccl__lx_mr_dereg(ep, mr->fid);
+        ret = 0;
+    } else {
+        ret = fi_close(&((struct fid_mr *)mr->fid)->fid);
+    }
     if (ret != 0)
         return ofccl__fail(ep->prov->log, OFCCL__SUB_PROV, NULL, OFCCL_ERR_PROVIDER,
                            "rank %d: deregistering %zu bytes at %p failed: %s", ep->params.rank,
@@ -144,4 +155,20 @@ int ofccl__mr_dereg(ofccl__mr_t *mr)
     pthread_mutex_unlock(&ep->lock);
     free(mr);
     return 0;
+}
+
+void *ofccl__prov_mem_alloc(const ofccl__ep_t *ep, size_t len)
+{
+    size_t n = (len ? len : 1) + 4095;
+
+    if (ep->prov->local)
+        return ofccl__lx_mem_alloc(len);
+    return aligned_alloc(4096, n - n % 4096);
+}
+
+void ofccl__prov_mem_free(void *ptr)
+{
+    /* Shared memory is known by its address. */
+    if (ptr != NULL && !ofccl__lx_mem_free(ptr))
+        free(ptr);
 }

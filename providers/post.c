@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "local.h"
 #include "prov_impl.h"
 #include "util.h"
 
@@ -45,6 +46,8 @@ ssize_t ofccl__op_post(ofccl__ep_t *ep, struct ofccl__op *op)
 {
     fi_addr_t dest = (fi_addr_t)op->peer;
 
+    if (ep->lx != NULL)
+        return ofccl__lx_post(ep, op);
     switch (op->kind) {
     case OFCCL__OP_WRITE:
         return fi_write(ep->ep, op->src, op->len, op->desc, dest, op->raddr, op->key, op);
@@ -465,6 +468,14 @@ static int map_status(int err)
     }
 }
 
+static const char *cq_strerror(ofccl__ep_t *ep, const struct fi_cq_err_entry *err, char *buf,
+                               size_t len)
+{
+    if (ep->lx != NULL)
+        return ofccl__lx_strerror(err, buf, len);
+    return fi_cq_strerror(ep->cq, err->prov_errno, err->err_data, buf, len);
+}
+
 /* Caller holds ep->lock. Reads the error entry; fills `ev` and `msg` when it
  * belongs to one of our ops. Returns <0 on a CQ failure. */
 static int read_error(ofccl__ep_t *ep, struct ev *ev, bool *have, char *msg, size_t msglen)
@@ -476,7 +487,7 @@ static int read_error(ofccl__ep_t *ep, struct ev *ev, bool *have, char *msg, siz
 
     memset(&err, 0, sizeof(err));
     *have = false;
-    ret = fi_cq_readerr(ep->cq, &err, 0);
+    ret = ep->lx != NULL ? ofccl__lx_cq_readerr(ep, &err) : fi_cq_readerr(ep->cq, &err, 0);
     if (ret == -FI_EAGAIN)
         return 0;
     if (ret < 0)
@@ -490,7 +501,7 @@ static int read_error(ofccl__ep_t *ep, struct ev *ev, bool *have, char *msg, siz
     if (!is_op(ep, err.op_context)) {
         /* Not one of ours (e.g. a peer's access the provider refused here):
          * nobody to call back, but it must not vanish silently. */
-        ptext = fi_cq_strerror(ep->cq, err.prov_errno, err.err_data, pbuf, sizeof(pbuf));
+        ptext = cq_strerror(ep, &err, pbuf, sizeof(pbuf));
         OFCCL__WARN(ep->prov->log, OFCCL__SUB_PROV,
                     "rank %d: CQ error not tied to a local op (flags 0x%" PRIx64 "): %s "
                     "(provider: %s)",
@@ -500,7 +511,7 @@ static int read_error(ofccl__ep_t *ep, struct ev *ev, bool *have, char *msg, siz
     }
     {
         struct ofccl__op *op = err.op_context;
-        ptext = fi_cq_strerror(ep->cq, err.prov_errno, err.err_data, pbuf, sizeof(pbuf));
+        ptext = cq_strerror(ep, &err, pbuf, sizeof(pbuf));
         snprintf(msg, msglen, "rank %d: %s to peer %d (%zu bytes) failed: %s (provider: %s)",
                  ep->params.rank, ofccl__op_kind_name(op->kind), op->peer, op->len,
                  fi_strerror(err.err), ptext != NULL && ptext[0] ? ptext : pbuf);
@@ -546,7 +557,7 @@ static int drain_cq(ofccl__ep_t *ep, const ofccl__ep_handlers_t *h, int max, ofc
         ssize_t n;
 
         pthread_mutex_lock(&ep->lock);
-        n = fi_cq_read(ep->cq, ents, want);
+        n = ep->lx != NULL ? ofccl__lx_cq_read(ep, ents, want) : fi_cq_read(ep->cq, ents, want);
         if (n == -FI_EAVAIL) {
             bool have;
             int ret = read_error(ep, &evs[0], &have, msg, sizeof(msg));

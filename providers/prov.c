@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "local.h"
 #include "prov_impl.h"
 #include "util.h"
 
@@ -162,11 +163,10 @@ void ofccl__prov_available(char *buf, size_t len)
 
     if (buf == NULL || len == 0)
         return;
-    buf[0] = '\0';
-    if (fi_getinfo(OFCCL__FI_VERSION, NULL, NULL, 0, NULL, &list) != 0) {
-        ofccl__strlcpy(buf, "none", len);
+    /* ofccl's own transport is always there. */
+    ofccl__strlcpy(buf, OFCCL__LOCAL_NAME, len);
+    if (fi_getinfo(OFCCL__FI_VERSION, NULL, NULL, 0, NULL, &list) != 0)
         return;
-    }
     for (struct fi_info *i = list; i != NULL; i = i->next)
         if (i->fabric_attr->prov_name != NULL)
             list_add_unique(buf, len, i->fabric_attr->prov_name);
@@ -404,6 +404,27 @@ static int probe_atomics(ofccl__prov_t *prov, ofccl__err_t *e)
     return 0;
 }
 
+/* The local provider: no fabric or domain, only its capability struct. */
+static int open_local(const ofccl__prov_params_t *params, ofccl__prov_t **out, ofccl__err_t *e)
+{
+    ofccl__prov_t *prov = calloc(1, sizeof(*prov));
+    int ret;
+
+    if (prov == NULL)
+        return ofccl__fail(params->log, OFCCL__SUB_PROV, e, OFCCL_ERR_NO_MEMORY, "out of memory");
+    prov->log = params->log;
+    if (params->fault != NULL)
+        prov->fault = *params->fault;
+    ret = ofccl__lx_prov_open(prov, params, e);
+    if (ret != 0) {
+        free(prov);
+        return ret;
+    }
+    pthread_mutex_init(&prov->lock, NULL);
+    *out = prov;
+    return 0;
+}
+
 int ofccl__prov_open(const ofccl__prov_params_t *params, ofccl__prov_t **out, ofccl__err_t *e)
 {
     const ofccl__log_t *log = params ? params->log : NULL;
@@ -419,6 +440,8 @@ int ofccl__prov_open(const ofccl__prov_params_t *params, ofccl__prov_t **out, of
     row = ofccl__quirk_find(params->provider);
     prov_name = row >= 0 ? ofccl__quirks[row].prov_name : params->provider;
     domain = params->domain != NULL ? params->domain : "";
+    if (strcmp(prov_name, OFCCL__LOCAL_NAME) == 0)
+        return open_local(params, out, e);
 
     ret = choose(params, prov_name, domain, &list, &pick, e);
     if (ret != 0)
@@ -503,6 +526,8 @@ int ofccl__prov_close(ofccl__prov_t *prov)
     if (n > 0)
         return ofccl__fail(prov->log, OFCCL__SUB_PROV, NULL, OFCCL_ERR_BUSY,
                            "provider %s: %u endpoint(s) still open", prov->caps.name, n);
+    if (prov->local)
+        goto out;
     ret = fi_close(&prov->domain->fid);
     if (ret != 0)
         rc = ofccl__fail(prov->log, OFCCL__SUB_PROV, NULL, OFCCL_ERR_PROVIDER,
@@ -512,6 +537,7 @@ int ofccl__prov_close(ofccl__prov_t *prov)
         rc = ofccl__fail(prov->log, OFCCL__SUB_PROV, NULL, OFCCL_ERR_PROVIDER,
                          "closing fabric %s: %s", prov->caps.fabric, fi_strerror(-ret));
     fi_freeinfo(prov->info);
+out:
     pthread_mutex_destroy(&prov->lock);
     free(prov);
     return rc;
@@ -542,13 +568,25 @@ int ofccl__prov_list(const char *provider, ofccl__prov_dom_t *out, int max, int 
         int row = ofccl__quirk_find(provider);
         prov_name = row >= 0 ? ofccl__quirks[row].prov_name : provider;
     }
+    /* The local provider first: one domain, nothing to ask libfabric. */
+    if ((prov_name == NULL || strcmp(prov_name, OFCCL__LOCAL_NAME) == 0) && max > 0) {
+        memset(&out[0], 0, sizeof(out[0]));
+        ofccl__strlcpy(out[0].prov_name, OFCCL__LOCAL_NAME, sizeof(out[0].prov_name));
+        ofccl__strlcpy(out[0].fabric, OFCCL__LOCAL_NAME, sizeof(out[0].fabric));
+        ofccl__strlcpy(out[0].domain, OFCCL__LOCAL_NAME, sizeof(out[0].domain));
+        count = 1;
+    }
+    if (prov_name != NULL && strcmp(prov_name, OFCCL__LOCAL_NAME) == 0) {
+        *n = count;
+        return 0;
+    }
     {
         struct hint_opts o = {prov_name, NULL, H_FULL, true, false, 0};
         ret = query(&o, &list, &pick);
     }
     if (ret == -FI_ENODATA) {
         struct hint_opts o = {prov_name, NULL, H_PROV, true, false, 0};
-        *n = 0;
+        *n = count;
         if (prov_name == NULL)
             return 0;
         /* Known to libfabric but unable to do RDM+RMA+atomics: an empty list. */

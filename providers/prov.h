@@ -181,6 +181,13 @@ int ofccl__mr_reg(ofccl__ep_t *ep, void *addr, size_t len, unsigned access, ofcc
 /* Invalidates the key: a peer using it afterwards gets an error, not our memory. */
 int ofccl__mr_dereg(ofccl__mr_t *mr);
 
+/* ---- memory peers write into (pool buffers, staging and control windows) ----
+ * Page-aligned. On the local provider it is shared memory (a memfd) that
+ * peers map, so their writes are plain stores; elsewhere ordinary memory.
+ * Free with ofccl__prov_mem_free (which needs no endpoint: it may outlive it). */
+void *ofccl__prov_mem_alloc(const ofccl__ep_t *ep, size_t len);
+void ofccl__prov_mem_free(void *ptr);
+
 /* ---- posting; every call is non-blocking ----
  * Returns 0 when the op is accepted (posted, or queued for retry after
  * -FI_EAGAIN; queued ops are retried from ofccl__ep_progress), OFCCL_ERR_AGAIN

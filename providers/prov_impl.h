@@ -35,6 +35,8 @@ struct ofccl__prov {
     /* A fetching FI_SUM on FI_UINT64 is valid: the fallback when delivery
      * complete is not available. */
     bool fetch_atomic_ok;
+    /* The local provider (local.c): no fabric, domain or info. */
+    bool local;
     pthread_mutex_t lock; /* guards n_eps */
     unsigned n_eps;
     ofccl__fault_t fault; /* injected faults (fault-injection builds only) */
@@ -111,6 +113,9 @@ struct ofccl__ep {
     unsigned n_mrs; /* user regions registered on this endpoint */
     char *names;    /* peer names as inserted; kept until close (see insert_peers) */
     bool peers_inserted;
+    /* Local-provider state (local.c); NULL on libfabric endpoints, which
+     * then have ep, av and cq. */
+    struct ofccl__lx *lx;
 };
 
 /* Registration shared by mr.c (user regions) and ep.c (the op pool). */

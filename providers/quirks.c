@@ -9,6 +9,11 @@
 #include "prov.h"
 
 const ofccl__quirk_t ofccl__quirks[] = {
+    {"local", "local", OFCCL__Q_INTRA_NODE_ONLY,
+     "ofccl's own transport between processes of this host, no libfabric: windows peers write "
+     "into are memfd shared memory each peer maps once, so an RMA write is one memcpy by the "
+     "initiator, an atomic a CPU atomic, CQ data a shared ring; other registered memory is "
+     "written with process_vm_writev; needs one user and one PID namespace; no strict mode"},
     {"shm", "shm",
      OFCCL__Q_INTRA_NODE_ONLY | OFCCL__Q_STRICT_CAPABLE | OFCCL__Q_PREFER_OFFSETS |
          OFCCL__Q_NAME_PER_PROCESS | OFCCL__Q_NO_DC_ATOMIC,

@@ -202,7 +202,7 @@ static int comm_setup(ofccl_comm_t *comm)
         return ofccl__comm_fail(comm, rc, "%s", comm->err.msg);
     comm->ctrl_words = ofccl__coll_ctrl_words(
         comm->size, (size_t)ofccl__cfg_int(&ctx->cfg, OFCCL__CFG_EAGER_BYTES));
-    comm->ctrl = aligned_alloc(4096, (comm->ctrl_words * sizeof(uint64_t) + 4095) & ~(size_t)4095);
+    comm->ctrl = ofccl__prov_mem_alloc(comm->ep, comm->ctrl_words * sizeof(uint64_t));
     if (comm->ctrl == NULL)
         return ofccl__comm_fail(comm, OFCCL_ERR_NO_MEMORY, "comm setup: no memory");
     memset((void *)comm->ctrl, 0, comm->ctrl_words * sizeof(uint64_t));
@@ -295,7 +295,7 @@ static void comm_free(ofccl_comm_t *comm)
         ofccl__mr_dereg(comm->ctrl_mr);
     if (comm->ep)
         ofccl__ep_close(comm->ep);
-    free((void *)comm->ctrl);
+    ofccl__prov_mem_free((void *)comm->ctrl);
     free(comm->peer_ctrl);
     free(comm);
 }

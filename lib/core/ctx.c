@@ -48,7 +48,7 @@ int ofccl__ctx_choose(const ofccl__config_t *cfg, ofccl__topo_t *topo, bool all_
     unsigned flags;
 
     if (strcasecmp(want, "auto") == 0) {
-        want = all_local ? "shm" : "tcp";
+        want = all_local ? "local" : "tcp";
         snprintf(pwhy, sizeof(pwhy), "%s: OFCCL_PROVIDER=auto and %s", want,
                  all_local ? "all ranks share this host" : "the job spans several hosts");
     } else {

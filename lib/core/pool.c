@@ -43,7 +43,7 @@ static void stage_free(ofccl_comm_t *comm, ofccl__stage_t *s)
         account(comm, s->mr, -1);
         ofccl__mr_dereg(s->mr);
     }
-    free(s->ptr);
+    ofccl__prov_mem_free(s->ptr);
     *s = (ofccl__stage_t){0};
 }
 
@@ -62,7 +62,7 @@ void ofccl__pool_fini(ofccl_comm_t *comm)
         pool->user = u->next;
         account(comm, u->mr, -1);
         ofccl__mr_dereg(u->mr);
-        free(u->ptr);
+        ofccl__prov_mem_free(u->ptr);
         free(u);
     }
     free(pool);
@@ -85,7 +85,7 @@ static int over_budget(ofccl_comm_t *comm, size_t more, const char *what)
 static int alloc_registered(ofccl_comm_t *comm, size_t bytes, void **ptr, ofccl__mr_t **mr)
 {
     size_t len = round_up(bytes ? bytes : 1, STAGE_ALIGN);
-    void *p = aligned_alloc(STAGE_ALIGN, len);
+    void *p = ofccl__prov_mem_alloc(comm->ep, len);
     int rc;
 
     if (p == NULL)
@@ -97,7 +97,7 @@ static int alloc_registered(ofccl_comm_t *comm, size_t bytes, void **ptr, ofccl_
             (ofccl__ep_caps(comm->ep)->delivery_complete ? 0u : (unsigned)OFCCL__ACC_REMOTE_READ),
         mr, &comm->err);
     if (rc) {
-        free(p);
+        ofccl__prov_mem_free(p);
         return ofccl__comm_fail(comm, rc, "pool: %s", comm->err.msg);
     }
     *ptr = p;
@@ -199,7 +199,7 @@ static int ofccl_buffer_free_unlocked(ofccl_comm_t *comm, void *ptr)
         *pp = u->next;
         account(comm, u->mr, -1);
         ofccl__mr_dereg(u->mr);
-        free(u->ptr);
+        ofccl__prov_mem_free(u->ptr);
         free(u);
         return 0;
     }
