@@ -25,8 +25,9 @@ typedef enum ofccl__cfg_type {
       "Log verbosity; each line is prefixed host:pid:rank")                                        \
     X(LOG_SUBSYS, LIST, "all", "core|coll|prov|boot|mem|all", 0, 0,                                \
       "Subsystems whose messages are printed (comma-separated)")                                   \
-    X(PROVIDER, STRING, "auto", "auto|shm|tcp|verbs|<libfabric provider>", 0, 0,                   \
-      "Fabric provider; auto = shm when all ranks share a host, tcp otherwise")                    \
+    X(PROVIDER, STRING, "auto", "auto|local|shm|tcp|verbs|<libfabric provider>", 0, 0,             \
+      "Transport; local = ofccl's own shared-memory transport (one host, no libfabric); auto = "   \
+      "local when all ranks share a host, tcp otherwise")                                          \
     X(IFACE, STRING, "", "<libfabric domain name>", 0, 0,                                          \
       "Domain (NIC or interface) to use; empty = the one closest to this process "                 \
       "(loopback for tcp when all ranks share a host)")                                            \

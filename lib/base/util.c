@@ -45,6 +45,14 @@ uint64_t ofccl__now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+uint64_t ofccl__coarse_ns(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
 size_t ofccl__strlcpy(char *dst, const char *src, size_t size)
 {
     size_t n = strlen(src);

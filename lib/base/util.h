@@ -44,6 +44,9 @@ uint32_t ofccl__crc32(uint32_t crc, const void *buf, size_t len);
 int ofccl__random_bytes(void *buf, size_t len);
 /* Monotonic clock in nanoseconds. */
 uint64_t ofccl__now_ns(void);
+/* The same clock at tick resolution (a few ms), for deadlines: it costs a
+ * memory read, where ofccl__now_ns costs a timer read on every progress pass. */
+uint64_t ofccl__coarse_ns(void);
 /* Safe string copy: always NUL-terminates, returns strlen(src). */
 size_t ofccl__strlcpy(char *dst, const char *src, size_t size);
 

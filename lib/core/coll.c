@@ -641,7 +641,12 @@ int ofccl__coll_start(ofccl__req_t *r)
         r->chunk += (r->esize - r->chunk % r->esize) % r->esize;
         r->nchunks = (unsigned)((r->block + r->chunk - 1) / r->chunk);
     }
-    memset(r->unit_cnt, 0, sizeof(*r->unit_cnt) * OFCCL__MAX_UNITS);
+    /* Unit numbers are step * nchunks + chunk, with fewer steps than ranks:
+     * clear only those (the whole table is 64 KiB, longer than a small
+     * collective). Numbers beyond them are never read. */
+    memset(r->unit_cnt, 0,
+           sizeof(*r->unit_cnt) *
+               OFCCL__MIN((size_t)OFCCL__MAX_UNITS, (size_t)comm->size * r->nchunks));
     rc = r->algo->plan(r);
     if (rc)
         return rc;
@@ -814,7 +819,7 @@ static int req_progress(ofccl__req_t *r)
         complete(r);
         return 0;
     }
-    if (r->status == 0 && ofccl__now_ns() > r->deadline_ns) {
+    if (r->status == 0 && ofccl__coarse_ns() > r->deadline_ns) {
         char who[256];
         waiting_for(r, who, sizeof(who));
         ofccl__coll_fail(r, OFCCL_ERR_TIMEOUT, "not complete after %llu ms; waiting for %s",
