@@ -302,6 +302,15 @@ int ofccl__ep_insert_peers(ofccl__ep_t *ep, const void *names, size_t stride, co
     return 0;
 }
 
+int ofccl__ep_peer_gone(ofccl__ep_t *ep, int *pid)
+{
+    int peer = ep->lx != NULL ? ofccl__lx_peer_gone(ep) : -1;
+
+    if (pid != NULL)
+        *pid = peer >= 0 ? ofccl__lx_peer_pid(ep, peer) : -1;
+    return peer;
+}
+
 unsigned ofccl__ep_pending(const ofccl__ep_t *ep)
 {
     unsigned n;

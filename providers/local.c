@@ -33,7 +33,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <poll.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -45,6 +47,7 @@
 #define LX_SLOT_BITS 16                /* low key bits: table slot */
 #define LX_RING 256u                   /* CQ-data entries per source (power of two) */
 #define LX_PAGE 4096u
+#define LX_WATCH_NS 1000000ull /* how often peers' processes are checked */
 
 /* One registration, in the owner's segment; peers only read it. */
 struct lx_region {
@@ -92,6 +95,7 @@ struct lx_map {
 
 struct lx_peer {
     int pid;
+    int pidfd;          /* readable once the process has exited; -1 = not watched */
     struct lx_seg *seg; /* the peer's segment (our own for ourselves) */
     size_t seg_len;
     struct lx_map *maps; /* [LX_REGIONS] */
@@ -117,6 +121,9 @@ struct ofccl__lx {
     unsigned cq_head, cq_tail;
     unsigned next_slot; /* where the search for a free registration starts */
     int next_src;       /* first ring read by the next cq_read (fairness) */
+    int gone;           /* a rank whose process has exited, reported; -1 = none */
+    int dying;          /* seen exited at the last check, reported at the next */
+    uint64_t next_watch_ns;
 };
 
 /* ---- shared allocations: every window peers may write into ---- */
@@ -261,6 +268,8 @@ int ofccl__lx_ep_setup(ofccl__ep_t *ep, ofccl__err_t *e)
         return ofccl__fail(log, OFCCL__SUB_PROV, e, OFCCL_ERR_NO_MEMORY, "out of memory");
     ep->lx = lx;
     lx->fd = -1;
+    lx->gone = -1;
+    lx->dying = -1;
     lx->cq = calloc(ep->params.ops_inflight, sizeof(*lx->cq));
     if (lx->cq == NULL)
         return ofccl__fail(log, OFCCL__SUB_PROV, e, OFCCL_ERR_NO_MEMORY, "out of memory");
@@ -296,6 +305,8 @@ static void unmap_peer(struct ofccl__lx *lx, int r)
             if (p->maps[s].base != NULL)
                 munmap(p->maps[s].base, p->maps[s].len);
     free(p->maps);
+    if (p->pidfd >= 0)
+        close(p->pidfd);
     if (p->seg != NULL && p->seg != lx->seg)
         munmap(p->seg, p->seg_len);
 }
@@ -402,6 +413,7 @@ static int attach_peer(ofccl__ep_t *ep, int r, const struct lx_name *nm, ofccl__
                            "OFCCL_PROVIDER=tcp or verbs",
                            rank, r);
     p->pid = nm->pid;
+    p->pidfd = -1;
     p->maps = calloc(LX_REGIONS, sizeof(*p->maps));
     if (p->maps == NULL)
         return ofccl__fail(log, OFCCL__SUB_PROV, e, OFCCL_ERR_NO_MEMORY, "out of memory");
@@ -427,6 +439,13 @@ static int attach_peer(ofccl__ep_t *ep, int r, const struct lx_name *nm, ofccl__
                            "%d, nonce %s)",
                            rank, nm->pid, nm->fd, r, p->seg_len, (int)p->seg->ranks,
                            p->seg->nonce == nm->nonce ? "equal" : "differs");
+    /* The segment proved the pid is the peer's: watch that process. */
+    p->pidfd = (int)syscall(SYS_pidfd_open, nm->pid, 0);
+    if (p->pidfd < 0)
+        OFCCL__INFO(log, OFCCL__SUB_PROV,
+                    "rank %d: pidfd_open(%d) for peer %d failed (%s): its exit will be noticed "
+                    "at the deadline only",
+                    rank, nm->pid, r, strerror(errno));
     return 0;
 }
 
@@ -754,4 +773,46 @@ const char *ofccl__lx_strerror(const struct fi_cq_err_entry *err, char *buf, siz
         break;
     }
     return buf;
+}
+
+int ofccl__lx_peer_gone(ofccl__ep_t *ep)
+{
+    struct ofccl__lx *lx = ep->lx;
+    struct pollfd fds[64];
+    int ranks[64], n = 0;
+    uint64_t now;
+
+    if (lx->gone >= 0 || lx->peers == NULL)
+        return lx->gone;
+    now = ofccl__coarse_ns();
+    if (now < lx->next_watch_ns)
+        return -1;
+    lx->next_watch_ns = now + LX_WATCH_NS;
+    /* Reported one check late: whatever the peer wrote before it exited has
+     * been drained by the progress passes in between, so a collective it
+     * finished feeding still completes. */
+    if (lx->dying >= 0) {
+        lx->gone = lx->dying;
+        return lx->gone;
+    }
+    /* One poll(2) per 64 peers; a pidfd turns readable when its process exits. */
+    for (int r = 0; r < ep->params.size && lx->dying < 0; r++) {
+        if (lx->peers[r].pidfd >= 0) {
+            fds[n] = (struct pollfd){.fd = lx->peers[r].pidfd, .events = POLLIN};
+            ranks[n++] = r;
+        }
+        if (n == 64 || (r == ep->params.size - 1 && n > 0)) {
+            if (poll(fds, (nfds_t)n, 0) > 0)
+                for (int i = 0; i < n && lx->dying < 0; i++)
+                    if (fds[i].revents & (POLLIN | POLLHUP | POLLERR))
+                        lx->dying = ranks[i];
+            n = 0;
+        }
+    }
+    return -1;
+}
+
+int ofccl__lx_peer_pid(const ofccl__ep_t *ep, int peer)
+{
+    return ep->lx->peers != NULL ? ep->lx->peers[peer].pid : -1;
 }

@@ -34,6 +34,10 @@ ssize_t ofccl__lx_post(ofccl__ep_t *ep, struct ofccl__op *op);
 ssize_t ofccl__lx_cq_read(ofccl__ep_t *ep, struct fi_cq_data_entry *ents, size_t n);
 ssize_t ofccl__lx_cq_readerr(ofccl__ep_t *ep, struct fi_cq_err_entry *err);
 const char *ofccl__lx_strerror(const struct fi_cq_err_entry *err, char *buf, size_t len);
+/* Lowest rank whose process has exited (pidfd), -1 if none; polls at most
+ * once per millisecond. */
+int ofccl__lx_peer_gone(ofccl__ep_t *ep);
+int ofccl__lx_peer_pid(const ofccl__ep_t *ep, int peer);
 /* Shared memory for windows peers write into; see ofccl__prov_mem_alloc. */
 void *ofccl__lx_mem_alloc(size_t len);
 /* False when `ptr` was not allocated by ofccl__lx_mem_alloc (nothing freed). */

@@ -231,6 +231,12 @@ typedef struct ofccl__ep_handlers {
  * Returns the number of completions handled (>= 0) or an error for a failure
  * not attributable to one op (then `e` says what). Never blocks. */
 int ofccl__ep_progress(ofccl__ep_t *ep, const ofccl__ep_handlers_t *h, int max, ofccl__err_t *e);
+/* A peer whose process is known to have exited, or -1. The local provider
+ * watches its peers' processes (pidfd, polled at most once per millisecond,
+ * so this is cheap on every progress pass); libfabric providers report dead
+ * peers as op errors or not at all, and always give -1 here. *pid gets the
+ * peer's process id when known, else -1. */
+int ofccl__ep_peer_gone(ofccl__ep_t *ep, int *pid);
 /* Ops accepted and not yet completed (posted + queued). */
 unsigned ofccl__ep_pending(const ofccl__ep_t *ep);
 const ofccl__prov_caps_t *ofccl__ep_caps(const ofccl__ep_t *ep);

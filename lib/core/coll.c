@@ -819,6 +819,20 @@ static int req_progress(ofccl__req_t *r)
         complete(r);
         return 0;
     }
+    if (r->status == 0) {
+        int pid, gone = ofccl__ep_peer_gone(comm->ep, &pid);
+        if (gone >= 0) {
+            /* Its writes, if any, were read above: what is still missing will never come. */
+            char who[256];
+            waiting_for(r, who, sizeof(who));
+            ofccl__coll_fail(r, OFCCL_ERR_REMOTE_ERROR,
+                             "rank %d (pid %d) has exited; not complete after %llu ms, waiting "
+                             "for %s",
+                             gone, pid,
+                             (unsigned long long)((ofccl__now_ns() - r->start_ns) / 1000000), who);
+            dump_history(r);
+        }
+    }
     if (r->status == 0 && ofccl__coarse_ns() > r->deadline_ns) {
         char who[256];
         waiting_for(r, who, sizeof(who));
