@@ -455,9 +455,17 @@ int ofccl__lx_insert_peers(ofccl__ep_t *ep, const void *names, size_t stride, co
     struct ofccl__lx *lx = ep->lx;
     int rc;
 
+    /* A failed earlier attempt left some peers attached: start over. */
+    if (lx->peers != NULL) {
+        for (int r = 0; r < ep->params.size; r++)
+            unmap_peer(lx, r);
+        free(lx->peers);
+    }
     lx->peers = calloc((size_t)n, sizeof(*lx->peers));
     if (lx->peers == NULL)
         return ofccl__fail(ep->prov->log, OFCCL__SUB_PROV, e, OFCCL_ERR_NO_MEMORY, "out of memory");
+    for (int r = 0; r < n; r++)
+        lx->peers[r].pidfd = -1; /* not 0: closing a refused peer must not close stdin */
     for (int r = 0; r < n; r++) {
         struct lx_name nm;
 

@@ -31,7 +31,8 @@ if [ "${OFCCL_SKIP_SANITIZERS:-0}" != 1 ]; then
         meson setup build-tsan -Db_sanitize=thread -Db_lundef=false >/dev/null
     ninja -C build-tsan >/dev/null
     TSAN_OPTIONS=halt_on_error=1:report_signal_unsafe=0 \
-        meson test -C build-tsan --print-errorlogs pool-shm-np2 pool-tcp-np2 fault-shm fault-tcp ||
+        meson test -C build-tsan --print-errorlogs pool-shm-np2 pool-tcp-np2 pool-local-np2 \
+            fault-shm fault-tcp fault-local ||
         status=$?
     logs="$logs build-tsan/meson-logs/testlog.json"
 fi

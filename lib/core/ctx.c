@@ -48,9 +48,12 @@ int ofccl__ctx_choose(const ofccl__config_t *cfg, ofccl__topo_t *topo, bool all_
     unsigned flags;
 
     if (strcasecmp(want, "auto") == 0) {
-        want = all_local ? "local" : "tcp";
-        snprintf(pwhy, sizeof(pwhy), "%s: OFCCL_PROVIDER=auto and %s", want,
-                 all_local ? "all ranks share this host" : "the job spans several hosts");
+        /* Strict mode emulates verbs on a libfabric provider: shm, not local. */
+        bool strict = ofccl__cfg_int(cfg, OFCCL__CFG_STRICT) != 0;
+        want = !all_local ? "tcp" : strict ? "shm" : "local";
+        snprintf(pwhy, sizeof(pwhy), "%s: OFCCL_PROVIDER=auto and %s%s", want,
+                 all_local ? "all ranks share this host" : "the job spans several hosts",
+                 all_local && strict ? " (OFCCL_STRICT=1 needs a libfabric provider)" : "");
     } else {
         snprintf(pwhy, sizeof(pwhy), "%s: set by OFCCL_PROVIDER", want);
     }

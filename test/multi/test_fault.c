@@ -145,6 +145,10 @@ static int peer_dies(int rank, ofccl_ctx_t *ctx, ofccl_comm_t *comm)
     if ((rc != OFCCL_ERR_REMOTE_ERROR && rc != OFCCL_ERR_TIMEOUT) || now_s() - t0 > 4.5 ||
         strstr(ofccl_comm_last_error(comm), "1") == NULL)
         return 41;
+    /* local watches the peer's process: REMOTE_ERROR long before the deadline. */
+    if (exits_seen_at_once() && (rc != OFCCL_ERR_REMOTE_ERROR || now_s() - t0 > 1.0 ||
+                                 strstr(ofccl_comm_last_error(comm), "rank 1") == NULL))
+        return 42;
     ofccl_req_free(req);
     free(in);
     free(out);

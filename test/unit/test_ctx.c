@@ -1,8 +1,9 @@
 /*
  * Contexts without a launcher (singleton): the whole stack end to end on one
- * rank, and the bad inputs a user meets first — unknown provider, a provider
- * lacking a capability, an unknown interface, a broken launch, a missing
- * topology file — each with its error code and a message that says what to do.
+ * rank, on shm and on the local provider that auto picks there, and the bad
+ * inputs a user meets first — unknown provider, a provider lacking a
+ * capability, an unknown interface, a broken launch, a missing topology file —
+ * each with its error code and a message that says what to do.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -48,6 +49,44 @@ static void test_singleton_world(void)
     CU_ASSERT_EQUAL(ofccl_req_free(req), 0);
     CU_ASSERT_EQUAL(out[4], 5.0f);
     CU_ASSERT_EQUAL(ofccl_ctx_destroy(ctx), OFCCL_ERR_BUSY);
+    CU_ASSERT_EQUAL(ofccl_comm_destroy(comm), 0);
+    CU_ASSERT_EQUAL(ofccl_ctx_destroy(ctx), 0);
+}
+
+/* OFCCL_PROVIDER=auto (the default) with every rank on this host picks the
+ * local provider, and a whole job runs on it: collectives on ofccl's own
+ * buffers (shared memory) and on user memory. */
+static void test_auto_is_local(void)
+{
+    char err[512];
+    ofccl_ctx_t *ctx;
+    ofccl_comm_t *comm;
+    ofccl_req_t *req;
+    float in[7], out[7] = {0}, *pool_in = NULL, *pool_out = NULL;
+
+    for (int i = 0; i < 7; i++)
+        in[i] = (float)(i * 3 + 1);
+    CU_ASSERT_EQUAL_FATAL(create(NULL, err, sizeof(err), &ctx), 0);
+    CU_ASSERT_STRING_EQUAL(ofccl_ctx_provider(ctx), "local");
+    CU_ASSERT_EQUAL_FATAL(ofccl_comm_world(ctx, &comm), 0);
+    CU_ASSERT_EQUAL(ofccl_barrier(comm), 0);
+    CU_ASSERT_EQUAL_FATAL(ofccl_allgather(comm, in, out, 7, OFCCL_F32, &req), 0);
+    CU_ASSERT_EQUAL(ofccl_wait(req), 0);
+    CU_ASSERT_EQUAL(ofccl_req_free(req), 0);
+    for (int i = 0; i < 7; i++)
+        CU_ASSERT_EQUAL(out[i], in[i]);
+    CU_ASSERT_EQUAL_FATAL(ofccl_buffer_alloc(comm, sizeof(in), (void **)&pool_in), 0);
+    CU_ASSERT_EQUAL_FATAL(ofccl_buffer_alloc(comm, sizeof(in), (void **)&pool_out), 0);
+    memcpy(pool_in, in, sizeof(in));
+    CU_ASSERT_EQUAL_FATAL(ofccl_reduce_scatter(comm, pool_in, pool_out, 7, OFCCL_F32,
+                                               (ofccl_redop_t){OFCCL_OP_SUM, 1}, &req),
+                          0);
+    CU_ASSERT_EQUAL(ofccl_wait(req), 0);
+    CU_ASSERT_EQUAL(ofccl_req_free(req), 0);
+    for (int i = 0; i < 7; i++)
+        CU_ASSERT_EQUAL(pool_out[i], in[i]);
+    CU_ASSERT_EQUAL(ofccl_buffer_free(comm, pool_in), 0);
+    CU_ASSERT_EQUAL(ofccl_buffer_free(comm, pool_out), 0);
     CU_ASSERT_EQUAL(ofccl_comm_destroy(comm), 0);
     CU_ASSERT_EQUAL(ofccl_ctx_destroy(ctx), 0);
 }
@@ -151,6 +190,7 @@ int main(void)
 {
     static const cu_test_t tests[] = {
         {"singleton world end to end", test_singleton_world},
+        {"auto picks local on one host", test_auto_is_local},
         {"use after destroy", test_use_after_destroy},
         {"unknown provider lists the offered ones", test_unknown_provider},
         {"provider lacking a capability", test_missing_capability},

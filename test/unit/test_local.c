@@ -1,0 +1,842 @@
+/*
+ * The local provider (providers/local.c) in one process: two endpoints play
+ * rank 0 (A) and rank 1 (B) of a two-rank communicator and map each other's
+ * memfds through /proc/self/fd, as ranks of one host do through /proc/<pid>.
+ * Covered: writes, writes with data, delivery-complete writes and atomic adds
+ * into shared windows; writes into ordinary registered memory
+ * (process_vm_writev); what the target's registration table refuses (a
+ * deregistered key, missing access, bytes outside the region, atomics outside
+ * shared memory); the CQ-data ring filling up; names that are not this host's
+ * local-provider names; strict mode; discovery. Every wait has a 10 s deadline.
+ */
+#include <fcntl.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cu.h"
+#include "prov.h"
+#include "util.h"
+
+#define DEADLINE_NS (10ull * 1000 * 1000 * 1000)
+#define REGION 4096
+#define NAME_MAX_LEN 256
+#define MAX_DATA 1024
+#define RING 256 /* CQ-data entries per source in local.c */
+
+static ofccl__log_t g_log;
+
+struct rank_state {
+    int n_done;
+    int n_err;
+    int n_data;
+    uint64_t data[MAX_DATA]; /* immediates in arrival order */
+    void *last_ctx;
+    int err_peer;
+    int err_status;
+    char err_msg[OFCCL__ERRMSG_LEN];
+};
+
+struct pair {
+    ofccl__prov_t *prov;
+    ofccl__ep_t *ep[2];
+    struct rank_state st[2];
+    ofccl__ep_handlers_t h[2];
+};
+
+static void on_done(void *arg, void *op_ctx)
+{
+    struct rank_state *s = arg;
+    s->n_done++;
+    s->last_ctx = op_ctx;
+}
+
+static void on_error(void *arg, void *op_ctx, int peer, int status, const char *msg)
+{
+    struct rank_state *s = arg;
+    s->n_err++;
+    s->last_ctx = op_ctx;
+    s->err_peer = peer;
+    s->err_status = status;
+    ofccl__strlcpy(s->err_msg, msg ? msg : "", sizeof(s->err_msg));
+}
+
+static void on_remote_data(void *arg, uint64_t data)
+{
+    struct rank_state *s = arg;
+    if (s->n_data < MAX_DATA)
+        s->data[s->n_data] = data;
+    s->n_data++;
+}
+
+static int prov_open(ofccl__prov_t **prov, ofccl__err_t *e)
+{
+    ofccl__prov_params_t pp = {"local", "", false, &g_log, NULL};
+    return ofccl__prov_open(&pp, prov, e);
+}
+
+static int pair_open(struct pair *p, unsigned ops_inflight, ofccl__err_t *e)
+{
+    char names[2][NAME_MAX_LEN];
+    size_t lens[2];
+    int ret;
+
+    memset(p, 0, sizeof(*p));
+    ret = prov_open(&p->prov, e);
+    if (ret != 0)
+        return ret;
+    for (int r = 0; r < 2; r++) {
+        ofccl__ep_params_t ep = {.rank = r, .size = 2, .ops_inflight = ops_inflight};
+        ret = ofccl__ep_open(p->prov, &ep, &p->ep[r], e);
+        if (ret != 0)
+            return ret;
+        lens[r] = NAME_MAX_LEN;
+        ret = ofccl__ep_name(p->ep[r], names[r], &lens[r], e);
+        if (ret != 0)
+            return ret;
+        p->h[r] = (ofccl__ep_handlers_t){&p->st[r], on_done, on_error, on_remote_data};
+    }
+    for (int r = 0; r < 2; r++) {
+        ret = ofccl__ep_insert_peers(p->ep[r], names, NAME_MAX_LEN, lens, 2, e);
+        if (ret != 0)
+            return ret;
+    }
+    return 0;
+}
+
+static void pair_close(struct pair *p)
+{
+    for (int r = 0; r < 2; r++)
+        if (p->ep[r] != NULL)
+            CU_ASSERT_EQUAL(ofccl__ep_close(p->ep[r]), 0);
+    if (p->prov != NULL)
+        CU_ASSERT_EQUAL(ofccl__prov_close(p->prov), 0);
+}
+
+/* Progress the ranks in `mask` (bit r = rank r) until cond() holds or 10 s pass. */
+typedef bool (*cond_fn)(struct pair *p, const void *arg);
+
+static bool wait_for(struct pair *p, unsigned mask, cond_fn cond, const void *arg)
+{
+    uint64_t end = ofccl__now_ns() + DEADLINE_NS;
+    ofccl__err_t e;
+
+    while (!cond(p, arg)) {
+        if (ofccl__now_ns() > end) {
+            fprintf(stderr, "\n    timeout: A done %d err %d data %d | B done %d err %d data %d\n",
+                    p->st[0].n_done, p->st[0].n_err, p->st[0].n_data, p->st[1].n_done,
+                    p->st[1].n_err, p->st[1].n_data);
+            return false;
+        }
+        for (int r = 0; r < 2; r++)
+            if ((mask & (1u << r)) && ofccl__ep_progress(p->ep[r], &p->h[r], 16, &e) < 0) {
+                fprintf(stderr, "progress failed: %s\n", e.msg);
+                return false;
+            }
+    }
+    return true;
+}
+
+/* Progress the ranks in `mask` a while, for "nothing else arrives" checks. */
+static void spin(struct pair *p, unsigned mask, uint64_t ns)
+{
+    uint64_t end = ofccl__now_ns() + ns;
+    ofccl__err_t e;
+
+    while (ofccl__now_ns() < end)
+        for (int r = 0; r < 2; r++)
+            if (mask & (1u << r))
+                (void)ofccl__ep_progress(p->ep[r], &p->h[r], 16, &e);
+}
+
+struct counts {
+    int done0, err0, data1;
+};
+
+static bool reached(struct pair *p, const void *arg)
+{
+    const struct counts *c = arg;
+    return p->st[0].n_done >= c->done0 && p->st[0].n_err >= c->err0 && p->st[1].n_data >= c->data1;
+}
+
+static ofccl__rkey_t rkey_of(const ofccl__mr_t *mr)
+{
+    return (ofccl__rkey_t){mr->base, mr->key, mr->len};
+}
+
+static uint32_t pattern(int i, int salt)
+{
+    return (uint32_t)i * 2654435761u ^ (uint32_t)(salt + 1) * 40503u;
+}
+
+/* Words [from, to) of w hold pattern(i - from, salt); returns how many differ. */
+static int check_words(const uint32_t *w, int from, int to, int salt)
+{
+    int wrong = 0;
+
+    for (int i = from; i < to; i++)
+        if (w[i] != pattern(i - from, salt) && wrong++ < 3)
+            fprintf(stderr, "\n    [%d] = 0x%08x, want 0x%08x\n", i, w[i], pattern(i - from, salt));
+    return wrong;
+}
+
+/* Bytes [from, to) of b all equal v; returns how many differ. */
+static int check_fill(const uint8_t *b, size_t from, size_t to, uint8_t v)
+{
+    int wrong = 0;
+
+    for (size_t i = from; i < to; i++)
+        wrong += b[i] != v;
+    return wrong;
+}
+
+/* ---- data into shared windows ---- */
+
+static void test_shared_windows(void)
+{
+    struct pair p;
+    ofccl__err_t e;
+    const ofccl__prov_caps_t *caps;
+    uint32_t *src = calloc(1, REGION), *win, *mine;
+    uint64_t *ctr;
+    ofccl__mr_t *wmr = NULL, *cmr = NULL, *mmr = NULL;
+    ofccl__rkey_t wrk, crk, mrk;
+
+    CU_ASSERT_FATAL(src != NULL);
+    CU_ASSERT_EQUAL_FATAL(pair_open(&p, 32, &e), 0);
+    caps = ofccl__prov_caps(p.prov);
+    CU_ASSERT_STRING_EQUAL(caps->name, "local");
+    CU_ASSERT_STRING_EQUAL(caps->domain, "local");
+    CU_ASSERT_FALSE(caps->strict);
+    CU_ASSERT_FALSE(caps->mr_local);
+    CU_ASSERT_FALSE(caps->rx_cq_data);
+    CU_ASSERT_TRUE(caps->delivery_complete && caps->atomic_u64_sum && caps->atomic_native);
+    CU_ASSERT_EQUAL(caps->cq_data_size, 8);
+    CU_ASSERT_TRUE(caps->quirk_row >= 0 && (caps->quirks & OFCCL__Q_INTRA_NODE_ONLY));
+
+    win = ofccl__prov_mem_alloc(p.ep[1], REGION);
+    ctr = ofccl__prov_mem_alloc(p.ep[1], 64);
+    mine = ofccl__prov_mem_alloc(p.ep[0], REGION);
+    CU_ASSERT_FATAL(win && ctr && mine);
+    CU_ASSERT_EQUAL((uintptr_t)win % 4096, 0);
+    memset(win, 0xee, REGION);
+    memset(ctr, 0, 64);
+    memset(mine, 0xee, REGION);
+    CU_ASSERT_EQUAL_FATAL(ofccl__mr_reg(p.ep[1], win, REGION, OFCCL__ACC_REMOTE_WRITE, &wmr, &e),
+                          0);
+    CU_ASSERT_EQUAL_FATAL(ofccl__mr_reg(p.ep[1], ctr, 64, OFCCL__ACC_REMOTE_ATOMIC, &cmr, &e), 0);
+    CU_ASSERT_EQUAL_FATAL(ofccl__mr_reg(p.ep[0], mine, REGION, OFCCL__ACC_REMOTE_WRITE, &mmr, &e),
+                          0);
+    CU_ASSERT_NOT_EQUAL(wmr->key, cmr->key);
+    CU_ASSERT_EQUAL(wmr->base, caps->virt_addr ? (uint64_t)(uintptr_t)win : 0);
+    wrk = rkey_of(wmr);
+    crk = rkey_of(cmr);
+    mrk = rkey_of(mmr);
+
+    /* writedata: 250 words land, B sees exactly one immediate, all 64 bits of it. */
+    for (int i = 0; i < 250; i++)
+        src[i] = pattern(i, 1);
+    {
+        struct counts c = {1, 0, 1};
+        CU_ASSERT_EQUAL(ofccl__ep_writedata(p.ep[0], 1, src, 1000, NULL, &wrk, 16,
+                                            0xfeedface12345678ull, (void *)1, &e),
+                        0);
+        CU_ASSERT_TRUE(wait_for(&p, 3, reached, &c));
+        spin(&p, 3, 20 * 1000 * 1000);
+        CU_ASSERT_EQUAL(p.st[0].n_done, 1);
+        CU_ASSERT_PTR_EQUAL(p.st[0].last_ctx, (void *)1);
+        CU_ASSERT_EQUAL(p.st[1].n_data, 1);
+        CU_ASSERT_EQUAL(p.st[1].data[0], 0xfeedface12345678ull);
+        CU_ASSERT_EQUAL(check_fill((uint8_t *)win, 0, 16, 0xee), 0);
+        CU_ASSERT_EQUAL(check_words(win, 4, 254, 1), 0);
+        CU_ASSERT_EQUAL(check_fill((uint8_t *)win, 1016, REGION, 0xee), 0);
+    }
+
+    /* write: 64 words at byte 3072, no immediate at B. */
+    for (int i = 0; i < 64; i++)
+        src[i] = pattern(i, 2);
+    {
+        struct counts c = {2, 0, 1};
+        CU_ASSERT_EQUAL(ofccl__ep_write(p.ep[0], 1, src, 256, NULL, &wrk, 3072, (void *)2, &e), 0);
+        CU_ASSERT_TRUE(wait_for(&p, 3, reached, &c));
+        spin(&p, 3, 20 * 1000 * 1000);
+        CU_ASSERT_EQUAL(p.st[1].n_data, 1);
+        CU_ASSERT_EQUAL(check_words(win, 768, 832, 2), 0);
+        CU_ASSERT_EQUAL(check_words(win, 4, 254, 1), 0); /* earlier data intact */
+        CU_ASSERT_EQUAL(check_fill((uint8_t *)win, 1016, 3072, 0xee), 0);
+        CU_ASSERT_EQUAL(check_fill((uint8_t *)win, 3328, REGION, 0xee), 0);
+    }
+
+    /* zero-length writedata: only the immediate travels. */
+    {
+        struct counts c = {3, 0, 2};
+        CU_ASSERT_EQUAL(ofccl__ep_writedata(p.ep[0], 1, NULL, 0, NULL, &wrk, 0, 7, (void *)3, &e),
+                        0);
+        CU_ASSERT_TRUE(wait_for(&p, 3, reached, &c));
+        spin(&p, 3, 20 * 1000 * 1000);
+        CU_ASSERT_EQUAL(p.st[1].n_data, 2);
+        CU_ASSERT_EQUAL(p.st[1].data[1], 7);
+        CU_ASSERT_EQUAL(check_fill((uint8_t *)win, 0, 16, 0xee), 0);
+    }
+
+    /* write_dc: when A sees the completion the words are in place, B never progressed. */
+    for (int i = 0; i < 128; i++)
+        src[i] = pattern(i, 3);
+    {
+        struct counts c = {4, 0, 0};
+        CU_ASSERT_EQUAL(ofccl__ep_write_dc(p.ep[0], 1, src, 512, NULL, &wrk, 3584, (void *)4, &e),
+                        0);
+        CU_ASSERT_TRUE(wait_for(&p, 1, reached, &c));
+        CU_ASSERT_PTR_EQUAL(p.st[0].last_ctx, (void *)4);
+        CU_ASSERT_EQUAL(check_words(win, 896, 1024, 3), 0);
+    }
+
+    /* atomic adds: applied once complete at A, again without B progressing. */
+    {
+        struct counts c = {7, 0, 0};
+        CU_ASSERT_EQUAL(ofccl__ep_atomic_add(p.ep[0], 1, 5, &crk, 8, (void *)5, &e), 0);
+        CU_ASSERT_EQUAL(ofccl__ep_atomic_add(p.ep[0], 1, 7, &crk, 8, (void *)6, &e), 0);
+        CU_ASSERT_EQUAL(ofccl__ep_atomic_add(p.ep[0], 1, 1ull << 40, &crk, 56, (void *)7, &e), 0);
+        CU_ASSERT_TRUE(wait_for(&p, 1, reached, &c));
+        CU_ASSERT_EQUAL(ctr[1], 12);
+        CU_ASSERT_EQUAL(ctr[7], 1ull << 40);
+        for (int i = 0; i < 8; i++)
+            if (i != 1 && i != 7)
+                CU_ASSERT_EQUAL(ctr[i], 0);
+    }
+
+    /* writedata to oneself: the rank's own window and ring. */
+    for (int i = 0; i < 32; i++)
+        src[i] = pattern(i, 4);
+    {
+        struct counts c = {8, 0, 0};
+        CU_ASSERT_EQUAL(
+            ofccl__ep_writedata(p.ep[0], 0, src, 128, NULL, &mrk, 128, 0xabcdef, (void *)8, &e), 0);
+        CU_ASSERT_TRUE(wait_for(&p, 1, reached, &c));
+        spin(&p, 3, 20 * 1000 * 1000);
+        CU_ASSERT_EQUAL(p.st[0].n_data, 1);
+        CU_ASSERT_EQUAL(p.st[0].data[0], 0xabcdef);
+        CU_ASSERT_EQUAL(check_words(mine, 32, 64, 4), 0);
+        CU_ASSERT_EQUAL(check_fill((uint8_t *)mine, 0, 128, 0xee), 0);
+        CU_ASSERT_EQUAL(check_fill((uint8_t *)mine, 256, REGION, 0xee), 0);
+    }
+    CU_ASSERT_EQUAL(p.st[0].n_done, 8);
+    CU_ASSERT_EQUAL(p.st[0].n_err + p.st[1].n_err, 0);
+    CU_ASSERT_EQUAL(p.st[1].n_data, 2);
+    CU_ASSERT_EQUAL(ofccl__ep_pending(p.ep[0]), 0);
+
+    /* Busy objects, as on the libfabric path. */
+    CU_ASSERT_EQUAL(ofccl__ep_close(p.ep[1]), OFCCL_ERR_BUSY);
+    CU_ASSERT_EQUAL(ofccl__prov_close(p.prov), OFCCL_ERR_BUSY);
+
+    CU_ASSERT_EQUAL(ofccl__mr_dereg(wmr), 0);
+    CU_ASSERT_EQUAL(ofccl__mr_dereg(cmr), 0);
+    CU_ASSERT_EQUAL(ofccl__mr_dereg(mmr), 0);
+    pair_close(&p);
+    /* Windows may outlive the endpoint that allocated them. */
+    ofccl__prov_mem_free(win);
+    ofccl__prov_mem_free(ctr);
+    ofccl__prov_mem_free(mine);
+    free(src);
+}
+
+/* ---- ordinary (malloc'd) registered memory: process_vm_writev ---- */
+
+static void test_plain_memory(void)
+{
+    struct pair p;
+    ofccl__err_t e;
+    uint32_t *src = calloc(1, REGION);
+    uint32_t *buf = aligned_alloc(64, REGION);
+    ofccl__mr_t *bmr = NULL;
+    ofccl__rkey_t brk;
+
+    CU_ASSERT_FATAL(src && buf);
+    memset(buf, 0xee, REGION);
+    CU_ASSERT_EQUAL_FATAL(pair_open(&p, 32, &e), 0);
+    CU_ASSERT_EQUAL_FATAL(ofccl__mr_reg(p.ep[1], buf, REGION,
+                                        OFCCL__ACC_REMOTE_WRITE | OFCCL__ACC_REMOTE_ATOMIC, &bmr,
+                                        &e),
+                          0);
+    brk = rkey_of(bmr);
+
+    for (int i = 0; i < 900; i++)
+        src[i] = pattern(i, 5);
+    {
+        struct counts c = {1, 0, 0};
+        CU_ASSERT_EQUAL(ofccl__ep_write(p.ep[0], 1, src, 3600, NULL, &brk, 400, (void *)1, &e), 0);
+        CU_ASSERT_TRUE(wait_for(&p, 3, reached, &c));
+        CU_ASSERT_EQUAL(check_fill((uint8_t *)buf, 0, 400, 0xee), 0);
+        CU_ASSERT_EQUAL(check_words(buf, 100, 1000, 5), 0);
+        CU_ASSERT_EQUAL(check_fill((uint8_t *)buf, 4000, REGION, 0xee), 0);
+    }
+    for (int i = 0; i < 16; i++)
+        src[i] = pattern(i, 6);
+    {
+        struct counts c = {2, 0, 1};
+        CU_ASSERT_EQUAL(
+            ofccl__ep_writedata(p.ep[0], 1, src, 64, NULL, &brk, 0, 0x55aa, (void *)2, &e), 0);
+        CU_ASSERT_TRUE(wait_for(&p, 3, reached, &c));
+        spin(&p, 3, 20 * 1000 * 1000);
+        CU_ASSERT_EQUAL(p.st[1].n_data, 1);
+        CU_ASSERT_EQUAL(p.st[1].data[0], 0x55aa);
+        CU_ASSERT_EQUAL(check_words(buf, 0, 16, 6), 0);
+        CU_ASSERT_EQUAL(check_words(buf, 100, 1000, 5), 0);
+    }
+
+    /* An atomic needs the word in memory both sides map: refused, word unchanged. */
+    {
+        struct counts c = {2, 1, 0};
+        uint32_t before[2] = {buf[1000], buf[1001]};
+        CU_ASSERT_EQUAL(ofccl__ep_atomic_add(p.ep[0], 1, 1, &brk, 4000, (void *)3, &e), 0);
+        CU_ASSERT_TRUE(wait_for(&p, 3, reached, &c));
+        printf("\n    atomic into malloc'd memory -> status %d: %s\n", p.st[0].err_status,
+               p.st[0].err_msg);
+        CU_ASSERT_EQUAL(p.st[0].n_err, 1);
+        CU_ASSERT_PTR_EQUAL(p.st[0].last_ctx, (void *)3);
+        CU_ASSERT_EQUAL(p.st[0].err_peer, 1);
+        /* FI_EOPNOTSUPP: a local limitation, not the peer failing. */
+        CU_ASSERT_EQUAL(p.st[0].err_status, OFCCL_ERR_PROVIDER);
+        CU_ASSERT_PTR_NOT_NULL(strstr(p.st[0].err_msg, "atomics need a region in ofccl shared"));
+        CU_ASSERT_PTR_NOT_NULL(strstr(p.st[0].err_msg, "rank 0"));
+        CU_ASSERT_PTR_NOT_NULL(strstr(p.st[0].err_msg, "peer 1"));
+        CU_ASSERT_EQUAL(buf[1000], before[0]);
+        CU_ASSERT_EQUAL(buf[1001], before[1]);
+    }
+    CU_ASSERT_EQUAL(p.st[0].n_done, 2);
+    CU_ASSERT_EQUAL(ofccl__ep_pending(p.ep[0]), 0);
+    CU_ASSERT_EQUAL(ofccl__mr_dereg(bmr), 0);
+    pair_close(&p);
+    free(buf);
+    free(src);
+}
+
+/* ---- what the target's registration table refuses ---- */
+
+/* The op just posted fails, and only it: asserts its status and message. */
+static void expect_refused(struct pair *p, int status, const char *text)
+{
+    struct counts c = {p->st[0].n_done, p->st[0].n_err + 1, 0};
+    int done = p->st[0].n_done, data = p->st[1].n_data;
+
+    CU_ASSERT_TRUE(wait_for(p, 3, reached, &c));
+    spin(p, 3, 20 * 1000 * 1000);
+    printf("\n    refused (status %d): %s\n", p->st[0].err_status, p->st[0].err_msg);
+    CU_ASSERT_EQUAL(p->st[0].n_done, done);
+    CU_ASSERT_EQUAL(p->st[1].n_data, data); /* a refused writedata signals nothing */
+    CU_ASSERT_EQUAL(p->st[0].err_peer, 1);
+    CU_ASSERT_EQUAL(p->st[0].err_status, status);
+    CU_ASSERT_PTR_NOT_NULL(strstr(p->st[0].err_msg, text));
+    CU_ASSERT_PTR_NOT_NULL(strstr(p->st[0].err_msg, "peer 1"));
+}
+
+static void test_stale_key(void)
+{
+    struct pair p;
+    ofccl__err_t e;
+    uint8_t src[64];
+    uint8_t *win, *plain = aligned_alloc(64, REGION);
+    ofccl__mr_t *wmr = NULL, *pmr = NULL, *nmr = NULL;
+    ofccl__rkey_t wrk, prk;
+
+    CU_ASSERT_FATAL(plain != NULL);
+    CU_ASSERT_EQUAL_FATAL(pair_open(&p, 32, &e), 0);
+    win = ofccl__prov_mem_alloc(p.ep[1], REGION);
+    CU_ASSERT_FATAL(win != NULL);
+    memset(win, 0, REGION);
+    memset(plain, 0, REGION);
+    CU_ASSERT_EQUAL_FATAL(ofccl__mr_reg(p.ep[1], win, REGION,
+                                        OFCCL__ACC_REMOTE_WRITE | OFCCL__ACC_REMOTE_ATOMIC, &wmr,
+                                        &e),
+                          0);
+    CU_ASSERT_EQUAL_FATAL(ofccl__mr_reg(p.ep[1], plain, REGION, OFCCL__ACC_REMOTE_WRITE, &pmr, &e),
+                          0);
+    wrk = rkey_of(wmr);
+    prk = rkey_of(pmr);
+
+    /* One good write first, so A holds a mapping of the window when the key dies. */
+    memset(src, 0x11, sizeof(src));
+    {
+        struct counts c = {1, 0, 0};
+        CU_ASSERT_EQUAL(ofccl__ep_write(p.ep[0], 1, src, 64, NULL, &wrk, 0, (void *)1, &e), 0);
+        CU_ASSERT_TRUE(wait_for(&p, 3, reached, &c));
+        CU_ASSERT_EQUAL(check_fill(win, 0, 64, 0x11), 0);
+    }
+    CU_ASSERT_EQUAL(ofccl__mr_dereg(wmr), 0);
+    CU_ASSERT_EQUAL(ofccl__mr_dereg(pmr), 0);
+    /* A new registration must not revive the old key (slot reuse included). */
+    CU_ASSERT_EQUAL_FATAL(ofccl__mr_reg(p.ep[1], win, REGION, OFCCL__ACC_REMOTE_WRITE, &nmr, &e),
+                          0);
+    CU_ASSERT_NOT_EQUAL(nmr->key, wrk.key);
+
+    memset(src, 0x5a, sizeof(src));
+    CU_ASSERT_EQUAL(ofccl__ep_write(p.ep[0], 1, src, 64, NULL, &wrk, 0, (void *)2, &e), 0);
+    expect_refused(&p, OFCCL_ERR_REMOTE_ERROR, "key is not registered");
+    CU_ASSERT_PTR_EQUAL(p.st[0].last_ctx, (void *)2);
+    CU_ASSERT_EQUAL(ofccl__ep_writedata(p.ep[0], 1, src, 64, NULL, &wrk, 64, 9, (void *)3, &e), 0);
+    expect_refused(&p, OFCCL_ERR_REMOTE_ERROR, "key is not registered");
+    CU_ASSERT_EQUAL(ofccl__ep_atomic_add(p.ep[0], 1, 1, &wrk, 128, (void *)4, &e), 0);
+    expect_refused(&p, OFCCL_ERR_REMOTE_ERROR, "key is not registered");
+    CU_ASSERT_EQUAL(ofccl__ep_write(p.ep[0], 1, src, 64, NULL, &prk, 0, (void *)5, &e), 0);
+    expect_refused(&p, OFCCL_ERR_REMOTE_ERROR, "key is not registered");
+    /* Not a byte of either old buffer changed. */
+    CU_ASSERT_EQUAL(check_fill(win, 0, 64, 0x11), 0);
+    CU_ASSERT_EQUAL(check_fill(win, 64, REGION, 0), 0);
+    CU_ASSERT_EQUAL(check_fill(plain, 0, REGION, 0), 0);
+    CU_ASSERT_EQUAL(p.st[0].n_err, 4);
+    CU_ASSERT_EQUAL(ofccl__ep_pending(p.ep[0]), 0);
+
+    /* The live key still works after the refusals. */
+    {
+        ofccl__rkey_t nrk = rkey_of(nmr);
+        struct counts c = {2, 4, 0};
+        CU_ASSERT_EQUAL(ofccl__ep_write(p.ep[0], 1, src, 64, NULL, &nrk, 256, (void *)6, &e), 0);
+        CU_ASSERT_TRUE(wait_for(&p, 3, reached, &c));
+        CU_ASSERT_EQUAL(check_fill(win, 256, 320, 0x5a), 0);
+    }
+    CU_ASSERT_EQUAL(ofccl__mr_dereg(nmr), 0);
+    pair_close(&p);
+    ofccl__prov_mem_free(win);
+    free(plain);
+}
+
+static void test_target_checks(void)
+{
+    struct pair p;
+    ofccl__err_t e;
+    uint8_t src[64];
+    uint8_t *ro, *wo;
+    ofccl__mr_t *romr = NULL, *womr = NULL;
+    ofccl__rkey_t rork, work, big;
+
+    memset(src, 0x77, sizeof(src));
+    CU_ASSERT_EQUAL_FATAL(pair_open(&p, 32, &e), 0);
+    ro = ofccl__prov_mem_alloc(p.ep[1], REGION);
+    wo = ofccl__prov_mem_alloc(p.ep[1], REGION);
+    CU_ASSERT_FATAL(ro && wo);
+    memset(ro, 0, REGION);
+    memset(wo, 0, REGION);
+    CU_ASSERT_EQUAL_FATAL(ofccl__mr_reg(p.ep[1], ro, REGION, OFCCL__ACC_REMOTE_READ, &romr, &e), 0);
+    CU_ASSERT_EQUAL_FATAL(
+        ofccl__mr_reg(p.ep[1], wo, REGION / 2, OFCCL__ACC_REMOTE_WRITE, &womr, &e), 0);
+    rork = rkey_of(romr);
+    work = rkey_of(womr);
+
+    /* Read-only region: writes refused. Write-only region: atomics refused. */
+    CU_ASSERT_EQUAL(ofccl__ep_write(p.ep[0], 1, src, 64, NULL, &rork, 0, (void *)1, &e), 0);
+    expect_refused(&p, OFCCL_ERR_REMOTE_ERROR, "does not grant this access");
+    CU_ASSERT_EQUAL(ofccl__ep_atomic_add(p.ep[0], 1, 1, &work, 0, (void *)2, &e), 0);
+    expect_refused(&p, OFCCL_ERR_REMOTE_ERROR, "does not grant this access");
+    /* A peer claiming a longer region than registered: the target's length rules. */
+    big = work;
+    big.len = REGION;
+    CU_ASSERT_EQUAL(ofccl__ep_write(p.ep[0], 1, src, 64, NULL, &big, REGION / 2, (void *)3, &e), 0);
+    expect_refused(&p, OFCCL_ERR_REMOTE_ERROR, "outside the target's region");
+    CU_ASSERT_EQUAL(
+        ofccl__ep_write(p.ep[0], 1, src, 64, NULL, &big, REGION / 2 - 32, (void *)4, &e), 0);
+    expect_refused(&p, OFCCL_ERR_REMOTE_ERROR, "outside the target's region");
+    CU_ASSERT_EQUAL(check_fill(ro, 0, REGION, 0), 0);
+    CU_ASSERT_EQUAL(check_fill(wo, 0, REGION, 0), 0);
+    CU_ASSERT_EQUAL(p.st[0].n_err, 4);
+    CU_ASSERT_EQUAL(p.st[0].n_done, 0);
+    CU_ASSERT_EQUAL(ofccl__ep_pending(p.ep[0]), 0);
+
+    CU_ASSERT_EQUAL(ofccl__mr_dereg(romr), 0);
+    CU_ASSERT_EQUAL(ofccl__mr_dereg(womr), 0);
+    pair_close(&p);
+    ofccl__prov_mem_free(ro);
+    ofccl__prov_mem_free(wo);
+}
+
+/* ---- more immediates than the target's ring holds ---- */
+
+#define N_RING_OPS 300
+
+struct ring_run {
+    uint64_t *win;
+    ofccl__rkey_t rk;
+    uint64_t src[N_RING_OPS];
+};
+
+static int post_nth(struct pair *p, struct ring_run *r, int i)
+{
+    ofccl__err_t e;
+    int ret = ofccl__ep_writedata(p->ep[0], 1, &r->src[i], 8, NULL, &r->rk, (uint64_t)i * 8,
+                                  1000 + (uint64_t)i, (void *)(uintptr_t)(i + 1), &e);
+    if (ret != 0 && ret != OFCCL_ERR_AGAIN)
+        fprintf(stderr, "\n    writedata %d: %s\n", i, e.msg);
+    return ret;
+}
+
+/* Every immediate arrived exactly once, in posting order, with its bytes. */
+static void ring_check(struct pair *p, struct ring_run *r)
+{
+    struct counts c = {N_RING_OPS, 0, N_RING_OPS};
+    int wrong = 0;
+
+    CU_ASSERT_TRUE(wait_for(p, 3, reached, &c));
+    spin(p, 3, 20 * 1000 * 1000);
+    CU_ASSERT_EQUAL(p->st[0].n_done, N_RING_OPS);
+    CU_ASSERT_EQUAL(p->st[0].n_err, 0);
+    CU_ASSERT_EQUAL(p->st[1].n_data, N_RING_OPS);
+    for (int i = 0; i < N_RING_OPS && i < p->st[1].n_data; i++)
+        if (p->st[1].data[i] != 1000 + (uint64_t)i && wrong++ < 3)
+            fprintf(stderr, "\n    immediate #%d = %llu, want %d\n", i,
+                    (unsigned long long)p->st[1].data[i], 1000 + i);
+    CU_ASSERT_EQUAL(wrong, 0);
+    for (int i = 0; i < N_RING_OPS; i++)
+        CU_ASSERT_EQUAL(r->win[i], r->src[i]);
+    CU_ASSERT_EQUAL(ofccl__ep_pending(p->ep[0]), 0);
+}
+
+static int ring_open(struct pair *p, struct ring_run *r, unsigned ops, ofccl__mr_t **mr)
+{
+    ofccl__err_t e;
+    int ret = pair_open(p, ops, &e);
+
+    if (ret != 0)
+        return ret;
+    r->win = ofccl__prov_mem_alloc(p->ep[1], N_RING_OPS * 8);
+    if (r->win == NULL)
+        return OFCCL_ERR_NO_MEMORY;
+    memset(r->win, 0, N_RING_OPS * 8);
+    for (int i = 0; i < N_RING_OPS; i++)
+        r->src[i] = 0xa5a5000000000000ull | (uint64_t)i;
+    ret = ofccl__mr_reg(p->ep[1], r->win, N_RING_OPS * 8, OFCCL__ACC_REMOTE_WRITE, mr, &e);
+    r->rk = ret == 0 ? rkey_of(*mr) : (ofccl__rkey_t){0};
+    return ret;
+}
+
+/* A pool larger than the ring: every post is accepted; the ops beyond the
+ * ring wait in the retry queue until the target drains it. */
+static void test_ring_full(void)
+{
+    static struct ring_run r;
+    struct pair p;
+    ofccl__mr_t *mr = NULL;
+    int accepted = 0;
+
+    CU_ASSERT_EQUAL_FATAL(ring_open(&p, &r, 512, &mr), 0);
+    for (int i = 0; i < N_RING_OPS; i++)
+        accepted += post_nth(&p, &r, i) == 0;
+    CU_ASSERT_EQUAL(accepted, N_RING_OPS);
+    /* Only A progresses: the ring's worth completes, the rest waits for B. */
+    spin(&p, 1, 50 * 1000 * 1000);
+    CU_ASSERT_EQUAL(p.st[0].n_done, RING);
+    CU_ASSERT_EQUAL(p.st[0].n_err, 0);
+    CU_ASSERT_EQUAL(p.st[1].n_data, 0);
+    CU_ASSERT_EQUAL(ofccl__ep_pending(p.ep[0]), N_RING_OPS - RING);
+    for (int i = 0; i < N_RING_OPS; i++)
+        CU_ASSERT_EQUAL(r.win[i], i < RING ? r.src[i] : 0);
+    ring_check(&p, &r);
+    CU_ASSERT_EQUAL(ofccl__mr_dereg(mr), 0);
+    pair_close(&p);
+    ofccl__prov_mem_free(r.win);
+}
+
+/* A pool smaller than the ring: the caller sees AGAIN, progresses and retries;
+ * with the target idle it stalls with exactly a ring plus a pool accepted. */
+static void test_ring_full_small_pool(void)
+{
+    static struct ring_run r;
+    struct pair p;
+    ofccl__mr_t *mr = NULL;
+    ofccl__err_t e;
+    int posted = 0, agains = 0, stalled_at = -1, pending_at_stall = -1, data_at_stall = -1;
+    uint64_t end = ofccl__now_ns() + DEADLINE_NS;
+
+    CU_ASSERT_EQUAL_FATAL(ring_open(&p, &r, 32, &mr), 0);
+    while (posted < N_RING_OPS && ofccl__now_ns() < end) {
+        int ret = post_nth(&p, &r, posted);
+        if (ret == 0) {
+            posted++;
+            continue;
+        }
+        CU_ASSERT_EQUAL_FATAL(ret, OFCCL_ERR_AGAIN);
+        agains++;
+        if (stalled_at < 0 && ofccl__ep_progress(p.ep[0], &p.h[0], 64, &e) == 0) {
+            /* Nothing completed and nothing could be re-posted: the target must drain. */
+            stalled_at = posted;
+            pending_at_stall = (int)ofccl__ep_pending(p.ep[0]);
+            data_at_stall = p.st[1].n_data;
+        } else if (stalled_at >= 0) {
+            for (int k = 0; k < 2; k++)
+                (void)ofccl__ep_progress(p.ep[k], &p.h[k], 16, &e);
+        }
+    }
+    CU_ASSERT_EQUAL(posted, N_RING_OPS);
+    CU_ASSERT_TRUE(agains > 0);
+    CU_ASSERT_EQUAL(stalled_at, RING + 32);
+    CU_ASSERT_EQUAL(pending_at_stall, 32);
+    CU_ASSERT_EQUAL(data_at_stall, 0);
+    ring_check(&p, &r);
+    CU_ASSERT_EQUAL(ofccl__mr_dereg(mr), 0);
+    pair_close(&p);
+    ofccl__prov_mem_free(r.win);
+}
+
+/* ---- names that are not this host's local-provider names ---- */
+
+/* Open rank 0 of a 2-rank endpoint, insert {its own name, `peer`} with the
+ * peer's length `plen`, close it; returns the insert's result with its
+ * message in `msg`. Closing must release the endpoint's own descriptors and
+ * no others: descriptor 0 (kept open by main) stands for the process's. */
+static int insert_with(ofccl__prov_t *prov, const char *peer, size_t plen, char *msg, size_t mlen)
+{
+    ofccl__ep_params_t epp = {.rank = 0, .size = 2, .ops_inflight = 4};
+    char names[2][NAME_MAX_LEN];
+    size_t lens[2] = {NAME_MAX_LEN, plen};
+    ofccl__ep_t *ep = NULL;
+    ofccl__err_t e;
+    int ret;
+
+    CU_ASSERT_EQUAL_FATAL(ofccl__ep_open(prov, &epp, &ep, &e), 0);
+    CU_ASSERT_EQUAL_FATAL(ofccl__ep_name(ep, names[0], &lens[0], &e), 0);
+    memcpy(names[1], peer, NAME_MAX_LEN);
+    ret = ofccl__ep_insert_peers(ep, names, NAME_MAX_LEN, lens, 2, &e);
+    ofccl__strlcpy(msg, ret != 0 ? e.msg : "", mlen);
+    if (ret != 0)
+        printf("\n    refused name: %s (%s)\n", ofccl_strerror(ret), e.msg);
+    /* A refused name leaves an endpoint that still closes cleanly. */
+    CU_ASSERT_EQUAL(ofccl__ep_close(ep), 0);
+    if (fcntl(0, F_GETFD) == -1) {
+        CU_FAIL("closing the endpoint closed descriptor 0, which it never opened");
+        (void)open("/dev/null", O_RDONLY); /* back as 0, so later tests are not disturbed */
+    }
+    return ret;
+}
+
+static void test_bad_names(void)
+{
+    ofccl__prov_t *prov = NULL;
+    ofccl__ep_params_t b_params = {.rank = 1, .size = 2, .ops_inflight = 4};
+    ofccl__ep_params_t c_params = {.rank = 1, .size = 3, .ops_inflight = 4};
+    ofccl__ep_t *b = NULL, *c = NULL;
+    char good[NAME_MAX_LEN] = {0}, bad[NAME_MAX_LEN], other[NAME_MAX_LEN] = {0};
+    char boot[64] = "", msg[OFCCL__ERRMSG_LEN];
+    size_t len = NAME_MAX_LEN, olen = NAME_MAX_LEN, tiny = 8;
+    ofccl__err_t e;
+    char *at;
+    FILE *f;
+
+    CU_ASSERT_EQUAL_FATAL(prov_open(&prov, &e), 0);
+    CU_ASSERT_EQUAL_FATAL(ofccl__ep_open(prov, &b_params, &b, &e), 0);
+    CU_ASSERT_EQUAL_FATAL(ofccl__ep_open(prov, &c_params, &c, &e), 0);
+    CU_ASSERT_EQUAL(ofccl__ep_name(b, good, &tiny, &e), OFCCL_ERR_INVALID_ARG);
+    CU_ASSERT_EQUAL_FATAL(ofccl__ep_name(b, good, &len, &e), 0);
+    CU_ASSERT_EQUAL_FATAL(ofccl__ep_name(c, other, &olen, &e), 0);
+    CU_ASSERT_EQUAL(len, olen);
+
+    /* The well-formed name first, so every refusal below is for its one defect. */
+    CU_ASSERT_EQUAL(insert_with(prov, good, len, msg, sizeof(msg)), 0);
+
+    CU_ASSERT_EQUAL(insert_with(prov, good, len - 1, msg, sizeof(msg)), OFCCL_ERR_CORRUPT);
+    CU_ASSERT_PTR_NOT_NULL(strstr(msg, "length"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(msg, "peer 1"));
+    CU_ASSERT_EQUAL(insert_with(prov, good, len + 1, msg, sizeof(msg)), OFCCL_ERR_CORRUPT);
+    CU_ASSERT_EQUAL(insert_with(prov, good, 0, msg, sizeof(msg)), OFCCL_ERR_CORRUPT);
+
+    /* The magic ("ofcclLX1") opens the name. */
+    memcpy(bad, good, sizeof(bad));
+    CU_ASSERT_EQUAL(memcmp(bad, "ofcclLX1", 8), 0);
+    bad[0] ^= 0x20;
+    CU_ASSERT_EQUAL(insert_with(prov, bad, len, msg, sizeof(msg)), OFCCL_ERR_CORRUPT);
+    CU_ASSERT_PTR_NOT_NULL(strstr(msg, "not a local-provider name"));
+
+    /* Another host: the kernel's boot id differs. */
+    f = fopen("/proc/sys/kernel/random/boot_id", "r");
+    CU_ASSERT_FATAL(f != NULL);
+    CU_ASSERT_FATAL(fgets(boot, sizeof(boot), f) != NULL);
+    fclose(f);
+    boot[strcspn(boot, "\n")] = '\0';
+    memcpy(bad, good, sizeof(bad));
+    at = memmem(bad, len, boot, strlen(boot));
+    CU_ASSERT_FATAL(at != NULL);
+    at[0] = at[0] == '0' ? '1' : '0';
+    CU_ASSERT_EQUAL(insert_with(prov, bad, len, msg, sizeof(msg)), OFCCL_ERR_NOT_SUPPORTED);
+    CU_ASSERT_PTR_NOT_NULL(strstr(msg, "another host"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(msg, "peer 1"));
+    /* A boot id without its terminating NUL is not trusted either. */
+    memcpy(bad, good, sizeof(bad));
+    at = memmem(bad, len, boot, strlen(boot));
+    CU_ASSERT_FATAL(at != NULL);
+    memset(at, 'f', (size_t)(bad + len - at));
+    CU_ASSERT_EQUAL(insert_with(prov, bad, len, msg, sizeof(msg)), OFCCL_ERR_NOT_SUPPORTED);
+
+    /* A real endpoint of this host, but of a 3-rank communicator: not this peer. */
+    CU_ASSERT_EQUAL(insert_with(prov, other, olen, msg, sizeof(msg)), OFCCL_ERR_CORRUPT);
+    CU_ASSERT_PTR_NOT_NULL(strstr(msg, "is not peer 1"));
+
+    CU_ASSERT_EQUAL(ofccl__ep_close(b), 0);
+    CU_ASSERT_EQUAL(ofccl__ep_close(c), 0);
+    CU_ASSERT_EQUAL(ofccl__prov_close(prov), 0);
+}
+
+/* ---- what the provider refuses, and discovery ---- */
+
+static void test_strict_refused(void)
+{
+    ofccl__prov_params_t pp = {"local", "", true, &g_log, NULL};
+    ofccl__prov_t *prov = NULL;
+    ofccl__err_t e;
+
+    CU_ASSERT_EQUAL(ofccl__prov_open(&pp, &prov, &e), OFCCL_ERR_NOT_SUPPORTED);
+    CU_ASSERT_PTR_NULL(prov);
+    CU_ASSERT_EQUAL(e.code, OFCCL_ERR_NOT_SUPPORTED);
+    CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "strict"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "OFCCL_PROVIDER=shm"));
+}
+
+static void test_discovery(void)
+{
+    ofccl__prov_dom_t d[64];
+    ofccl__err_t e;
+    char avail[512];
+    int n = -1, locals = 0;
+
+    CU_ASSERT_EQUAL(ofccl__prov_list("local", d, 64, &n, &e), 0);
+    CU_ASSERT_EQUAL(n, 1);
+    CU_ASSERT_STRING_EQUAL(d[0].prov_name, "local");
+    CU_ASSERT_STRING_EQUAL(d[0].domain, "local");
+    CU_ASSERT_STRING_EQUAL(d[0].pci_busid, "");
+    /* Every provider: local is listed once among the libfabric ones. */
+    CU_ASSERT_EQUAL(ofccl__prov_list("", d, 64, &n, &e), 0);
+    CU_ASSERT_TRUE(n > 1);
+    for (int i = 0; i < n; i++)
+        locals += strcmp(d[i].prov_name, "local") == 0;
+    CU_ASSERT_EQUAL(locals, 1);
+    /* No room: nothing written, no failure. */
+    CU_ASSERT_EQUAL(ofccl__prov_list("local", d, 0, &n, &e), 0);
+    CU_ASSERT_EQUAL(n, 0);
+    ofccl__prov_available(avail, sizeof(avail));
+    CU_ASSERT_TRUE(strcmp(avail, "local") == 0 || strncmp(avail, "local, ", 7) == 0 ||
+                   strstr(avail, ", local,") != NULL);
+    CU_ASSERT_PTR_NOT_NULL(strstr(avail, "shm"));
+    CU_ASSERT_TRUE(ofccl__quirk_find("local") >= 0);
+}
+
+int main(void)
+{
+    static const cu_test_t tests[] = {
+        {"shared windows: write, writedata, write_dc, atomics", test_shared_windows},
+        {"malloc'd memory: process_vm_writev, no atomics", test_plain_memory},
+        {"deregistered keys are refused", test_stale_key},
+        {"access and bounds checked at the target", test_target_checks},
+        {"more immediates than the ring holds", test_ring_full},
+        {"ring full with a small op pool", test_ring_full_small_pool},
+        {"bad names: length, magic, host, segment", test_bad_names},
+        {"strict mode refused", test_strict_refused},
+        {"discovery lists local", test_discovery},
+        {NULL, NULL},
+    };
+
+    /* Descriptor 0 must be open for test_bad_names to watch it. */
+    if (fcntl(0, F_GETFD) == -1 && open("/dev/null", O_RDONLY) != 0)
+        return 2;
+    ofccl__log_init(&g_log);
+    /* The negative tests log their warnings by design; keep output readable. */
+    g_log.level = getenv("TEST_LOG_INFO") ? OFCCL__LOG_INFO : OFCCL__LOG_ERROR;
+    return cu_run("prov-local", tests);
+}
