@@ -228,6 +228,8 @@ void ofccl__coll_fini(ofccl_comm_t *comm);
 /* Control-region words the engine needs for `size` ranks. */
 size_t ofccl__coll_ctrl_words(int size, size_t eager_bytes);
 /* Drive every active request of the communicator once. */
-int ofccl__coll_progress(ofccl_comm_t *comm);
+/* check_clock = false skips the deadline and dead-peer checks: for spinning
+ * waits, which pass true every so often. */
+int ofccl__coll_progress(ofccl_comm_t *comm, bool check_clock);
 
 #endif
