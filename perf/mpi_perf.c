@@ -231,9 +231,16 @@ int main(int argc, char **argv)
     memset(b->sendbuf, 0, bufbytes);
     memset(b->recvbuf, 0, bufbytes);
 
-    perf_meta_t meta = {
-        "mpi",   label ? label : "default", "-", "plain", "flat", b->size, b->iters, b->warmup,
-        b->check};
+    /* Out of place (in_place 0): MPI_IN_PLACE is not measured. */
+    perf_meta_t meta = {.impl = "mpi",
+                        .transport = label ? label : "default",
+                        .algo = "-",
+                        .mem = "plain",
+                        .mode = "flat",
+                        .nranks = b->size,
+                        .iters = b->iters,
+                        .warmup = b->warmup,
+                        .check = b->check};
     if (b->rank == 0 && perf_out_open(&out, &meta, csv, json) != 0)
         MPI_Abort(MPI_COMM_WORLD, 1);
     for (int coll = 0; coll < 2 && rc == 0; coll++) {

@@ -3,8 +3,8 @@
  * nccl-tests, through the public API only.
  *
  *   mpirun -np 2 ofccl_perf -o ag|rs|all -b 8 -e 64M -f 2 -n 20 -w 5 -d f32 -r sum
- *          -a auto|direct|ring -c 0|1 -z pool|reg|plain [-B] [-C out.csv] [-J out.json]
- *          [-s NAME=value ...]
+ *          -a auto|direct|ring -c 0|1 -i 0|1 -z pool|reg|plain [-B] [-C out.csv]
+ *          [-J out.json] [-s NAME=value ...]
  *
  * Timing: a barrier, then -n back-to-back iterations (post, wait, free); the
  * time is their average, taken on the slowest rank. With -c 1 another -n
@@ -13,6 +13,12 @@
  * own. The footprint (registered and pool bytes) is sampled after warm-up and
  * after the measured iterations; any growth fails the run, as does any wrong
  * element or error.
+ *
+ * -i 1 runs the in-place forms the API defines (as nccl-tests' in-place mode):
+ * all-gather with sendbuf = recvbuf + rank * block, reduce-scatter with
+ * recvbuf = sendbuf + rank * block. The input shard is overwritten (by the
+ * reduction) or is part of the output, so every checked iteration seeds it
+ * again, and only the rest of the output can be poisoned.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,7 +43,7 @@ typedef struct bench {
     int rank, size;
     perf_dtype_t dt;
     perf_op_t op;
-    int iters, warmup, check, bucket, mem;
+    int iters, warmup, check, bucket, mem, in_place;
     size_t es, bufbytes;
     char *sendbuf, *recvbuf;
     ofccl_mem_t *mh[2];
@@ -114,12 +120,29 @@ static void bucket_layout(bench_t *b, int coll, size_t total)
     }
 }
 
+/* The input of a flat collective: its own buffer, or with -i 1 this rank's
+ * block of the output (all-gather); the output likewise (reduce-scatter). */
+static char *flat_in(bench_t *b, int coll, size_t count)
+{
+    if (b->in_place && coll == 0)
+        return b->recvbuf + (size_t)b->rank * count * b->es;
+    return b->sendbuf;
+}
+
+static char *flat_out(bench_t *b, int coll, size_t count)
+{
+    if (b->in_place && coll == 1)
+        return b->sendbuf + (size_t)b->rank * count * b->es;
+    return b->recvbuf;
+}
+
 static void fill(bench_t *b, int coll, size_t count, int it)
 {
     int n = b->size;
     if (!b->bucket) {
         if (coll == 0)
-            perf_fill(b->dt, b->sendbuf, count, n, b->rank, it, (size_t)b->rank * count);
+            perf_fill(b->dt, flat_in(b, coll, count), count, n, b->rank, it,
+                      (size_t)b->rank * count);
         else
             perf_fill(b->dt, b->sendbuf, (size_t)n * count, n, b->rank, it, 0);
         return;
@@ -134,11 +157,23 @@ static void fill(bench_t *b, int coll, size_t count, int it)
 }
 
 /* All-ones bytes are a NaN in every float type: an element left untouched can
- * never pass the check. */
+ * never pass the check. In place, the output this rank's input lives in is not
+ * poisoned: the all-gather keeps its own block (checked as any other), and the
+ * reduce-scatter's output is its input, so an unwritten element shows there as
+ * the rank's own input, which differs from the reference except where the other
+ * ranks' values sum to zero. */
 static void poison(bench_t *b, int coll, size_t count)
 {
+    size_t block = count * b->es;
+
     if (!b->bucket) {
-        memset(b->recvbuf, 0xff, (coll == 0 ? (size_t)b->size : 1) * count * b->es);
+        if (!b->in_place) {
+            memset(b->recvbuf, 0xff, (coll == 0 ? (size_t)b->size : 1) * block);
+        } else if (coll == 0) {
+            memset(b->recvbuf, 0xff, (size_t)b->rank * block);
+            memset(b->recvbuf + (size_t)(b->rank + 1) * block, 0xff,
+                   (size_t)(b->size - b->rank - 1) * block);
+        }
         return;
     }
     for (int k = 0; k < NT; k++) {
@@ -157,7 +192,7 @@ static long check(bench_t *b, int coll, size_t count, int it)
 
     if (!b->bucket) {
         if (coll == 1)
-            return perf_check_reduced(b->dt, b->op, b->recvbuf, count, n, it,
+            return perf_check_reduced(b->dt, b->op, flat_out(b, coll, count), count, n, it,
                                       (size_t)b->rank * count);
         for (int r = 0; r < n; r++)
             wrong += perf_check_values(b->dt, b->recvbuf + (size_t)r * count * b->es, count, n, r,
@@ -192,8 +227,10 @@ static int once(bench_t *b, int coll, size_t count)
         rc = coll == 0 ? ofccl_bucket_allgather(b->comm, b->t, NT, dt, &req)
                        : ofccl_bucket_reduce_scatter(b->comm, b->t, NT, dt, op, &req);
     else
-        rc = coll == 0 ? ofccl_allgather(b->comm, b->sendbuf, b->recvbuf, count, dt, &req)
-                       : ofccl_reduce_scatter(b->comm, b->sendbuf, b->recvbuf, count, dt, op, &req);
+        rc = coll == 0
+                 ? ofccl_allgather(b->comm, flat_in(b, coll, count), b->recvbuf, count, dt, &req)
+                 : ofccl_reduce_scatter(b->comm, b->sendbuf, flat_out(b, coll, count), count, dt,
+                                        op, &req);
     if (rc)
         return fail(b, coll == 0 ? "post all-gather" : "post reduce-scatter", rc);
     if ((rc = ofccl_wait(req)) != 0)
@@ -333,9 +370,11 @@ static void usage(void)
     fprintf(
         stderr,
         "usage: ofccl_perf [-o ag|rs|all] [-b min] [-e max] [-f factor] [-n iters] [-w warmup]\n"
-        "       [-d f32|bf16|f16|f64] [-r sum|avg] [-a auto|direct|ring] [-c 0|1]\n"
+        "       [-d f32|bf16|f16|f64] [-r sum|avg] [-a auto|direct|ring] [-c 0|1] [-i 0|1]\n"
         "       [-z pool|reg|plain] [-B] [-C file.csv] [-J file.json] [-s NAME=value]...\n"
-        "sizes: bytes of the gathered buffer / reduce input, suffixes K M G\n");
+        "sizes: bytes of the gathered buffer / reduce input, suffixes K M G\n"
+        "-i 1: in place (all-gather: sendbuf = recvbuf + rank * block; reduce-scatter:\n"
+        "      recvbuf = sendbuf + rank * block); not with -B\n");
 }
 
 static int get_choice(const char *arg, const char *const *names, int n, int *out)
@@ -361,7 +400,7 @@ int main(int argc, char **argv)
     ofccl_ctx_params_t p = {.size = sizeof(p), .errbuf = err, .errlen = sizeof(err)};
     long total_wrong = 0;
 
-    while ((c = getopt(argc, argv, "o:b:e:f:n:w:d:r:a:c:z:BC:J:s:h")) != -1) {
+    while ((c = getopt(argc, argv, "o:b:e:f:n:w:d:r:a:c:i:z:BC:J:s:h")) != -1) {
         int bad = 0;
         switch (c) {
         case 'o':
@@ -394,6 +433,9 @@ int main(int argc, char **argv)
         case 'c':
             b->check = atoi(optarg) != 0;
             break;
+        case 'i':
+            b->in_place = atoi(optarg) != 0;
+            break;
         case 'z':
             bad = get_choice(optarg, mem_names, 3, &b->mem);
             break;
@@ -418,6 +460,14 @@ int main(int argc, char **argv)
             usage();
             return 2;
         }
+    }
+    if (b->in_place && b->bucket) {
+        /* Bucket collectives always pack the tensors through the library's own
+         * flat buffer, and the API defines no in-place form for them. */
+        fprintf(stderr, "ofccl_perf: -i 1 (in place) does not apply to -B (buckets): a bucket "
+                        "always goes through the library's flat buffer and the API defines no "
+                        "in-place form for it; drop one of the two\n");
+        return 2;
     }
     b->dt = (perf_dtype_t)dt;
     b->op = (perf_op_t)op;
@@ -462,7 +512,8 @@ int main(int argc, char **argv)
                         b->size,
                         b->iters,
                         b->warmup,
-                        b->check};
+                        b->check,
+                        b->in_place};
     if (rc == 0 && b->rank == 0 && !(opened = perf_out_open(&out, &meta, csv, json) == 0))
         rc = OFCCL_ERR_INVALID_ARG; /* other ranks then wait for rank 0 until the timeout */
     for (int coll = 0; coll < 2 && rc == 0; coll++) {

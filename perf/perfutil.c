@@ -227,8 +227,13 @@ int perf_sweep(size_t b, size_t e, double f, size_t *sizes)
     return n;
 }
 
-static const char *csv_header = "impl,transport,algo,mem,mode,ranks,coll,size,count,type,redop,"
-                                "time_us,algbw_GBps,busbw_GBps,wrong\n";
+static const char *csv_header = "impl,transport,algo,mem,mode,place,ranks,coll,size,count,type,"
+                                "redop,time_us,algbw_GBps,busbw_GBps,wrong\n";
+
+static const char *place_name(const perf_meta_t *m)
+{
+    return m->in_place ? "in-place" : "out-of-place";
+}
 
 int perf_out_open(perf_out_t *o, const perf_meta_t *meta, const char *csv, const char *json)
 {
@@ -249,14 +254,15 @@ int perf_out_open(perf_out_t *o, const perf_meta_t *meta, const char *csv, const
     if (o->json)
         fprintf(o->json,
                 "{\"impl\": \"%s\", \"transport\": \"%s\", \"algo\": \"%s\", \"mem\": \"%s\", "
-                "\"mode\": \"%s\", \"ranks\": %d, \"iters\": %d, \"warmup\": %d, \"check\": %d,\n"
+                "\"mode\": \"%s\", \"place\": \"%s\", \"ranks\": %d, \"iters\": %d, "
+                "\"warmup\": %d, \"check\": %d,\n"
                 " \"rows\": [",
-                m->impl, m->transport, m->algo, m->mem, m->mode, m->nranks, m->iters, m->warmup,
-                m->check);
-    printf("# %s over %s: %d ranks, algo %s, memory %s, %s buffers, %d iterations after %d "
+                m->impl, m->transport, m->algo, m->mem, m->mode, place_name(m), m->nranks, m->iters,
+                m->warmup, m->check);
+    printf("# %s over %s: %d ranks, algo %s, memory %s, %s buffers, %s, %d iterations after %d "
            "warm-up%s\n",
-           m->impl, m->transport, m->nranks, m->algo, m->mem, m->mode, m->iters, m->warmup,
-           m->check ? ", every iteration checked element by element" : "");
+           m->impl, m->transport, m->nranks, m->algo, m->mem, m->mode, place_name(m), m->iters,
+           m->warmup, m->check ? ", every iteration checked element by element" : "");
     printf("# size: bytes of the gathered buffer / reduce input; count: elements per rank%s\n"
            "# time: average per iteration, slowest rank; busbw = algbw * (n-1)/n\n",
            strcmp(m->mode, "bucket") == 0 ? " (bucket: of the whole bucket)" : "");
@@ -275,9 +281,9 @@ void perf_out_row(perf_out_t *o, const perf_row_t *r)
            r->type, r->redop, r->us, algbw, busbw, r->wrong);
     fflush(stdout);
     if (o->csv)
-        fprintf(o->csv, "%s,%s,%s,%s,%s,%d,%s,%zu,%zu,%s,%s,%.3f,%.4f,%.4f,%ld\n", m->impl,
-                m->transport, m->algo, m->mem, m->mode, r->nranks, r->coll, r->bytes, r->count,
-                r->type, r->redop, r->us, algbw, busbw, r->wrong);
+        fprintf(o->csv, "%s,%s,%s,%s,%s,%s,%d,%s,%zu,%zu,%s,%s,%.3f,%.4f,%.4f,%ld\n", m->impl,
+                m->transport, m->algo, m->mem, m->mode, place_name(m), r->nranks, r->coll, r->bytes,
+                r->count, r->type, r->redop, r->us, algbw, busbw, r->wrong);
     if (o->json)
         fprintf(o->json,
                 "%s\n  {\"coll\": \"%s\", \"size\": %zu, \"count\": %zu, \"type\": \"%s\", "

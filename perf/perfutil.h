@@ -75,6 +75,7 @@ typedef struct perf_meta {
     const char *mem;       /* pool, reg, plain */
     const char *mode;      /* flat or bucket */
     int nranks, iters, warmup, check;
+    int in_place; /* 0: separate send and receive buffers (the default) */
 } perf_meta_t;
 
 typedef struct perf_out {
