@@ -588,6 +588,8 @@ static void req_reset(ofccl__req_t *r)
     r->descs_sent = 0;
     r->ops_out = 0;
     r->copy_out = NULL;
+    r->own_dst = NULL;
+    r->own_done = 0;
     r->out = NULL;
     r->staging_idx = -1;
     r->bucket = 0;

@@ -90,6 +90,8 @@ struct ofccl_req {
     ofccl__mem_ref_t fwd;    /* RS ring: reduced partials forwarded to the right */
     void *out;               /* RS: where the reduced block goes (user recvbuf) */
     void *copy_out;          /* AG staged: user recvbuf to copy dst into at completion */
+    char *own_dst;           /* AG direct sending from sendbuf: where our block goes */
+    unsigned own_done;       /* chunks of it copied there so far */
     int staging_idx;         /* staging set held, -1 if none */
     int bucket;              /* 1: bucket request, copy-in/out to tensors (bucket.c) */
     ofccl_tensor_t *tensors; /* bucket: copy of the caller's list (grow-only, per slot) */
