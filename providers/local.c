@@ -515,10 +515,10 @@ int ofccl__lx_mr_reg(ofccl__ep_t *ep, void *addr, size_t len, unsigned access, v
         fd = -1;
         foff = 0;
         if (access & (OFCCL__ACC_REMOTE_WRITE | OFCCL__ACC_REMOTE_ATOMIC))
-            OFCCL__DEBUG(ep->prov->log, OFCCL__SUB_MEM,
-                         "rank %d: %zu bytes at %p are not ofccl shared memory: peers write "
-                         "them with process_vm_writev",
-                         ep->params.rank, len, addr);
+            OFCCL__INFO(ep->prov->log, OFCCL__SUB_MEM,
+                        "rank %d: %zu bytes at %p are not ofccl shared memory: peers write "
+                        "them with process_vm_writev",
+                        ep->params.rank, len, addr);
     }
     reg->fd = fd;
     reg->access = access;
