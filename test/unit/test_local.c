@@ -17,59 +17,12 @@
 #include <string.h>
 
 #include "cu.h"
-#include "prov.h"
-#include "util.h"
+#include "provpair.h"
 
-#define DEADLINE_NS (10ull * 1000 * 1000 * 1000)
 #define REGION 4096
-#define NAME_MAX_LEN 256
-#define MAX_DATA 1024
 #define RING 256 /* CQ-data entries per source in local.c */
 
 static ofccl__log_t g_log;
-
-struct rank_state {
-    int n_done;
-    int n_err;
-    int n_data;
-    uint64_t data[MAX_DATA]; /* immediates in arrival order */
-    void *last_ctx;
-    int err_peer;
-    int err_status;
-    char err_msg[OFCCL__ERRMSG_LEN];
-};
-
-struct pair {
-    ofccl__prov_t *prov;
-    ofccl__ep_t *ep[2];
-    struct rank_state st[2];
-    ofccl__ep_handlers_t h[2];
-};
-
-static void on_done(void *arg, void *op_ctx)
-{
-    struct rank_state *s = arg;
-    s->n_done++;
-    s->last_ctx = op_ctx;
-}
-
-static void on_error(void *arg, void *op_ctx, int peer, int status, const char *msg)
-{
-    struct rank_state *s = arg;
-    s->n_err++;
-    s->last_ctx = op_ctx;
-    s->err_peer = peer;
-    s->err_status = status;
-    ofccl__strlcpy(s->err_msg, msg ? msg : "", sizeof(s->err_msg));
-}
-
-static void on_remote_data(void *arg, uint64_t data)
-{
-    struct rank_state *s = arg;
-    if (s->n_data < MAX_DATA)
-        s->data[s->n_data] = data;
-    s->n_data++;
-}
 
 static int prov_open(ofccl__prov_t **prov, ofccl__err_t *e)
 {
@@ -77,78 +30,11 @@ static int prov_open(ofccl__prov_t **prov, ofccl__err_t *e)
     return ofccl__prov_open(&pp, prov, e);
 }
 
-static int pair_open(struct pair *p, unsigned ops_inflight, ofccl__err_t *e)
+static int open_local_pair(struct pair *p, unsigned ops_inflight, ofccl__err_t *e)
 {
-    char names[2][NAME_MAX_LEN];
-    size_t lens[2];
-    int ret;
-
-    memset(p, 0, sizeof(*p));
-    ret = prov_open(&p->prov, e);
-    if (ret != 0)
-        return ret;
-    for (int r = 0; r < 2; r++) {
-        ofccl__ep_params_t ep = {.rank = r, .size = 2, .ops_inflight = ops_inflight};
-        ret = ofccl__ep_open(p->prov, &ep, &p->ep[r], e);
-        if (ret != 0)
-            return ret;
-        lens[r] = NAME_MAX_LEN;
-        ret = ofccl__ep_name(p->ep[r], names[r], &lens[r], e);
-        if (ret != 0)
-            return ret;
-        p->h[r] = (ofccl__ep_handlers_t){&p->st[r], on_done, on_error, on_remote_data};
-    }
-    for (int r = 0; r < 2; r++) {
-        ret = ofccl__ep_insert_peers(p->ep[r], names, NAME_MAX_LEN, lens, 2, e);
-        if (ret != 0)
-            return ret;
-    }
-    return 0;
-}
-
-static void pair_close(struct pair *p)
-{
-    for (int r = 0; r < 2; r++)
-        if (p->ep[r] != NULL)
-            CU_ASSERT_EQUAL(ofccl__ep_close(p->ep[r]), 0);
-    if (p->prov != NULL)
-        CU_ASSERT_EQUAL(ofccl__prov_close(p->prov), 0);
-}
-
-/* Progress the ranks in `mask` (bit r = rank r) until cond() holds or 10 s pass. */
-typedef bool (*cond_fn)(struct pair *p, const void *arg);
-
-static bool wait_for(struct pair *p, unsigned mask, cond_fn cond, const void *arg)
-{
-    uint64_t end = ofccl__now_ns() + DEADLINE_NS;
-    ofccl__err_t e;
-
-    while (!cond(p, arg)) {
-        if (ofccl__now_ns() > end) {
-            fprintf(stderr, "\n    timeout: A done %d err %d data %d | B done %d err %d data %d\n",
-                    p->st[0].n_done, p->st[0].n_err, p->st[0].n_data, p->st[1].n_done,
-                    p->st[1].n_err, p->st[1].n_data);
-            return false;
-        }
-        for (int r = 0; r < 2; r++)
-            if ((mask & (1u << r)) && ofccl__ep_progress(p->ep[r], &p->h[r], 16, &e) < 0) {
-                fprintf(stderr, "progress failed: %s\n", e.msg);
-                return false;
-            }
-    }
-    return true;
-}
-
-/* Progress the ranks in `mask` a while, for "nothing else arrives" checks. */
-static void spin(struct pair *p, unsigned mask, uint64_t ns)
-{
-    uint64_t end = ofccl__now_ns() + ns;
-    ofccl__err_t e;
-
-    while (ofccl__now_ns() < end)
-        for (int r = 0; r < 2; r++)
-            if (mask & (1u << r))
-                (void)ofccl__ep_progress(p->ep[r], &p->h[r], 16, &e);
+    ofccl__prov_params_t pp = {"local", "", false, &g_log, NULL};
+    ofccl__ep_params_t ep = {.ops_inflight = ops_inflight};
+    return pair_open(p, &pp, &ep, e);
 }
 
 struct counts {
@@ -205,7 +91,7 @@ static void test_shared_windows(void)
     ofccl__rkey_t wrk, crk, mrk;
 
     CU_ASSERT_FATAL(src != NULL);
-    CU_ASSERT_EQUAL_FATAL(pair_open(&p, 32, &e), 0);
+    CU_ASSERT_EQUAL_FATAL(open_local_pair(&p, 32, &e), 0);
     caps = ofccl__prov_caps(p.prov);
     CU_ASSERT_STRING_EQUAL(caps->name, "local");
     CU_ASSERT_STRING_EQUAL(caps->domain, "local");
@@ -355,7 +241,7 @@ static void test_plain_memory(void)
 
     CU_ASSERT_FATAL(src && buf);
     memset(buf, 0xee, REGION);
-    CU_ASSERT_EQUAL_FATAL(pair_open(&p, 32, &e), 0);
+    CU_ASSERT_EQUAL_FATAL(open_local_pair(&p, 32, &e), 0);
     CU_ASSERT_EQUAL_FATAL(ofccl__mr_reg(p.ep[1], buf, REGION,
                                         OFCCL__ACC_REMOTE_WRITE | OFCCL__ACC_REMOTE_ATOMIC, &bmr,
                                         &e),
@@ -442,7 +328,7 @@ static void test_stale_key(void)
     ofccl__rkey_t wrk, prk;
 
     CU_ASSERT_FATAL(plain != NULL);
-    CU_ASSERT_EQUAL_FATAL(pair_open(&p, 32, &e), 0);
+    CU_ASSERT_EQUAL_FATAL(open_local_pair(&p, 32, &e), 0);
     win = ofccl__prov_mem_alloc(p.ep[1], REGION);
     CU_ASSERT_FATAL(win != NULL);
     memset(win, 0, REGION);
@@ -512,7 +398,7 @@ static void test_target_checks(void)
     ofccl__rkey_t rork, work, big;
 
     memset(src, 0x77, sizeof(src));
-    CU_ASSERT_EQUAL_FATAL(pair_open(&p, 32, &e), 0);
+    CU_ASSERT_EQUAL_FATAL(open_local_pair(&p, 32, &e), 0);
     ro = ofccl__prov_mem_alloc(p.ep[1], REGION);
     wo = ofccl__prov_mem_alloc(p.ep[1], REGION);
     CU_ASSERT_FATAL(ro && wo);
@@ -594,7 +480,7 @@ static void ring_check(struct pair *p, struct ring_run *r)
 static int ring_open(struct pair *p, struct ring_run *r, unsigned ops, ofccl__mr_t **mr)
 {
     ofccl__err_t e;
-    int ret = pair_open(p, ops, &e);
+    int ret = open_local_pair(p, ops, &e);
 
     if (ret != 0)
         return ret;

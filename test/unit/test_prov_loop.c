@@ -12,142 +12,31 @@
 #include <string.h>
 
 #include "cu.h"
-#include "prov.h"
-#include "util.h"
+#include "provpair.h"
 
-#define DEADLINE_NS (10ull * 1000 * 1000 * 1000)
 #define REGION 4096
-#define NAME_MAX_LEN 256
 
 static ofccl__log_t g_log;
 
-struct rank_state {
-    int n_done;
-    int n_err;
-    int n_data;
-    uint64_t last_data;
-    int err_peer;
-    int err_status;
-    char err_msg[OFCCL__ERRMSG_LEN];
-};
-
-struct pair {
-    ofccl__prov_t *prov;
-    ofccl__ep_t *ep[2];
-    struct rank_state st[2];
-    ofccl__ep_handlers_t h[2];
-};
-
-static void on_done(void *arg, void *op_ctx)
-{
-    struct rank_state *s = arg;
-    (void)op_ctx;
-    s->n_done++;
-}
-
-static void on_error(void *arg, void *op_ctx, int peer, int status, const char *msg)
-{
-    struct rank_state *s = arg;
-    (void)op_ctx;
-    s->n_err++;
-    s->err_peer = peer;
-    s->err_status = status;
-    ofccl__strlcpy(s->err_msg, msg ? msg : "", sizeof(s->err_msg));
-}
-
-static void on_remote_data(void *arg, uint64_t data)
-{
-    struct rank_state *s = arg;
-    s->n_data++;
-    s->last_data = data;
-}
-
-static int pair_open(struct pair *p, const char *provider, const char *domain, bool strict,
+static int open_pair(struct pair *p, const char *provider, const char *domain, bool strict,
                      ofccl__err_t *e)
 {
     ofccl__prov_params_t pp = {provider, domain, strict, &g_log, NULL};
-    char names[2][NAME_MAX_LEN];
-    size_t lens[2];
-    int ret;
-
-    memset(p, 0, sizeof(*p));
-    ret = ofccl__prov_open(&pp, &p->prov, e);
-    if (ret != 0)
-        return ret;
-    for (int r = 0; r < 2; r++) {
-        ofccl__ep_params_t ep = {.rank = r, .size = 2, .ops_inflight = 32, .rx_posted = 8};
-        ret = ofccl__ep_open(p->prov, &ep, &p->ep[r], e);
-        if (ret != 0)
-            return ret;
-        lens[r] = NAME_MAX_LEN;
-        ret = ofccl__ep_name(p->ep[r], names[r], &lens[r], e);
-        if (ret != 0)
-            return ret;
-        p->h[r] = (ofccl__ep_handlers_t){&p->st[r], on_done, on_error, on_remote_data};
-    }
-    for (int r = 0; r < 2; r++) {
-        ret = ofccl__ep_insert_peers(p->ep[r], names, NAME_MAX_LEN, lens, 2, e);
-        if (ret != 0)
-            return ret;
-    }
-    return 0;
-}
-
-static void pair_close(struct pair *p)
-{
-    for (int r = 0; r < 2; r++)
-        if (p->ep[r] != NULL)
-            CU_ASSERT_EQUAL(ofccl__ep_close(p->ep[r]), 0);
-    if (p->prov != NULL)
-        CU_ASSERT_EQUAL(ofccl__prov_close(p->prov), 0);
-}
-
-/* Progress both endpoints until cond() holds or 10 s pass. */
-typedef bool (*cond_fn)(struct pair *p, void *arg);
-
-static bool wait_for(struct pair *p, cond_fn cond, void *arg)
-{
-    uint64_t end = ofccl__now_ns() + DEADLINE_NS;
-    ofccl__err_t e;
-
-    while (!cond(p, arg)) {
-        if (ofccl__now_ns() > end) {
-            fprintf(stderr, "\n    timeout: A done %d err %d data %d | B done %d err %d data %d\n",
-                    p->st[0].n_done, p->st[0].n_err, p->st[0].n_data, p->st[1].n_done,
-                    p->st[1].n_err, p->st[1].n_data);
-            return false;
-        }
-        for (int r = 0; r < 2; r++)
-            if (ofccl__ep_progress(p->ep[r], &p->h[r], 16, &e) < 0) {
-                fprintf(stderr, "progress failed: %s\n", e.msg);
-                return false;
-            }
-    }
-    return true;
-}
-
-/* Progress both sides for a while, for "nothing else arrives" checks. */
-static void spin(struct pair *p, uint64_t ns)
-{
-    uint64_t end = ofccl__now_ns() + ns;
-    ofccl__err_t e;
-
-    while (ofccl__now_ns() < end)
-        for (int r = 0; r < 2; r++)
-            (void)ofccl__ep_progress(p->ep[r], &p->h[r], 16, &e);
+    ofccl__ep_params_t ep = {.ops_inflight = 32, .rx_posted = 8};
+    return pair_open(p, &pp, &ep, e);
 }
 
 struct counts {
     int done0, data1, err0;
 };
 
-static bool reached(struct pair *p, void *arg)
+static bool reached(struct pair *p, const void *arg)
 {
     const struct counts *c = arg;
     return p->st[0].n_done >= c->done0 && p->st[1].n_data >= c->data1 && p->st[0].n_err >= c->err0;
 }
 
-static bool done_or_error(struct pair *p, void *arg)
+static bool done_or_error(struct pair *p, const void *arg)
 {
     const int *n = arg;
     return p->st[0].n_done + p->st[0].n_err >= *n;
@@ -158,7 +47,7 @@ struct bytes {
     size_t len;
 };
 
-static bool bytes_equal(struct pair *p, void *arg)
+static bool bytes_equal(struct pair *p, const void *arg)
 {
     const struct bytes *x = arg;
     (void)p;
@@ -202,10 +91,10 @@ static void stale_key(struct pair *p, const ofccl__mr_t *amr, uint8_t *a)
     target = p->st[0].n_done + p->st[0].n_err + 1;
     int before_err = p->st[0].n_err;
     CU_ASSERT_EQUAL(ofccl__ep_write(p->ep[0], 1, a, 12, amr, &rk, 0, (void *)0x77, &e), 0);
-    CU_ASSERT_TRUE(wait_for(p, done_or_error, &target));
+    CU_ASSERT_TRUE(wait_for(p, 3, done_or_error, &target));
     /* Let the target process the write too (shm completes small writes at
      * the initiator before the target has looked at them). */
-    spin(p, 100 * 1000 * 1000);
+    spin(p, 3, 100 * 1000 * 1000);
     if (p->st[0].n_err > before_err) {
         printf("\n    [%s%s] stale key -> on_error(status %d): %s\n", caps->name,
                caps->strict ? ", strict" : "", p->st[0].err_status, p->st[0].err_msg);
@@ -255,8 +144,8 @@ static void burst(struct pair *p, const ofccl__mr_t *amr, uint8_t *a, const ofcc
     {
         struct counts c = {done0 + N, 0, 0};
         struct bytes x = {a, b, (size_t)N * SZ};
-        CU_ASSERT_TRUE(wait_for(p, reached, &c));
-        CU_ASSERT_TRUE(wait_for(p, bytes_equal, &x));
+        CU_ASSERT_TRUE(wait_for(p, 3, reached, &c));
+        CU_ASSERT_TRUE(wait_for(p, 3, bytes_equal, &x));
     }
     CU_ASSERT_EQUAL(p->st[0].n_done, done0 + N);
     CU_ASSERT_EQUAL(p->st[0].n_err, 0);
@@ -275,7 +164,7 @@ static void run_loop(const char *provider, const char *domain, bool strict)
     char buf[2048];
     int ret;
 
-    ret = pair_open(&p, provider, domain, strict, &e);
+    ret = open_pair(&p, provider, domain, strict, &e);
     if (ret != 0) {
         fprintf(stderr, "\n    %s (%s, %s): %s\n", provider, domain, strict ? "strict" : "normal",
                 e.msg);
@@ -313,9 +202,9 @@ static void run_loop(const char *provider, const char *domain, bool strict)
         struct bytes x = {a, b + 100, 12};
         CU_ASSERT_EQUAL(
             ofccl__ep_writedata(p.ep[0], 1, a, 12, amr, &brk, 100, 0x1234abcdu, (void *)1, &e), 0);
-        CU_ASSERT_TRUE(wait_for(&p, reached, &c));
-        CU_ASSERT_TRUE(wait_for(&p, bytes_equal, &x));
-        spin(&p, 50 * 1000 * 1000);
+        CU_ASSERT_TRUE(wait_for(&p, 3, reached, &c));
+        CU_ASSERT_TRUE(wait_for(&p, 3, bytes_equal, &x));
+        spin(&p, 3, 50 * 1000 * 1000);
         CU_ASSERT_EQUAL(p.st[1].n_data, 1);
         CU_ASSERT_EQUAL(p.st[1].last_data, 0x1234abcdu);
         CU_ASSERT_EQUAL(p.st[0].n_err, 0);
@@ -331,8 +220,8 @@ static void run_loop(const char *provider, const char *domain, bool strict)
         CU_ASSERT_EQUAL(ofccl__ep_write(p.ep[0], 1, a + 1024, 256, caps->mr_local ? amr : NULL,
                                         &brk, 2048, (void *)2, &e),
                         0);
-        CU_ASSERT_TRUE(wait_for(&p, reached, &c));
-        CU_ASSERT_TRUE(wait_for(&p, bytes_equal, &x));
+        CU_ASSERT_TRUE(wait_for(&p, 3, reached, &c));
+        CU_ASSERT_TRUE(wait_for(&p, 3, bytes_equal, &x));
         CU_ASSERT_EQUAL(p.st[1].n_data, 1);
     }
 
@@ -341,8 +230,8 @@ static void run_loop(const char *provider, const char *domain, bool strict)
         struct counts c = {3, 2, 0};
         CU_ASSERT_EQUAL(ofccl__ep_writedata(p.ep[0], 1, NULL, 0, NULL, &brk, 0, 7, (void *)3, &e),
                         0);
-        CU_ASSERT_TRUE(wait_for(&p, reached, &c));
-        spin(&p, 20 * 1000 * 1000);
+        CU_ASSERT_TRUE(wait_for(&p, 3, reached, &c));
+        spin(&p, 3, 20 * 1000 * 1000);
         CU_ASSERT_EQUAL(p.st[1].n_data, 2);
         CU_ASSERT_EQUAL(p.st[1].last_data, 7);
     }
@@ -353,7 +242,7 @@ static void run_loop(const char *provider, const char *domain, bool strict)
         CU_ASSERT_EQUAL(ofccl__ep_atomic_add(p.ep[0], 1, 5, &crk, 8, (void *)4, &e), 0);
         CU_ASSERT_EQUAL(ofccl__ep_atomic_add(p.ep[0], 1, 7, &crk, 8, (void *)5, &e), 0);
         CU_ASSERT_EQUAL(ofccl__ep_atomic_add(p.ep[0], 1, 11, &crk, 8, (void *)6, &e), 0);
-        CU_ASSERT_TRUE(wait_for(&p, reached, &c));
+        CU_ASSERT_TRUE(wait_for(&p, 3, reached, &c));
         CU_ASSERT_EQUAL(ctr[1], 23);
         CU_ASSERT_EQUAL(ctr[0], 0);
         CU_ASSERT_EQUAL(ctr[2], 0);
@@ -371,7 +260,7 @@ static void run_loop(const char *provider, const char *domain, bool strict)
         struct counts c = {p.st[0].n_done + 1, 0, 0};
         CU_ASSERT_EQUAL(
             ofccl__ep_write_dc(p.ep[0], 1, a + 3072, 64, amr, &brk, 3072, (void *)7, &e), 0);
-        CU_ASSERT_TRUE(wait_for(&p, reached, &c));
+        CU_ASSERT_TRUE(wait_for(&p, 3, reached, &c));
         CU_ASSERT_EQUAL(memcmp(a + 3072, b + 3072, 64), 0);
     }
 
@@ -461,7 +350,7 @@ static void test_write_dc_fallback(void)
     ofccl__rkey_t brk;
 
     CU_ASSERT_FATAL(a && b);
-    CU_ASSERT_EQUAL_FATAL(pair_open(&p, "shm", "", true, &e), 0);
+    CU_ASSERT_EQUAL_FATAL(open_pair(&p, "shm", "", true, &e), 0);
     ((ofccl__prov_caps_t *)ofccl__prov_caps(p.prov))->delivery_complete = false;
     CU_ASSERT_EQUAL_FATAL(ofccl__mr_reg(p.ep[0], a, REGION, OFCCL__ACC_LOCAL, &amr, &e), 0);
     /* The fencing read needs remote read access to the target region. */
@@ -473,7 +362,7 @@ static void test_write_dc_fallback(void)
         struct counts c = {round + 1, 0, 0};
         memset(a, 0x31 + round, 512);
         CU_ASSERT_EQUAL(ofccl__ep_write_dc(p.ep[0], 1, a, 512, amr, &brk, 1024, (void *)8, &e), 0);
-        CU_ASSERT_TRUE(wait_for(&p, reached, &c));
+        CU_ASSERT_TRUE(wait_for(&p, 3, reached, &c));
         CU_ASSERT_EQUAL(memcmp(a, b + 1024, 512), 0);
     }
     CU_ASSERT_EQUAL(p.st[0].n_done, 3);
