@@ -239,7 +239,6 @@ int ofccl__lx_prov_open(ofccl__prov_t *prov, const ofccl__prov_params_t *params,
     c->max_msg_size = (size_t)1 << 40;
     c->quirks = c->quirk_row >= 0 ? ofccl__quirks[c->quirk_row].flags : 0;
     prov->local = true;
-    prov->fetch_atomic_ok = true;
     return 0;
 }
 

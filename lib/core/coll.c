@@ -823,28 +823,20 @@ static int req_progress(ofccl__req_t *r, bool check_clock)
     }
     /* Deadlines are seconds and a dead peer is polled per millisecond: a
      * clock read on every pass of a spinning wait would be most of its cost. */
-    if (!check_clock && r->status == 0)
-        return 0;
-    if (r->status == 0) {
+    if (check_clock && r->status == 0) {
         int pid, gone = ofccl__ep_peer_gone(comm->ep, &pid);
-        if (gone >= 0) {
-            /* Its writes, if any, were read above: what is still missing will never come. */
-            char who[256];
+        /* A gone peer's writes, if any, were read above: what is still
+         * missing will never come, so it fails now rather than at the deadline. */
+        if (gone >= 0 || ofccl__coarse_ns() > r->deadline_ns) {
+            char cause[64] = "", who[256];
+            if (gone >= 0)
+                snprintf(cause, sizeof(cause), "rank %d (pid %d) has exited; ", gone, pid);
             waiting_for(r, who, sizeof(who));
-            ofccl__coll_fail(r, OFCCL_ERR_REMOTE_ERROR,
-                             "rank %d (pid %d) has exited; not complete after %llu ms, waiting "
-                             "for %s",
-                             gone, pid,
+            ofccl__coll_fail(r, gone >= 0 ? OFCCL_ERR_REMOTE_ERROR : OFCCL_ERR_TIMEOUT,
+                             "%snot complete after %llu ms; waiting for %s", cause,
                              (unsigned long long)((ofccl__now_ns() - r->start_ns) / 1000000), who);
             dump_history(r);
         }
-    }
-    if (r->status == 0 && ofccl__coarse_ns() > r->deadline_ns) {
-        char who[256];
-        waiting_for(r, who, sizeof(who));
-        ofccl__coll_fail(r, OFCCL_ERR_TIMEOUT, "not complete after %llu ms; waiting for %s",
-                         (unsigned long long)((ofccl__now_ns() - r->start_ns) / 1000000), who);
-        dump_history(r);
     }
     /* A failed request completes once its own ops are back (or the comm is dead). */
     if (r->status != 0 && (r->ops_out == 0 || comm->sticky))
