@@ -311,14 +311,27 @@ int ofccl__ep_peer_gone(ofccl__ep_t *ep, int *pid)
     return peer;
 }
 
+int ofccl__ep_peer_map(ofccl__ep_t *ep, int peer, const ofccl__rkey_t *rk, uint64_t roff,
+                       size_t len, void **ptr, ofccl__err_t *e)
+{
+    *ptr = NULL;
+    if (ep->lx == NULL || !ep->prov->caps.peer_map)
+        return ofccl__fail(ep->prov->log, OFCCL__SUB_PROV, e, OFCCL_ERR_NOT_SUPPORTED,
+                           "rank %d: %s cannot map peer %d's memory here (no peer_map capability)",
+                           ep->params.rank, ep->prov->caps.name, peer);
+    if (peer < 0 || peer >= ep->params.size || rk == NULL)
+        return ofccl__fail(ep->prov->log, OFCCL__SUB_PROV, e, OFCCL_ERR_INVALID_ARG,
+                           "rank %d: mapping peer %d's memory: no such peer or no key",
+                           ep->params.rank, peer);
+    pthread_mutex_lock(&ep->lock);
+    int rc = ofccl__lx_peer_map(ep, peer, rk, roff, len, ptr, e);
+    pthread_mutex_unlock(&ep->lock);
+    return rc;
+}
+
 unsigned ofccl__ep_pending(const ofccl__ep_t *ep)
 {
-    unsigned n;
-
-    pthread_mutex_lock((pthread_mutex_t *)&ep->lock);
-    n = ep->pending;
-    pthread_mutex_unlock((pthread_mutex_t *)&ep->lock);
-    return n;
+    return atomic_load_explicit(&ep->pending, memory_order_relaxed);
 }
 
 const ofccl__prov_caps_t *ofccl__ep_caps(const ofccl__ep_t *ep)

@@ -99,6 +99,7 @@ struct lx_peer {
     struct lx_seg *seg; /* the peer's segment (our own for ourselves) */
     size_t seg_len;
     struct lx_map *maps; /* [LX_REGIONS] */
+    uint64_t head_seen;  /* our ring's head in the peer's segment, as last read */
 };
 
 /* A finished op waiting for cq_read: err = 0, or an FI_E* code. */
@@ -109,7 +110,7 @@ struct lx_comp {
     int what;   /* enum lx_what: which step failed, for the message */
 };
 
-enum lx_what { W_KEY, W_ACCESS, W_BOUNDS, W_MAP, W_CMA, W_ATOMIC_CMA, W_KIND };
+enum lx_what { W_KEY, W_ACCESS, W_BOUNDS, W_MAP, W_CMA, W_ATOMIC_CMA, W_NOT_SHARED, W_KIND };
 
 struct ofccl__lx {
     int fd;
@@ -237,6 +238,7 @@ int ofccl__lx_prov_open(ofccl__prov_t *prov, const ofccl__prov_params_t *params,
     c->max_order_waw_size = c->max_order_raw_size = c->max_order_war_size = SIZE_MAX;
     c->inject_size = SIZE_MAX;
     c->max_msg_size = (size_t)1 << 40;
+    c->peer_map = true;
     c->quirks = c->quirk_row >= 0 ? ofccl__quirks[c->quirk_row].flags : 0;
     prov->local = true;
     return 0;
@@ -642,12 +644,19 @@ ssize_t ofccl__lx_post(ofccl__ep_t *ep, struct ofccl__op *op)
     char *dst;
 
     switch (op->kind) {
-    case OFCCL__OP_WRITEDATA:
-        ring = seg_ring(lx->peers[op->peer].seg, ep->params.rank);
+    case OFCCL__OP_WRITEDATA: {
+        struct lx_peer *p = &lx->peers[op->peer];
+        ring = seg_ring(p->seg, ep->params.rank);
         tail = atomic_load_explicit(&ring->tail, memory_order_relaxed);
-        if (tail - atomic_load_explicit(&ring->head, memory_order_acquire) >= LX_RING)
-            return -FI_EAGAIN; /* the target has not drained its ring yet */
+        /* The head the target moves is read only when the ring looks full:
+         * reading it on every post would pull its cache line over each time. */
+        if (tail - p->head_seen >= LX_RING) {
+            p->head_seen = atomic_load_explicit(&ring->head, memory_order_acquire);
+            if (tail - p->head_seen >= LX_RING)
+                return -FI_EAGAIN; /* the target has not drained its ring yet */
+        }
         break;
+    }
     case OFCCL__OP_WRITE:
     case OFCCL__OP_WRITE_DC:
     case OFCCL__OP_WRITE_STAGE:
@@ -718,6 +727,8 @@ ssize_t ofccl__lx_cq_read(ofccl__ep_t *ep, struct fi_cq_data_entry *ents, size_t
          * the ring can hold; the engine validates every entry it is given. */
         if (tail - head > LX_RING)
             tail = head + LX_RING;
+        if (head == tail)
+            continue; /* no store: the line stays shared with the writer */
         for (; head != tail && count < n; head++, count++) {
             memset(&ents[count], 0, sizeof(ents[count]));
             ents[count].flags = FI_REMOTE_CQ_DATA | FI_REMOTE_WRITE;
@@ -727,6 +738,17 @@ ssize_t ofccl__lx_cq_read(ofccl__ep_t *ep, struct fi_cq_data_entry *ents, size_t
     }
     lx->next_src = size > 0 ? (lx->next_src + 1) % size : 0;
     return count > 0 ? (ssize_t)count : -FI_EAGAIN;
+}
+
+bool ofccl__lx_rings_empty(const ofccl__ep_t *ep)
+{
+    for (int src = 0; src < ep->params.size; src++) {
+        struct lx_ring *ring = seg_ring(ep->lx->seg, src);
+        if (atomic_load_explicit(&ring->tail, memory_order_acquire) !=
+            atomic_load_explicit(&ring->head, memory_order_relaxed))
+            return false;
+    }
+    return true;
 }
 
 ssize_t ofccl__lx_cq_readerr(ofccl__ep_t *ep, struct fi_cq_err_entry *err)
@@ -775,6 +797,9 @@ const char *ofccl__lx_strerror(const struct fi_cq_err_entry *err, char *buf, siz
     case W_ATOMIC_CMA:
         snprintf(buf, len, "atomics need a region in ofccl shared memory at the target");
         break;
+    case W_NOT_SHARED:
+        snprintf(buf, len, "the target's region is not in ofccl shared memory");
+        break;
     default:
         snprintf(buf, len, "operation not supported by the local provider");
         break;
@@ -817,6 +842,33 @@ int ofccl__lx_peer_gone(ofccl__ep_t *ep)
         }
     }
     return -1;
+}
+
+int ofccl__lx_peer_map(ofccl__ep_t *ep, int peer, const ofccl__rkey_t *rk, uint64_t roff,
+                       size_t len, void **ptr, ofccl__err_t *e)
+{
+    struct ofccl__op op = {.peer = peer, .key = rk->key, .raddr = rk->base + roff, .len = len};
+    struct fi_cq_err_entry err = {0};
+    int what = W_KIND, perrno = 0, rc;
+    uint64_t cma;
+    char *dst, why[160];
+
+    *ptr = NULL;
+    if (roff > rk->len || len > rk->len - roff)
+        rc = fail_at(&what, W_BOUNDS, FI_EREMOTEIO);
+    else
+        rc = resolve(ep, &op, OFCCL__ACC_REMOTE_WRITE, &dst, &cma, &what, &perrno);
+    if (rc == 0 && dst == NULL) /* not in shared memory: only process_vm_writev reaches it */
+        rc = fail_at(&what, W_NOT_SHARED, FI_EOPNOTSUPP);
+    if (rc != 0) {
+        err.prov_errno = what;
+        err.olen = (size_t)perrno;
+        return ofccl__fail(ep->prov->log, OFCCL__SUB_PROV, e, OFCCL_ERR_REMOTE_ERROR,
+                           "rank %d: mapping %zu bytes of peer %d's region: %s", ep->params.rank,
+                           len, peer, ofccl__lx_strerror(&err, why, sizeof(why)));
+    }
+    *ptr = dst;
+    return 0;
 }
 
 int ofccl__lx_peer_pid(const ofccl__ep_t *ep, int peer)

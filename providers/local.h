@@ -32,12 +32,17 @@ ssize_t ofccl__lx_post(ofccl__ep_t *ep, struct ofccl__op *op);
 /* fi_cq_read / fi_cq_readerr / fi_cq_strerror over the local completion
  * queue and the rings peers write CQ data into (caller holds ep->lock). */
 ssize_t ofccl__lx_cq_read(ofccl__ep_t *ep, struct fi_cq_data_entry *ents, size_t n);
+/* True when no peer has CQ data waiting in our rings (no lock needed). */
+bool ofccl__lx_rings_empty(const ofccl__ep_t *ep);
 ssize_t ofccl__lx_cq_readerr(ofccl__ep_t *ep, struct fi_cq_err_entry *err);
 const char *ofccl__lx_strerror(const struct fi_cq_err_entry *err, char *buf, size_t len);
 /* Lowest rank whose process has exited (pidfd), -1 if none; polls at most
  * once per millisecond. */
 int ofccl__lx_peer_gone(ofccl__ep_t *ep);
 int ofccl__lx_peer_pid(const ofccl__ep_t *ep, int peer);
+/* ofccl__ep_peer_map for the local provider (caller holds ep->lock). */
+int ofccl__lx_peer_map(ofccl__ep_t *ep, int peer, const ofccl__rkey_t *rk, uint64_t roff,
+                       size_t len, void **ptr, ofccl__err_t *e);
 /* Shared memory for windows peers write into; see ofccl__prov_mem_alloc. */
 void *ofccl__lx_mem_alloc(size_t len);
 /* False when `ptr` was not allocated by ofccl__lx_mem_alloc (nothing freed). */

@@ -144,7 +144,7 @@ static void op_free(ofccl__ep_t *ep, struct ofccl__op *op)
     op->op_ctx = NULL;
     op->next = ep->free_ops;
     ep->free_ops = op;
-    ep->pending--;
+    atomic_fetch_sub_explicit(&ep->pending, 1, memory_order_relaxed);
 }
 
 /* Integer compares: op_context may be NULL or any pointer the provider chose. */
@@ -257,7 +257,7 @@ static int submit(ofccl__ep_t *ep, const struct ofccl__op *tmpl, void *op_ctx, o
     op->kind = tmpl->kind;
     op->operand = tmpl->operand;
     op->result = 0;
-    ep->pending++;
+    atomic_fetch_add_explicit(&ep->pending, 1, memory_order_relaxed);
     /* Behind queued ops, a new one waits its turn: posting order is kept. */
     if (ep->rq_head != NULL) {
         rq_push(ep, op);
@@ -667,6 +667,11 @@ int ofccl__ep_progress(ofccl__ep_t *ep, const ofccl__ep_handlers_t *h, int max, 
                            "ofccl__ep_progress: bad arguments (max %d)", max);
     /* Reading the CQ first frees descriptors and, on rxm, advances the
      * connection set-up that made the queued ops return EAGAIN. */
+    /* Local and idle (no op of ours outstanding, no CQ data from any peer):
+     * nothing to deliver, and no lock taken to find that out. */
+    if (ep->lx != NULL && atomic_load_explicit(&ep->pending, memory_order_relaxed) == 0 &&
+        ofccl__lx_rings_empty(ep))
+        return 0;
     done = drain_cq(ep, h, max, e);
     if (done < 0)
         return done;

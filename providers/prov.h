@@ -46,6 +46,7 @@ typedef struct ofccl__prov_caps {
     size_t max_order_waw_size, max_order_raw_size, max_order_war_size;
     size_t inject_size;
     size_t max_msg_size;
+    bool peer_map;   /* peers' registered memory can be mapped here (ofccl__ep_peer_map) */
     unsigned quirks; /* OFCCL__Q_* flags of the row, as applied */
 } ofccl__prov_caps_t;
 
@@ -237,6 +238,15 @@ int ofccl__ep_progress(ofccl__ep_t *ep, const ofccl__ep_handlers_t *h, int max, 
  * peers as op errors or not at all, and always give -1 here. *pid gets the
  * peer's process id when known, else -1. */
 int ofccl__ep_peer_gone(ofccl__ep_t *ep, int *pid);
+/* Where bytes [roff, roff+len) of `peer`'s region `rk` are in this process,
+ * for plain loads and stores (caps.peer_map only: the local provider). The
+ * key, remote-write access and bounds are checked once, here; the pointer stays
+ * valid until this endpoint closes. A store through it is seen by the peer as
+ * a write is, with no completion and no CQ data: publish it with a C11
+ * release store the peer reads with acquire. OFCCL_ERR_NOT_SUPPORTED where
+ * caps.peer_map is false; OFCCL_ERR_REMOTE_ERROR for a bad key or range. */
+int ofccl__ep_peer_map(ofccl__ep_t *ep, int peer, const ofccl__rkey_t *rk, uint64_t roff,
+                       size_t len, void **ptr, ofccl__err_t *e);
 /* Ops accepted and not yet completed (posted + queued). */
 unsigned ofccl__ep_pending(const ofccl__ep_t *ep);
 const ofccl__prov_caps_t *ofccl__ep_caps(const ofccl__ep_t *ep);

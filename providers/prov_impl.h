@@ -103,8 +103,10 @@ struct ofccl__ep {
     struct ofccl__op *ops; /* params.ops_inflight descriptors, allocated once */
     struct ofccl__op *free_ops;
     struct ofccl__op *rq_head, *rq_tail; /* -FI_EAGAIN retry FIFO */
-    unsigned pending;                    /* accepted, not yet completed (not receives) */
-    struct fid_mr *ops_mr;               /* registration of `ops` when caps.mr_local */
+    /* accepted, not yet completed (not receives); changed under `lock`, atomic
+     * so that progress can see an idle endpoint without taking it */
+    atomic_uint pending;
+    struct fid_mr *ops_mr; /* registration of `ops` when caps.mr_local */
     void *ops_desc;
 
     struct ofccl__op *rx; /* params.rx_posted receive descriptors (rx_cq_data) */

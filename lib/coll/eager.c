@@ -17,6 +17,11 @@ int ofccl__eager_send(ofccl__req_t *r, size_t stride)
         int rc;
         if (r->sent[p])
             continue;
+        if (comm->peer_ctrl_at != NULL) {
+            ofccl__eager_store(r, p, (const char *)r->sendbuf + (size_t)p * stride);
+            r->sent[p]++;
+            continue;
+        }
         o = ofccl__eager_out(comm, r->slot, p);
         ofccl__eager_header(r, o);
         if (r->block)

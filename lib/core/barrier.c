@@ -27,7 +27,7 @@ static int ofccl_barrier_unlocked(ofccl_comm_t *comm)
         return 0;
     seq = ++comm->barrier_seq;
     start = ofccl__now_ns();
-    deadline = ofccl__comm_deadline(comm);
+    deadline = ofccl__comm_deadline(comm, start);
     for (int round = 0; (1 << round) < comm->size; round++) {
         int dist = 1 << round;
         int to = (comm->rank + dist) % comm->size;

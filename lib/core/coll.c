@@ -3,7 +3,6 @@
  * progress loop, completion, and the public test/wait/progress/free calls.
  */
 #include <math.h>
-#include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -96,7 +95,7 @@ int ofccl__eager_ok(const ofccl_comm_t *comm, const ofccl__algo_t *algo, int buc
 
 static void history(ofccl__req_t *r, int done);
 
-static const char *coll_name(int coll)
+const char *ofccl__coll_name(int coll)
 {
     return coll == OFCCL__AG ? "all-gather" : "reduce-scatter";
 }
@@ -111,7 +110,7 @@ int ofccl__coll_fail(ofccl__req_t *r, int code, const char *fmt, ...)
     va_end(ap);
     if (r->status == 0)
         r->status = code;
-    return ofccl__comm_fail(r->comm, code, "%s #%llu (%s): %s", coll_name(r->coll),
+    return ofccl__comm_fail(r->comm, code, "%s #%llu (%s): %s", ofccl__coll_name(r->coll),
                             (unsigned long long)r->seq, r->algo ? r->algo->name : "?", msg);
 }
 
@@ -252,11 +251,42 @@ static uint64_t fingerprint(const ofccl__req_t *r)
            scalar << 32;
 }
 
+/* Word 3 of an eager header (unused by descriptors' checks) marks the data as
+ * present: seq + 1, never what the slot's previous user (seq - 16) or fresh
+ * memory holds. On the mapped path it is stored last, with release. */
+#define EAGER_MARK 3
+
 void ofccl__eager_header(const ofccl__req_t *r, uint8_t *area)
 {
-    uint64_t h[OFCCL__DESC_WORDS] = {r->seq, r->fingerprint,         r->count, 0, 0, 0,
+    uint64_t h[OFCCL__DESC_WORDS] = {r->seq, r->fingerprint,         r->count, r->seq + 1, 0, 0,
                                      0,      (uint64_t)r->comm->rank};
     memcpy(area, h, sizeof(h));
+}
+
+void ofccl__eager_store(const ofccl__req_t *r, int p, const void *payload)
+{
+    const ofccl_comm_t *comm = r->comm;
+    _Atomic uint64_t *slot = comm->peer_ctrl_at[p] + eager_in_word(comm, r->seq, comm->rank);
+    uint64_t h[OFCCL__DESC_WORDS];
+
+    ofccl__eager_header(r, (uint8_t *)h);
+    for (int w = 0; w < OFCCL__DESC_WORDS; w++)
+        if (w != EAGER_MARK)
+            atomic_store_explicit(&slot[w], h[w], memory_order_relaxed);
+    if (r->block)
+        memcpy((void *)(slot + OFCCL__DESC_WORDS), payload, r->block);
+    /* memcpy may use non-temporal stores for large copies, which a release
+     * store does not order; eager slots are far below where it starts to. */
+    if (r->block >= ((size_t)64 << 10))
+        atomic_thread_fence(memory_order_seq_cst);
+    atomic_store_explicit(&slot[EAGER_MARK], h[EAGER_MARK], memory_order_release);
+}
+
+/* Mapped path: has `from`'s {header, data} for collective `seq` been stored here? */
+bool ofccl__eager_marked(const ofccl_comm_t *comm, uint64_t seq, int from)
+{
+    return atomic_load_explicit(&comm->ctrl[eager_in_word(comm, seq, from) + EAGER_MARK],
+                                memory_order_acquire) == seq + 1;
 }
 
 static int send_descriptors(ofccl__req_t *r)
@@ -475,10 +505,31 @@ int ofccl__eager_arrived(ofccl__req_t *r)
                                     "rank %d posted it on the descriptor path, rank %d on the "
                                     "eager one: the count (or OFCCL_EAGER_BYTES) differs",
                                     p, comm->rank);
+    if (comm->peer_ctrl_at != NULL) {
+        for (int p = 0; p < comm->size; p++)
+            if (p != comm->rank && !ofccl__eager_marked(comm, r->seq, p))
+                return 0;
+        return 1;
+    }
     if (cs->eager_cnt[r->seq % OFCCL__EAGER_RING] < r->units_in)
         return 0;
     cs->eager_cnt[r->seq % OFCCL__EAGER_RING] = 0; /* consumed: the slot may be reused */
     return 1;
+}
+
+/* A rank that sent collective `seq` eagerly (to a request on the descriptor
+ * path: a mismatch), or -1. */
+static int eager_sender(const ofccl_comm_t *comm, uint64_t seq)
+{
+    if (comm->peer_ctrl_at != NULL) {
+        for (int p = 0; p < comm->size; p++)
+            if (p != comm->rank && ofccl__eager_marked(comm, seq, p))
+                return p;
+        return -1;
+    }
+    return comm->coll->eager_cnt[seq % OFCCL__EAGER_RING] > 0
+               ? comm->coll->eager_from[seq % OFCCL__EAGER_RING]
+               : -1;
 }
 
 static void on_desc_signal(void *arg, uint32_t payload)
@@ -605,12 +656,12 @@ int ofccl__coll_begin(ofccl_comm_t *comm, int coll, ofccl__req_t **out)
     if (ofccl__comm_usable(comm))
         return ofccl__comm_fail(comm, comm->sticky,
                                 "%s: communicator unusable after an earlier error (%s)",
-                                coll_name(coll), ofccl_strerror(comm->sticky));
+                                ofccl__coll_name(coll), ofccl_strerror(comm->sticky));
     if (r->state != OFCCL__REQ_FREE)
         return ofccl__comm_fail(comm, OFCCL_ERR_AGAIN,
                                 "%s: %d collectives already outstanding (request of #%llu not "
                                 "freed); complete and free one first",
-                                coll_name(coll), OFCCL__SLOTS, (unsigned long long)r->seq);
+                                ofccl__coll_name(coll), OFCCL__SLOTS, (unsigned long long)r->seq);
     req_reset(r);
     r->coll = coll;
     *out = r;
@@ -658,8 +709,10 @@ int ofccl__coll_start(ofccl__req_t *r)
                                           memory_order_acquire);
         r->seen[comm->size + p] = r->seen[p];
     }
-    r->start_ns = ofccl__now_ns();
-    r->deadline_ns = ofccl__comm_deadline(comm);
+    /* Deadlines are seconds and the history reports milliseconds: the coarse
+     * clock (a memory read) is precise enough and costs no timer read. */
+    r->start_ns = ofccl__coarse_ns();
+    r->deadline_ns = ofccl__comm_deadline(comm, r->start_ns);
     r->state = OFCCL__REQ_ACTIVE;
     history(r, 0);
     comm->coll->all_pairs[r->seq % OFCCL__SLOTS] = r->algo->id != OFCCL__ALGO_RING;
@@ -680,7 +733,7 @@ int ofccl__coll_start(ofccl__req_t *r)
         return rc;
     OFCCL__DEBUG(&comm->ctx->log, OFCCL__SUB_COLL,
                  "%s #%llu posted: %s, %zu bytes per rank, %u chunks of %zu, depth %u",
-                 coll_name(r->coll), (unsigned long long)r->seq, r->algo->name, r->block,
+                 ofccl__coll_name(r->coll), (unsigned long long)r->seq, r->algo->name, r->block,
                  r->nchunks, r->chunk, r->depth);
     return 0;
 }
@@ -721,7 +774,7 @@ static void history(ofccl__req_t *r, int done)
     else if (h->seq == r->seq) {
         h->status = r->status;
         h->done = 1;
-        h->end_ns = ofccl__now_ns();
+        h->end_ns = ofccl__coarse_ns();
     }
 }
 
@@ -729,7 +782,7 @@ static void dump_history(const ofccl__req_t *stuck)
 {
     const ofccl_comm_t *comm = stuck->comm;
     const ofccl__log_t *lg = &comm->ctx->log;
-    uint64_t now = ofccl__now_ns();
+    uint64_t now = ofccl__coarse_ns();
 
     OFCCL__WARN(lg, OFCCL__SUB_COLL, "communicator %u: last collectives (oldest first):", comm->id);
     for (uint64_t k = 0; k < OFCCL__HISTORY; k++) {
@@ -737,7 +790,7 @@ static void dump_history(const ofccl__req_t *stuck)
         if (h->start_ns == 0 || h->seq > stuck->seq)
             continue;
         OFCCL__WARN(lg, OFCCL__SUB_COLL, "  #%llu %s (%s) %zu B/rank: %s after %.1f ms",
-                    (unsigned long long)h->seq, coll_name(h->coll),
+                    (unsigned long long)h->seq, ofccl__coll_name(h->coll),
                     h->algo == OFCCL__ALGO_RING ? "ring" : "direct", h->block,
                     !h->done    ? "running"
                     : h->status ? ofccl_strerror(h->status)
@@ -795,12 +848,14 @@ static int req_progress(ofccl__req_t *r, bool check_clock)
         return 0;
     if (r->status == 0 && comm->sticky)
         r->status = comm->sticky;
-    if (r->status == 0 && r->algo->id != OFCCL__ALGO_EAGER &&
-        comm->coll->eager_cnt[r->seq % OFCCL__EAGER_RING] > 0)
-        ofccl__coll_fail(r, OFCCL_ERR_MISMATCH,
-                         "rank %d posted it on the eager path, rank %d on the descriptor one: the "
-                         "count (or OFCCL_EAGER_BYTES) differs",
-                         comm->coll->eager_from[r->seq % OFCCL__EAGER_RING], comm->rank);
+    if (r->status == 0 && r->algo->id != OFCCL__ALGO_EAGER && comm->size > 1) {
+        int from = eager_sender(comm, r->seq);
+        if (from >= 0)
+            ofccl__coll_fail(r, OFCCL_ERR_MISMATCH,
+                             "rank %d posted it on the eager path, rank %d on the descriptor one: "
+                             "the count (or OFCCL_EAGER_BYTES) differs",
+                             from, comm->rank);
+    }
     if (r->status == 0) {
         rc = send_descriptors(r);
         if (rc == 0)
@@ -834,7 +889,8 @@ static int req_progress(ofccl__req_t *r, bool check_clock)
             waiting_for(r, who, sizeof(who));
             ofccl__coll_fail(r, gone >= 0 ? OFCCL_ERR_REMOTE_ERROR : OFCCL_ERR_TIMEOUT,
                              "%snot complete after %llu ms; waiting for %s", cause,
-                             (unsigned long long)((ofccl__now_ns() - r->start_ns) / 1000000), who);
+                             (unsigned long long)((ofccl__coarse_ns() - r->start_ns) / 1000000),
+                             who);
             dump_history(r);
         }
     }
@@ -851,88 +907,4 @@ int ofccl__coll_progress(ofccl_comm_t *comm, bool check_clock)
     for (int s = 0; s < OFCCL__SLOTS; s++)
         req_progress(&comm->coll->reqs[s], check_clock);
     return rc;
-}
-
-/* ---- public ---- */
-static int ofccl_progress_unlocked(ofccl_ctx_t *ctx)
-{
-    int first = 0;
-
-    if (ctx == NULL)
-        return OFCCL_ERR_INVALID_ARG;
-    for (ofccl_comm_t *c = ctx->comms; c != NULL; c = c->next) {
-        int rc = ofccl__coll_progress(c, true);
-        if (rc && first == 0)
-            first = rc;
-    }
-    return first;
-}
-
-static int ofccl_test_unlocked(ofccl_req_t *req, int *done)
-{
-    if (req == NULL || done == NULL || req->state == OFCCL__REQ_FREE)
-        return OFCCL_ERR_INVALID_ARG;
-    if (req->state == OFCCL__REQ_ACTIVE)
-        ofccl__coll_progress(req->comm, true);
-    *done = req->state == OFCCL__REQ_DONE;
-    return *done ? req->status : 0;
-}
-
-int ofccl_wait(ofccl_req_t *req)
-{
-    if (req == NULL || req->state == OFCCL__REQ_FREE)
-        return OFCCL_ERR_INVALID_ARG;
-    /* Bounded: every request carries a deadline that progress enforces. One
-     * pass per lock hold, so a progress thread can interleave. */
-    uint64_t t0 = ofccl__now_ns();
-
-    for (unsigned spins = 1;; spins++) {
-        int state, status;
-        ofccl__ctx_lock(req->comm->ctx);
-        if (req->state == OFCCL__REQ_ACTIVE)
-            ofccl__coll_progress(req->comm, spins % 64 == 0);
-        state = req->state;
-        status = req->status;
-        ofccl__ctx_unlock(req->comm->ctx);
-        if (state != OFCCL__REQ_ACTIVE)
-            return status;
-        /* With more ranks than cores, a spinning waiter starves the peer it
-         * waits for. Past 50 us (longer than any small collective takes on a
-         * free core), yield now and then. */
-        if (spins % 32 == 0 && ofccl__now_ns() - t0 > 50000)
-            sched_yield();
-    }
-}
-
-static int ofccl_req_free_unlocked(ofccl_req_t *req)
-{
-    if (req == NULL || req->state == OFCCL__REQ_FREE)
-        return OFCCL_ERR_INVALID_ARG;
-    if (req->state == OFCCL__REQ_ACTIVE)
-        return ofccl__comm_fail(req->comm, OFCCL_ERR_BUSY,
-                                "ofccl_req_free: %s #%llu is still running; wait for it first",
-                                coll_name(req->coll), (unsigned long long)req->seq);
-    req->state = OFCCL__REQ_FREE;
-    return 0;
-}
-
-/* Public entry points: the same calls under the context lock (progress.c). */
-int ofccl_progress(ofccl_ctx_t *ctx)
-{
-    OFCCL__CHECK_HANDLE(ctx);
-    OFCCL__LOCKED(ctx, ofccl_progress_unlocked(ctx));
-}
-
-int ofccl_test(ofccl_req_t *req, int *done)
-{
-    if (req == NULL)
-        return OFCCL_ERR_INVALID_ARG;
-    OFCCL__LOCKED(req->comm->ctx, ofccl_test_unlocked(req, done));
-}
-
-int ofccl_req_free(ofccl_req_t *req)
-{
-    if (req == NULL)
-        return OFCCL_ERR_INVALID_ARG;
-    OFCCL__LOCKED(req->comm->ctx, ofccl_req_free_unlocked(req));
 }

@@ -182,7 +182,10 @@ extern const ofccl__algo_t ofccl__ag_eager, ofccl__rs_eager;
  * region at slot (s % 16, w). Safe without credits: w posts s only after its
  * own s-8 completed, which (s-8 being all-pairs) needed r's data for s-8, so r
  * had posted s-8 and thus finished s-16, the slot's previous user. Hence eager
- * only when s-8 was all-pairs too; every rank decides the same way. */
+ * only when s-8 was all-pairs too; every rank decides the same way.
+ * Where the provider maps peers' memory (caps.peer_map), w stores the slot
+ * itself, header word 3 (seq + 1, the mark) last with release, and r polls the
+ * mark: no op, no CQ data. Otherwise it is one write with CQ data. */
 int ofccl__eager_ok(const ofccl_comm_t *comm, const ofccl__algo_t *algo, int bucket, size_t block);
 /* Our outgoing {header, payload} area for request slot `slot` and peer `p`. */
 uint8_t *ofccl__eager_out(const ofccl_comm_t *comm, unsigned slot, int p);
@@ -192,6 +195,9 @@ const uint8_t *ofccl__eager_in(const ofccl_comm_t *comm, uint64_t seq, int from)
 uint64_t ofccl__eager_in_offset(const ofccl_comm_t *comm, uint64_t seq, int from);
 /* Write the header that travels with eager data. */
 void ofccl__eager_header(const ofccl__req_t *r, uint8_t *area);
+/* Mapped path (comm->peer_ctrl_at): store {header, r->block bytes of payload}
+ * straight into peer p's incoming slot, the header's mark last (release). */
+void ofccl__eager_store(const ofccl__req_t *r, int p, const void *payload);
 /* lib/coll/eager.c: send {header, payload} to every peer (peer p's payload at
  * sendbuf + p * stride); 1 when all are posted, 0 when some must wait, <0 on
  * error. Then, once all have arrived, check every writer's header. */
@@ -200,6 +206,11 @@ int ofccl__eager_land(ofccl__req_t *r);
 /* Eager request r: 1 when every peer's {header, data} is in (0 otherwise), or an
  * error when a peer took the descriptor path for the same collective. */
 int ofccl__eager_arrived(ofccl__req_t *r);
+/* Mapped path: has `from`'s {header, data} for collective `seq` been stored
+ * here? An acquire load of the mark: safe without the context lock. */
+bool ofccl__eager_marked(const ofccl_comm_t *comm, uint64_t seq, int from);
+/* "all-gather" or "reduce-scatter", for messages. */
+const char *ofccl__coll_name(int coll);
 /* Choose an algorithm by OFCCL_ALGO_* and the selector (size, rank count). */
 const ofccl__algo_t *ofccl__algo_select(const ofccl_comm_t *comm, int coll, size_t block_bytes);
 

@@ -177,6 +177,28 @@ static void on_remote_data(void *arg, uint64_t data)
     }
 }
 
+/* Map every peer's control region (caps.peer_map): eager collectives then store
+ * {header, data} into it directly, no op, completion or CQ data on the way. All
+ * or nothing, so every rank of the communicator takes the same path. */
+static int map_peer_ctrl(ofccl_comm_t *comm)
+{
+    comm->peer_ctrl_at = calloc((size_t)comm->size, sizeof(*comm->peer_ctrl_at));
+    if (comm->peer_ctrl_at == NULL)
+        return ofccl__comm_fail(comm, OFCCL_ERR_NO_MEMORY, "comm setup: no memory");
+    for (int p = 0; p < comm->size; p++) {
+        void *at;
+        int rc = ofccl__ep_peer_map(comm->ep, p, &comm->peer_ctrl[p], 0, comm->peer_ctrl[p].len,
+                                    &at, &comm->err);
+        if (rc)
+            return ofccl__comm_fail(comm, rc, "comm setup: %s", comm->err.msg);
+        comm->peer_ctrl_at[p] = at;
+    }
+    OFCCL__DEBUG(&comm->ctx->log, OFCCL__SUB_CORE,
+                 "rank %d: eager collectives store into the %d peers' mapped control regions",
+                 comm->rank, comm->size - 1);
+    return 0;
+}
+
 static int comm_setup(ofccl_comm_t *comm)
 {
     ofccl_ctx_t *ctx = comm->ctx;
@@ -277,6 +299,8 @@ static int comm_setup(ofccl_comm_t *comm)
     rc = ofccl__boot_barrier(ctx->boot, &comm->err);
     if (rc)
         rc = ofccl__comm_fail(comm, rc, "%s", comm->err.msg);
+    if (rc == 0 && caps->peer_map && mine.eager > 0)
+        rc = map_peer_ctrl(comm);
 out:
     free(all);
     free(lens);
@@ -297,6 +321,7 @@ static void comm_free(ofccl_comm_t *comm)
         ofccl__ep_close(comm->ep);
     ofccl__prov_mem_free((void *)comm->ctrl);
     free(comm->peer_ctrl);
+    free(comm->peer_ctrl_at);
     free(comm);
 }
 
@@ -441,11 +466,11 @@ void ofccl__comm_set_sink(ofccl_comm_t *comm, unsigned kind, ofccl__sig_sink_fn 
     }
 }
 
-uint64_t ofccl__comm_deadline(const ofccl_comm_t *comm)
+uint64_t ofccl__comm_deadline(const ofccl_comm_t *comm, uint64_t now_ns)
 {
     uint64_t ms = comm->timeout_ms;
 
-    return ms == 0 ? UINT64_MAX : ofccl__now_ns() + ms * 1000000ull;
+    return ms == 0 ? UINT64_MAX : now_ns + ms * 1000000ull;
 }
 
 int ofccl__comm_usable(ofccl_comm_t *comm)

@@ -100,6 +100,9 @@ struct ofccl_comm {
     size_t ctrl_words;
     ofccl__mr_t *ctrl_mr;
     ofccl__rkey_t *peer_ctrl; /* [size] */
+    /* [size] where peers' control regions are mapped here (caps.peer_map), so
+     * eager data is stored straight into them; NULL: written through the ep. */
+    _Atomic uint64_t **peer_ctrl_at;
     int nwins;
 
     struct {
@@ -186,8 +189,8 @@ void ofccl__comm_set_sink(ofccl_comm_t *comm, unsigned kind, ofccl__sig_sink_fn 
  * progressing, bounded by the deadline. */
 int ofccl__comm_signal(ofccl_comm_t *comm, int peer, unsigned kind, uint32_t payload,
                        unsigned ctrl_word, uint64_t deadline_ns);
-/* Deadline for a blocking call started now (UINT64_MAX when OFCCL_TIMEOUT_MS = 0). */
-uint64_t ofccl__comm_deadline(const ofccl_comm_t *comm);
+/* Deadline for a call started at `now_ns` (UINT64_MAX when OFCCL_TIMEOUT_MS = 0). */
+uint64_t ofccl__comm_deadline(const ofccl_comm_t *comm, uint64_t now_ns);
 /* Wait until every op this communicator posted has completed. */
 int ofccl__comm_quiesce(ofccl_comm_t *comm, uint64_t deadline_ns, const char *what);
 /* The op context of ops whose completion needs no action. */

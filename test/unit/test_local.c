@@ -7,7 +7,8 @@
  * (process_vm_writev); what the target's registration table refuses (a
  * deregistered key, missing access, bytes outside the region, atomics outside
  * shared memory); the CQ-data ring filling up; names that are not this host's
- * local-provider names; strict mode; discovery. Every wait has a 10 s deadline.
+ * local-provider names; strict mode; discovery; mapping a peer's window
+ * for plain stores (peer_map) and what that refuses. Every wait has a 10 s deadline.
  */
 #include <fcntl.h>
 #include <stdbool.h>
@@ -297,6 +298,79 @@ static void test_plain_memory(void)
     pair_close(&p);
     free(buf);
     free(src);
+}
+
+/* ---- peer_map: stores straight into a peer's window ---- */
+
+static void test_peer_map(void)
+{
+    struct pair p;
+    ofccl__err_t e;
+    uint32_t *win, *plain = aligned_alloc(64, REGION);
+    ofccl__mr_t *wmr = NULL, *ro = NULL, *pmr = NULL;
+    ofccl__rkey_t wrk, bad;
+    void *at = NULL;
+
+    CU_ASSERT_FATAL(plain != NULL);
+    CU_ASSERT_EQUAL_FATAL(open_local_pair(&p, 32, &e), 0);
+    CU_ASSERT_TRUE(ofccl__prov_caps(p.prov)->peer_map);
+    win = ofccl__prov_mem_alloc(p.ep[1], REGION);
+    CU_ASSERT_FATAL(win != NULL);
+    memset(win, 0xee, REGION);
+    CU_ASSERT_EQUAL_FATAL(ofccl__mr_reg(p.ep[1], win, REGION, OFCCL__ACC_REMOTE_WRITE, &wmr, &e),
+                          0);
+    CU_ASSERT_EQUAL_FATAL(ofccl__mr_reg(p.ep[1], win, REGION, OFCCL__ACC_LOCAL, &ro, &e), 0);
+    CU_ASSERT_EQUAL_FATAL(ofccl__mr_reg(p.ep[1], plain, REGION, OFCCL__ACC_REMOTE_WRITE, &pmr, &e),
+                          0);
+    wrk = rkey_of(wmr);
+
+    /* A's stores through the mapping are B's memory: no op, no completion, no CQ data. */
+    CU_ASSERT_EQUAL_FATAL(ofccl__ep_peer_map(p.ep[0], 1, &wrk, 1024, 2048, &at, &e), 0);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(at);
+    for (int i = 0; i < 512; i++)
+        ((uint32_t *)at)[i] = pattern(i, 9);
+    CU_ASSERT_EQUAL(check_words(win, 256, 768, 9), 0);
+    CU_ASSERT_EQUAL(check_fill((uint8_t *)win, 0, 1024, 0xee), 0);
+    CU_ASSERT_EQUAL(check_fill((uint8_t *)win, 3072, REGION, 0xee), 0);
+    spin(&p, 3, 20 * 1000 * 1000);
+    CU_ASSERT_EQUAL(p.st[0].n_done + p.st[0].n_err + p.st[1].n_data, 0);
+    CU_ASSERT_EQUAL(ofccl__ep_pending(p.ep[0]), 0);
+
+    /* Refused, naming why: bytes beyond the region, no write access, a made-up
+     * key, memory only process_vm_writev reaches. Nothing is handed out. */
+    {
+        struct {
+            ofccl__rkey_t rk;
+            uint64_t off;
+            size_t len;
+            const char *why;
+        } cases[] = {
+            {wrk, 2048, 2049, "outside the target's region"},
+            {rkey_of(ro), 0, 64, "does not grant this access"},
+            {{wrk.base, wrk.key ^ (1ull << 40), wrk.len}, 0, 64, "not registered at the target"},
+            {rkey_of(pmr), 0, 64, "not in ofccl shared memory"},
+        };
+        for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+            at = (void *)1;
+            CU_ASSERT_EQUAL(
+                ofccl__ep_peer_map(p.ep[0], 1, &cases[k].rk, cases[k].off, cases[k].len, &at, &e),
+                OFCCL_ERR_REMOTE_ERROR);
+            printf("\n    refused: %s", e.msg);
+            CU_ASSERT_PTR_NULL(at);
+            CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, cases[k].why));
+            CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "peer 1"));
+        }
+        printf("\n");
+    }
+    bad = wrk;
+    CU_ASSERT_EQUAL(ofccl__ep_peer_map(p.ep[0], 2, &bad, 0, 64, &at, &e), OFCCL_ERR_INVALID_ARG);
+    CU_ASSERT_EQUAL(check_words(win, 256, 768, 9), 0);
+    CU_ASSERT_EQUAL(ofccl__mr_dereg(pmr), 0);
+    CU_ASSERT_EQUAL(ofccl__mr_dereg(ro), 0);
+    CU_ASSERT_EQUAL(ofccl__mr_dereg(wmr), 0);
+    ofccl__prov_mem_free(win);
+    pair_close(&p);
+    free(plain);
 }
 
 /* ---- what the target's registration table refuses ---- */
@@ -708,6 +782,7 @@ int main(void)
     static const cu_test_t tests[] = {
         {"shared windows: write, writedata, write_dc, atomics", test_shared_windows},
         {"malloc'd memory: process_vm_writev, no atomics", test_plain_memory},
+        {"peer_map: stores into a peer's window, refusals", test_peer_map},
         {"deregistered keys are refused", test_stale_key},
         {"access and bounds checked at the target", test_target_checks},
         {"more immediates than the ring holds", test_ring_full},

@@ -194,6 +194,14 @@ static void run_loop(const char *provider, const char *domain, bool strict)
     brk = rkey_of(bmr);
     crk = rkey_of(cmr);
     CU_ASSERT_EQUAL(bmr->base, caps->virt_addr ? (uint64_t)(uintptr_t)b : 0);
+    /* libfabric memory is reached through ops only: no mapping is handed out. */
+    {
+        void *at = (void *)1;
+        CU_ASSERT_FALSE(caps->peer_map);
+        CU_ASSERT_EQUAL(ofccl__ep_peer_map(p.ep[0], 1, &brk, 0, 64, &at, &e),
+                        OFCCL_ERR_NOT_SUPPORTED);
+        CU_ASSERT_PTR_NULL(at);
+    }
 
     /* writedata: bytes land and B sees exactly one immediate. */
     memcpy(a, "hello, world", 12);

@@ -1,0 +1,117 @@
+/*
+ * The public completion calls — ofccl_test, ofccl_wait, ofccl_progress,
+ * ofccl_req_free — over the engine in coll.c.
+ */
+#include <sched.h>
+
+#include "coll.h"
+#include "util.h"
+
+static int ofccl_progress_unlocked(ofccl_ctx_t *ctx)
+{
+    int first = 0;
+
+    if (ctx == NULL)
+        return OFCCL_ERR_INVALID_ARG;
+    for (ofccl_comm_t *c = ctx->comms; c != NULL; c = c->next) {
+        int rc = ofccl__coll_progress(c, true);
+        if (rc && first == 0)
+            first = rc;
+    }
+    return first;
+}
+
+static int ofccl_test_unlocked(ofccl_req_t *req, int *done)
+{
+    if (req == NULL || done == NULL || req->state == OFCCL__REQ_FREE)
+        return OFCCL_ERR_INVALID_ARG;
+    if (req->state == OFCCL__REQ_ACTIVE)
+        ofccl__coll_progress(req->comm, true);
+    *done = req->state == OFCCL__REQ_DONE;
+    return *done ? req->status : 0;
+}
+
+/* Without the lock: false only for a mapped eager request whose peers' data
+ * has not all been stored yet. Reads what was fixed when it was posted, and
+ * the marks, which are atomics. */
+static bool eager_landed(const ofccl__req_t *r)
+{
+    const ofccl_comm_t *comm = r->comm;
+
+    if (comm->peer_ctrl_at == NULL || r->algo->id != OFCCL__ALGO_EAGER)
+        return true;
+    for (int p = 0; p < comm->size; p++)
+        if (p != comm->rank && !ofccl__eager_marked(comm, r->seq, p))
+            return false;
+    return true;
+}
+
+int ofccl_wait(ofccl_req_t *req)
+{
+    if (req == NULL || req->state == OFCCL__REQ_FREE)
+        return OFCCL_ERR_INVALID_ARG;
+    /* Bounded: every request carries a deadline that progress enforces. One
+     * pass per lock hold, so a progress thread can interleave. */
+    uint64_t t0 = 0;
+
+    for (unsigned spins = 1;; spins++) {
+        /* Between full passes (the first, every 64th, and whenever the data
+         * is in), a mapped eager request is watched without the lock: the
+         * lock's atomics would stall on our own stores reaching the peer. */
+        if (spins == 1 || spins % 64 == 0 || eager_landed(req)) {
+            int state, status;
+            ofccl__ctx_lock(req->comm->ctx);
+            if (req->state == OFCCL__REQ_ACTIVE)
+                ofccl__coll_progress(req->comm, spins % 64 == 0);
+            state = req->state;
+            status = req->status;
+            ofccl__ctx_unlock(req->comm->ctx);
+            if (state != OFCCL__REQ_ACTIVE)
+                return status;
+        }
+        /* With more ranks than cores, a spinning waiter starves the peer it
+         * waits for. Past 50 us (longer than any small collective takes on a
+         * free core), yield now and then. The clock is first read after 256
+         * passes: a small collective is over before that. */
+        if (spins % 32 == 0) {
+            uint64_t now = ofccl__now_ns();
+            if (t0 == 0)
+                t0 = now;
+            else if (now - t0 > 50000)
+                sched_yield();
+        }
+    }
+}
+
+static int ofccl_req_free_unlocked(ofccl_req_t *req)
+{
+    if (req == NULL || req->state == OFCCL__REQ_FREE)
+        return OFCCL_ERR_INVALID_ARG;
+    if (req->state == OFCCL__REQ_ACTIVE)
+        return ofccl__comm_fail(req->comm, OFCCL_ERR_BUSY,
+                                "ofccl_req_free: %s #%llu is still running; wait for it first",
+                                ofccl__coll_name(req->coll), (unsigned long long)req->seq);
+    req->state = OFCCL__REQ_FREE;
+    return 0;
+}
+
+/* Public entry points: the same calls under the context lock (progress.c). */
+int ofccl_progress(ofccl_ctx_t *ctx)
+{
+    OFCCL__CHECK_HANDLE(ctx);
+    OFCCL__LOCKED(ctx, ofccl_progress_unlocked(ctx));
+}
+
+int ofccl_test(ofccl_req_t *req, int *done)
+{
+    if (req == NULL)
+        return OFCCL_ERR_INVALID_ARG;
+    OFCCL__LOCKED(req->comm->ctx, ofccl_test_unlocked(req, done));
+}
+
+int ofccl_req_free(ofccl_req_t *req)
+{
+    if (req == NULL)
+        return OFCCL_ERR_INVALID_ARG;
+    OFCCL__LOCKED(req->comm->ctx, ofccl_req_free_unlocked(req));
+}
