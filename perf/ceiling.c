@@ -5,13 +5,21 @@
  *     transfer that copies each byte once;
  *   - a two-input sum, out[i] = a[i] + b[i], in f32 and in bf16 (f32
  *     arithmetic, rounded to nearest even), rated in output bytes per second.
+ *   - memcpy on two cores at once (-2 cpu): the same copy, timed while a
+ *     forked twin pinned to the other cpu copies too (its own buffers, same
+ *     size, started together): what each core of a 2-rank collective can copy
+ *     when both copy, sharing the L3 and the memory bus. Reported per core.
  * The sums are this file's own loops (16-lane vectors, AVX-512 / AVX2 / SSE2
  * clones): an approximation of the library's reduction kernel, not the kernel
  * itself, which may be vectorised, blocked and dispatched differently.
  *
- *   ceiling [-b 8] [-e 64M] [-f 2] [-t ms per figure] [-p cpu] [-C out.csv]
+ *   ceiling [-b 8] [-e 64M] [-f 2] [-t ms per figure] [-p cpu] [-2 cpu] [-C out.csv]
  */
 #include <sched.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -103,15 +111,86 @@ static double measure(int kind, size_t bytes, double target_us)
     return (double)bytes * (double)reps / t / 1e3;
 }
 
+static void pin(int cpu)
+{
+    cpu_set_t set;
+
+    CPU_ZERO(&set);
+    CPU_SET(cpu, &set);
+    if (sched_setaffinity(0, sizeof(set), &set) != 0)
+        perror("sched_setaffinity");
+}
+
+/* What the two copiers share: a generation barrier and the twin's figures. */
+struct twin {
+    atomic_uint arrived, gen;
+    double rate[PERF_MAX_SIZES];
+};
+
+/* Both sides call it the same number of times; bounded by a 10 s spin. */
+static void twin_barrier(struct twin *t)
+{
+    unsigned g = atomic_load(&t->gen);
+    double end = perf_now_us() + 10e6;
+
+    if (atomic_fetch_add(&t->arrived, 1) == 1) {
+        atomic_store(&t->arrived, 0);
+        atomic_store(&t->gen, g + 1);
+        return;
+    }
+    while (atomic_load(&t->gen) == g && perf_now_us() < end)
+        sched_yield();
+}
+
+/* memcpy rate per size on this core while the twin copies on `cpu2`:
+ * rate[i] = the mean of the two cores' figures; false if the twin failed. */
+static bool measure_twin(const size_t *sizes, int n, int cpu2, double target_us, double *rate)
+{
+    struct twin *t =
+        mmap(NULL, sizeof(*t), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    int st = 0;
+    pid_t pid;
+
+    if (t == MAP_FAILED)
+        return false;
+    pid = fork();
+    if (pid < 0) {
+        munmap(t, sizeof(*t));
+        return false;
+    }
+    if (pid == 0)
+        pin(cpu2);
+    for (int i = 0; i < n; i++) {
+        twin_barrier(t);
+        double r = measure(0, sizes[i], target_us);
+        if (pid == 0)
+            t->rate[i] = r;
+        else
+            rate[i] = r;
+        twin_barrier(t);
+    }
+    if (pid == 0)
+        _exit(0);
+    if (waitpid(pid, &st, 0) != pid || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+        munmap(t, sizeof(*t));
+        return false;
+    }
+    for (int i = 0; i < n; i++)
+        rate[i] = (rate[i] + t->rate[i]) / 2;
+    munmap(t, sizeof(*t));
+    return true;
+}
+
 int main(int argc, char **argv)
 {
     size_t minb = 8, maxb = 64u << 20, sizes[PERF_MAX_SIZES];
     double factor = 2, target_ms = 20;
     const char *csv = NULL;
     FILE *f = NULL;
-    int c, cpu = -1, n;
+    int c, cpu = -1, cpu2 = -1, n;
+    double twin[PERF_MAX_SIZES] = {0};
 
-    while ((c = getopt(argc, argv, "b:e:f:t:p:C:h")) != -1) {
+    while ((c = getopt(argc, argv, "b:e:f:t:p:2:C:h")) != -1) {
         switch (c) {
         case 'b':
             minb = perf_parse_size(optarg);
@@ -128,12 +207,15 @@ int main(int argc, char **argv)
         case 'p':
             cpu = atoi(optarg);
             break;
+        case '2':
+            cpu2 = atoi(optarg);
+            break;
         case 'C':
             csv = optarg;
             break;
         default:
             fprintf(stderr, "usage: ceiling [-b min] [-e max] [-f factor] [-t ms] [-p cpu] "
-                            "[-C file.csv]\n");
+                            "[-2 cpu] [-C file.csv]\n");
             return 2;
         }
     }
@@ -141,13 +223,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "ceiling: bad size, factor or time\n");
         return 2;
     }
-    if (cpu >= 0) {
-        cpu_set_t set;
-        CPU_ZERO(&set);
-        CPU_SET(cpu, &set);
-        if (sched_setaffinity(0, sizeof(set), &set) != 0)
-            perror("sched_setaffinity");
-    }
+    if (cpu >= 0)
+        pin(cpu);
     if (posix_memalign((void **)&src, 4096, maxb + 64) ||
         posix_memalign((void **)&src2, 4096, maxb + 64) ||
         posix_memalign((void **)&dst, 4096, maxb + 64)) {
@@ -166,19 +243,25 @@ int main(int argc, char **argv)
         return 1;
     }
     if (f)
-        fputs("size,memcpy_GBps,sum_f32_GBps,sum_bf16_GBps\n", f);
+        fputs("size,memcpy_GBps,sum_f32_GBps,sum_bf16_GBps,memcpy_2core_GBps\n", f);
     printf("# one core%s; GB/s = 1e9 bytes/s (memcpy: bytes copied; sums: output bytes)\n"
            "# sums are 16-lane vector loops approximating ofccl's reduction kernel\n"
-           "# %12s %12s %12s %12s\n",
-           cpu >= 0 ? " (pinned)" : "", "size(B)", "memcpy", "sum_f32", "sum_bf16");
+           "# memcpy_2core: per core, with cpu %d copying the same size at the same time\n"
+           "# %12s %12s %12s %12s %12s\n",
+           cpu >= 0 ? " (pinned)" : "", cpu2, "size(B)", "memcpy", "sum_f32", "sum_bf16",
+           "memcpy_2core");
     n = perf_sweep(minb, maxb, factor, sizes);
+    if (cpu2 >= 0 && !measure_twin(sizes, n, cpu2, target_ms * 1e3, twin)) {
+        fprintf(stderr, "ceiling: the copy on cpu %d failed\n", cpu2);
+        return 1;
+    }
     for (int i = 0; i < n; i++) {
         double m = measure(0, sizes[i], target_ms * 1e3);
         double s32 = sizes[i] >= 4 ? measure(1, sizes[i], target_ms * 1e3) : 0;
         double s16 = sizes[i] >= 2 ? measure(2, sizes[i], target_ms * 1e3) : 0;
-        printf("  %12zu %12.3f %12.3f %12.3f\n", sizes[i], m, s32, s16);
+        printf("  %12zu %12.3f %12.3f %12.3f %12.3f\n", sizes[i], m, s32, s16, twin[i]);
         if (f)
-            fprintf(f, "%zu,%.4f,%.4f,%.4f\n", sizes[i], m, s32, s16);
+            fprintf(f, "%zu,%.4f,%.4f,%.4f,%.4f\n", sizes[i], m, s32, s16, twin[i]);
     }
     if (f && fclose(f) != 0)
         return 1;
