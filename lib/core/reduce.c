@@ -51,7 +51,8 @@
  * so gcc vectorises them even at -O2 (its "very cheap" cost model refuses
  * loops that need a scalar epilogue); the tail block runs the same code with
  * a runtime count. On x86-64 the kernels also exist for AVX2 and AVX-512,
- * chosen at run time (see red_table()).
+ * chosen at run time (see isa_best()), and on CPUs with AVX512-BF16 bf16 has
+ * a kernel of its own that rounds with vcvtne2ps2bf16 (reduce_bf16.c).
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -59,6 +60,7 @@
 #include <time.h>
 
 #include "reduce.h"
+#include "reduce_bf16.h"
 
 #define OFCCL__RED_BLOCK 512
 
@@ -330,28 +332,28 @@ OFCCL__ALWAYS_INLINE void block_d(int divide, void *dst, const void *const *srcs
 #undef OFCCL__SRC
 }
 
-/* Full blocks pass the constant OFCCL__RED_BLOCK as `n` (vectorised without an
- * epilogue); the tail passes the remainder. */
+/* Elements [start, end). Full blocks pass the constant OFCCL__RED_BLOCK as `n`
+ * (vectorised without an epilogue); the tail passes the remainder. */
 OFCCL__ALWAYS_INLINE void reduce_f(int t, int divide, void *dst, const void *const *srcs, int nsrc,
-                                   size_t count, float c, float div)
+                                   size_t start, size_t end, float c, float div)
 {
-    size_t off = 0;
+    size_t off = start;
 
-    for (; count - off >= OFCCL__RED_BLOCK; off += OFCCL__RED_BLOCK)
+    for (; end - off >= OFCCL__RED_BLOCK; off += OFCCL__RED_BLOCK)
         block_f(t, divide, dst, srcs, nsrc, off, OFCCL__RED_BLOCK, c, div);
-    if (off < count)
-        block_f(t, divide, dst, srcs, nsrc, off, count - off, c, div);
+    if (off < end)
+        block_f(t, divide, dst, srcs, nsrc, off, end - off, c, div);
 }
 
 OFCCL__ALWAYS_INLINE void reduce_d(int divide, void *dst, const void *const *srcs, int nsrc,
-                                   size_t count, double c, double div)
+                                   size_t start, size_t end, double c, double div)
 {
-    size_t off = 0;
+    size_t off = start;
 
-    for (; count - off >= OFCCL__RED_BLOCK; off += OFCCL__RED_BLOCK)
+    for (; end - off >= OFCCL__RED_BLOCK; off += OFCCL__RED_BLOCK)
         block_d(divide, dst, srcs, nsrc, off, OFCCL__RED_BLOCK, c, div);
-    if (off < count)
-        block_d(divide, dst, srcs, nsrc, off, count - off, c, div);
+    if (off < end)
+        block_d(divide, dst, srcs, nsrc, off, end - off, c, div);
 }
 
 /*
@@ -361,51 +363,55 @@ OFCCL__ALWAYS_INLINE void reduce_d(int divide, void *dst, const void *const *src
  * CPU and OS support is used: the 16-bit conversions are instruction-bound,
  * and wider vectors, vpackusdw and mask registers make them 2-4x faster than
  * the SSE2 baseline. None of these targets enables FMA, so every table gives
- * the same bits.
+ * the same bits, but for which payload comes out where two NaNs meet: that is
+ * the compiler's operand order (built by gcc 12 or clang 14, the SSE2 code
+ * keeps x's NaN in x * c, the AVX code c's). An entry does elements
+ * [off, off + count): ofccl__reduce passes 0, the bf16 kernel of
+ * reduce_bf16.c one of the call's blocks to redo.
  */
-typedef void (*red_fn_t)(void *dst, const void *const *srcs, int nsrc, size_t count, double c,
-                         int ndiv);
+typedef void (*red_fn_t)(void *dst, const void *const *srcs, int nsrc, size_t off, size_t count,
+                         double c, int ndiv);
 
 #define OFCCL__RED_TABLE(SFX, ATTR)                                                                \
-    ATTR static void f32_sum_##SFX(void *d, const void *const *s, int ns, size_t n, double c,      \
-                                   int v)                                                          \
+    ATTR static void f32_sum_##SFX(void *d, const void *const *s, int ns, size_t o, size_t n,      \
+                                   double c, int v)                                                \
     {                                                                                              \
-        reduce_f(OFCCL_F32, 0, d, s, ns, n, (float)c, (float)v);                                   \
+        reduce_f(OFCCL_F32, 0, d, s, ns, o, o + n, (float)c, (float)v);                            \
     }                                                                                              \
-    ATTR static void f32_div_##SFX(void *d, const void *const *s, int ns, size_t n, double c,      \
-                                   int v)                                                          \
+    ATTR static void f32_div_##SFX(void *d, const void *const *s, int ns, size_t o, size_t n,      \
+                                   double c, int v)                                                \
     {                                                                                              \
-        reduce_f(OFCCL_F32, 1, d, s, ns, n, (float)c, (float)v);                                   \
+        reduce_f(OFCCL_F32, 1, d, s, ns, o, o + n, (float)c, (float)v);                            \
     }                                                                                              \
-    ATTR static void bf16_sum_##SFX(void *d, const void *const *s, int ns, size_t n, double c,     \
-                                    int v)                                                         \
+    ATTR static void bf16_sum_##SFX(void *d, const void *const *s, int ns, size_t o, size_t n,     \
+                                    double c, int v)                                               \
     {                                                                                              \
-        reduce_f(OFCCL_BF16, 0, d, s, ns, n, (float)c, (float)v);                                  \
+        reduce_f(OFCCL_BF16, 0, d, s, ns, o, o + n, (float)c, (float)v);                           \
     }                                                                                              \
-    ATTR static void bf16_div_##SFX(void *d, const void *const *s, int ns, size_t n, double c,     \
-                                    int v)                                                         \
+    ATTR static void bf16_div_##SFX(void *d, const void *const *s, int ns, size_t o, size_t n,     \
+                                    double c, int v)                                               \
     {                                                                                              \
-        reduce_f(OFCCL_BF16, 1, d, s, ns, n, (float)c, (float)v);                                  \
+        reduce_f(OFCCL_BF16, 1, d, s, ns, o, o + n, (float)c, (float)v);                           \
     }                                                                                              \
-    ATTR static void f16_sum_##SFX(void *d, const void *const *s, int ns, size_t n, double c,      \
-                                   int v)                                                          \
+    ATTR static void f16_sum_##SFX(void *d, const void *const *s, int ns, size_t o, size_t n,      \
+                                   double c, int v)                                                \
     {                                                                                              \
-        reduce_f(OFCCL_F16, 0, d, s, ns, n, (float)c, (float)v);                                   \
+        reduce_f(OFCCL_F16, 0, d, s, ns, o, o + n, (float)c, (float)v);                            \
     }                                                                                              \
-    ATTR static void f16_div_##SFX(void *d, const void *const *s, int ns, size_t n, double c,      \
-                                   int v)                                                          \
+    ATTR static void f16_div_##SFX(void *d, const void *const *s, int ns, size_t o, size_t n,      \
+                                   double c, int v)                                                \
     {                                                                                              \
-        reduce_f(OFCCL_F16, 1, d, s, ns, n, (float)c, (float)v);                                   \
+        reduce_f(OFCCL_F16, 1, d, s, ns, o, o + n, (float)c, (float)v);                            \
     }                                                                                              \
-    ATTR static void f64_sum_##SFX(void *d, const void *const *s, int ns, size_t n, double c,      \
-                                   int v)                                                          \
+    ATTR static void f64_sum_##SFX(void *d, const void *const *s, int ns, size_t o, size_t n,      \
+                                   double c, int v)                                                \
     {                                                                                              \
-        reduce_d(0, d, s, ns, n, c, (double)v);                                                    \
+        reduce_d(0, d, s, ns, o, o + n, c, (double)v);                                             \
     }                                                                                              \
-    ATTR static void f64_div_##SFX(void *d, const void *const *s, int ns, size_t n, double c,      \
-                                   int v)                                                          \
+    ATTR static void f64_div_##SFX(void *d, const void *const *s, int ns, size_t o, size_t n,      \
+                                   double c, int v)                                                \
     {                                                                                              \
-        reduce_d(1, d, s, ns, n, c, (double)v);                                                    \
+        reduce_d(1, d, s, ns, o, o + n, c, (double)v);                                             \
     }                                                                                              \
     static const red_fn_t table_##SFX[OFCCL_DTYPE_COUNT][2] = {                                    \
         [OFCCL_F32] = {f32_sum_##SFX, f32_div_##SFX},                                              \
@@ -422,19 +428,105 @@ OFCCL__RED_TABLE(avx2, __attribute__((target("avx2"))))
 OFCCL__RED_TABLE(avx512, __attribute__((target("avx512f,avx512bw,avx512vl"))))
 #endif
 
-/* The widest kernels this CPU and OS can run (__builtin_cpu_supports checks
- * that the OS saves the vector state too). Cheap: a few loads of a table
- * libgcc / compiler-rt fill in before main. */
-static const red_fn_t (*red_table(void))[2]
+#ifdef OFCCL__RED_AVX512BF16
+_Static_assert(OFCCL__BF16_BLOCK == OFCCL__RED_BLOCK, "reduce_bf16.c redoes whole blocks");
+
+/* The avx512 table with reduce_bf16.c's bf16 kernel, which rounds with
+ * vcvtne2ps2bf16 and hands the blocks that instruction would round
+ * differently back to bf16_*_avx512 (ofccl__bf16_redo_avx512), and all of
+ * the work under DAZ. */
+static void bf16_sum_avx512bf16(void *d, const void *const *s, int ns, size_t o, size_t n, double c,
+                                int v)
 {
-#ifdef OFCCL__RED_X86
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-        __builtin_cpu_supports("avx512vl"))
-        return table_avx512;
-    if (__builtin_cpu_supports("avx2"))
-        return table_avx2;
+    if (ofccl__bf16_avx512bf16(0, d, s, ns, o, n, c, v) != 0)
+        bf16_sum_avx512(d, s, ns, o, n, c, v);
+}
+
+static void bf16_div_avx512bf16(void *d, const void *const *s, int ns, size_t o, size_t n, double c,
+                                int v)
+{
+    if (ofccl__bf16_avx512bf16(1, d, s, ns, o, n, c, v) != 0)
+        bf16_div_avx512(d, s, ns, o, n, c, v);
+}
+
+static const red_fn_t table_avx512bf16[OFCCL_DTYPE_COUNT][2] = {
+    [OFCCL_F32] = {f32_sum_avx512, f32_div_avx512},
+    [OFCCL_F64] = {f64_sum_avx512, f64_div_avx512},
+    [OFCCL_BF16] = {bf16_sum_avx512bf16, bf16_div_avx512bf16},
+    [OFCCL_F16] = {f16_sum_avx512, f16_div_avx512},
+};
+
+/* The very functions of the avx512 table, not another inlined copy of their
+ * code: a copy may give other NaN payloads where two NaNs meet (clang orders
+ * the operands of x * c differently in one). */
+void ofccl__bf16_redo_avx512(int divide, void *dst, const void *const *srcs, int nsrc, size_t off,
+                             size_t n, double c, int ndiv)
+{
+    table_avx512[OFCCL_BF16][divide != 0](dst, srcs, nsrc, off, n, c, ndiv);
+}
 #endif
-    return table_base;
+
+/* The kernel sets, narrowest first. */
+enum { ISA_BASE, ISA_AVX2, ISA_AVX512, ISA_AVX512BF16, ISA_COUNT };
+
+static const char *const isa_names[ISA_COUNT] = {"base", "avx2", "avx512", "avx512bf16"};
+
+/* Whether this binary has kernel set `isa` and this CPU and OS can run it
+ * (__builtin_cpu_supports checks that the OS saves the vector state too).
+ * Cheap: a few loads of a table libgcc / compiler-rt fill in before main. */
+static int isa_usable(int isa)
+{
+    switch (isa) {
+    case ISA_BASE:
+        return 1;
+#ifdef OFCCL__RED_X86
+    case ISA_AVX2:
+        return __builtin_cpu_supports("avx2");
+    case ISA_AVX512:
+        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+               __builtin_cpu_supports("avx512vl");
+#endif
+#ifdef OFCCL__RED_AVX512BF16
+    case ISA_AVX512BF16:
+        return isa_usable(ISA_AVX512) && __builtin_cpu_supports("avx512dq") &&
+               __builtin_cpu_supports("avx512bf16");
+#endif
+    default:
+        return 0;
+    }
+}
+
+static const red_fn_t (*isa_table(int isa))[2]
+{
+    switch (isa) {
+#ifdef OFCCL__RED_X86
+    case ISA_AVX2:
+        return table_avx2;
+    case ISA_AVX512:
+        return table_avx512;
+#endif
+#ifdef OFCCL__RED_AVX512BF16
+    case ISA_AVX512BF16:
+        return table_avx512bf16;
+#endif
+    default:
+        return table_base;
+    }
+}
+
+/* The widest kernel set this CPU can run. */
+static int isa_best(void)
+{
+    int isa = ISA_COUNT - 1;
+
+    while (isa > ISA_BASE && !isa_usable(isa))
+        isa--;
+    return isa;
+}
+
+const char *ofccl__reduce_isa(void)
+{
+    return isa_names[isa_best()];
 }
 
 /* dst may equal a source (each block of every source is read before the dst
@@ -447,8 +539,8 @@ static int partial_overlap(const void *dst, const void *src, size_t bytes)
     return d != s && d < s + bytes && s < d + bytes;
 }
 
-int ofccl__reduce(ofccl_dtype_t dtype, ofccl_redop_t op, void *dst, const void *const *srcs,
-                  int nsrc, size_t count, int ndiv)
+static int reduce_with(const red_fn_t (*table)[2], ofccl_dtype_t dtype, ofccl_redop_t op, void *dst,
+                       const void *const *srcs, int nsrc, size_t count, int ndiv)
 {
     size_t esize = ofccl_dtype_size(dtype);
     double c;
@@ -465,8 +557,25 @@ int ofccl__reduce(ofccl_dtype_t dtype, ofccl_redop_t op, void *dst, const void *
 
     /* SUM and AVG multiply by 1, which is exact: one loop shape for all ops. */
     c = op.kind == OFCCL_OP_PREMUL_SUM ? op.scalar : 1.0;
-    red_table()[dtype][ndiv > 0](dst, srcs, nsrc, count, c, ndiv);
+    table[dtype][ndiv > 0](dst, srcs, nsrc, 0, count, c, ndiv);
     return 0;
+}
+
+int ofccl__reduce(ofccl_dtype_t dtype, ofccl_redop_t op, void *dst, const void *const *srcs,
+                  int nsrc, size_t count, int ndiv)
+{
+    return reduce_with(isa_table(isa_best()), dtype, op, dst, srcs, nsrc, count, ndiv);
+}
+
+int ofccl__reduce_on(const char *isa, ofccl_dtype_t dtype, ofccl_redop_t op, void *dst,
+                     const void *const *srcs, int nsrc, size_t count, int ndiv)
+{
+    for (int i = 0; i < ISA_COUNT; i++)
+        if (strcmp(isa, isa_names[i]) == 0)
+            return isa_usable(i)
+                       ? reduce_with(isa_table(i), dtype, op, dst, srcs, nsrc, count, ndiv)
+                       : OFCCL_ERR_NOT_SUPPORTED;
+    return OFCCL_ERR_INVALID_ARG;
 }
 
 /* ---- rate measurement (setup time only: allocates) ---- */

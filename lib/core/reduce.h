@@ -24,6 +24,18 @@
 int ofccl__reduce(ofccl_dtype_t dtype, ofccl_redop_t op, void *dst, const void *const *srcs,
                   int nsrc, size_t count, int ndiv);
 
+/* The kernel set ofccl__reduce uses on this CPU, the widest it runs:
+ * "avx512bf16", "avx512", "avx2" or "base". All give the same bits, but for
+ * the NaN payload where two NaNs meet (docs/reductions.md); avx512bf16 gives
+ * exactly avx512's. */
+const char *ofccl__reduce_isa(void);
+
+/* ofccl__reduce on the named kernel set, for tests that compare them;
+ * OFCCL_ERR_NOT_SUPPORTED when this build or CPU cannot run it,
+ * OFCCL_ERR_INVALID_ARG for an unknown name. */
+int ofccl__reduce_on(const char *isa, ofccl_dtype_t dtype, ofccl_redop_t op, void *dst,
+                     const void *const *srcs, int nsrc, size_t count, int ndiv);
+
 /* Scalar conversions (round-to-nearest-even; NaN stays NaN, infinities and
  * subnormals handled), exposed for tests and for the reference checks. */
 float ofccl__bf16_to_f32(uint16_t h);
