@@ -8,17 +8,30 @@
  *   - memcpy on two cores at once (-2 cpu): the same copy, timed while a
  *     forked twin pinned to the other cpu copies too (its own buffers, same
  *     size, started together): what each core of a 2-rank collective can copy
- *     when both copy, sharing the L3 and the memory bus. Reported per core.
+ *     when both copy, sharing the L3 and the memory bus. Reported per core;
+ *   - loopback TCP, both ways at once (-T cpu): this process and a twin on the
+ *     other cpu each send a block of the size to the other over one TCP
+ *     connection on 127.0.0.1 while receiving the other's (non-blocking
+ *     sockets, one poll loop per side, kernel socket buffers as configured):
+ *     bytes received per second per side, the bound of any 2-rank collective
+ *     over loopback TCP, whose every byte the kernel copies twice on these
+ *     same cores. Sizes from 4 KiB; the best of 3 runs (it varies a lot).
  * The sums are this file's own loops (16-lane vectors, AVX-512 / AVX2 / SSE2
  * clones): an approximation of the library's reduction kernel, not the kernel
  * itself, which may be vectorised, blocked and dispatched differently.
  *
- *   ceiling [-b 8] [-e 64M] [-f 2] [-t ms per figure] [-p cpu] [-2 cpu] [-C out.csv]
+ *   ceiling [-b 8] [-e 64M] [-f 2] [-t ms] [-p cpu] [-2 cpu] [-T cpu] [-C out.csv]
  */
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,6 +41,34 @@
 #include "perfutil.h"
 
 static char *src, *src2, *dst;
+static int sock = -1; /* -T: the connection to the twin */
+
+/* Send `n` bytes of `out` to the twin while receiving n into `in`. 0, or -1 on
+ * a socket error or 10 s without progress. */
+static int exchange(const char *out, char *in, size_t n)
+{
+    size_t sent = 0, got = 0;
+
+    while (sent < n || got < n) {
+        struct pollfd p = {sock, (short)((sent < n ? POLLOUT : 0) | (got < n ? POLLIN : 0)), 0};
+        ssize_t k;
+        if (poll(&p, 1, 10000) <= 0)
+            return -1;
+        if (sent < n && (p.revents & POLLOUT)) {
+            k = send(sock, out + sent, n - sent, MSG_DONTWAIT);
+            if (k < 0 && errno != EAGAIN)
+                return -1;
+            sent += k > 0 ? (size_t)k : 0;
+        }
+        if (got < n && (p.revents & (POLLIN | POLLHUP | POLLERR))) {
+            k = recv(sock, in + got, n - got, MSG_DONTWAIT);
+            if (k == 0 || (k < 0 && errno != EAGAIN))
+                return -1;
+            got += k > 0 ? (size_t)k : 0;
+        }
+    }
+    return 0;
+}
 
 /*
  * Explicit 16-lane vectors (GCC vector extensions) so -O2 gives vector code
@@ -82,31 +123,51 @@ __attribute__((noinline)) static void copy(void *d, const void *s, size_t n)
     memcpy(d, s, n);
 }
 
+enum kind { K_COPY, K_SUM_F32, K_SUM_BF16, K_TCP };
+
+static int run_once(int kind, size_t bytes)
+{
+    switch (kind) {
+    case K_COPY:
+        copy(dst, src, bytes);
+        return 0;
+    case K_SUM_F32:
+        sum_f32((float *)dst, (const float *)src, (const float *)src2, bytes / 4);
+        return 0;
+    case K_SUM_BF16:
+        sum_bf16((uint16_t *)dst, (const uint16_t *)src, (const uint16_t *)src2, bytes / 2);
+        return 0;
+    default:
+        return exchange(src, dst, bytes);
+    }
+}
+
 /* Rate in GB/s of `kind` over `bytes`, repeating until `target_us` has passed
- * (at least 3 and at most 1e7 repetitions, so it always ends). */
+ * (at least 3 and at most 1e7 repetitions, so it always ends); 0 on failure.
+ * K_TCP doubles batches in step with the twin (same sizes, same counts). */
 static double measure(int kind, size_t bytes, double target_us)
 {
     double t0, t = 0;
     long reps = 0, batch = 1;
 
     for (int i = 0; i < 2; i++) /* warm caches and TLB */
-        kind == 0 ? copy(dst, src, bytes)
-        : kind == 1
-            ? sum_f32((float *)dst, (const float *)src, (const float *)src2, bytes / 4)
-            : sum_bf16((uint16_t *)dst, (const uint16_t *)src, (const uint16_t *)src2, bytes / 2);
+        if (run_once(kind, bytes) != 0)
+            return 0;
     while ((t < target_us || reps < 3) && reps < 10000000) {
         t0 = perf_now_us();
-        for (long i = 0; i < batch; i++) {
-            if (kind == 0)
-                copy(dst, src, bytes);
-            else if (kind == 1)
-                sum_f32((float *)dst, (const float *)src, (const float *)src2, bytes / 4);
-            else
-                sum_bf16((uint16_t *)dst, (const uint16_t *)src, (const uint16_t *)src2, bytes / 2);
-        }
+        for (long i = 0; i < batch; i++)
+            if (run_once(kind, bytes) != 0)
+                return 0;
         t += perf_now_us() - t0;
         reps += batch;
         batch *= 2;
+        if (kind == K_TCP) { /* both sides stop together: on the longer of their times */
+            double theirs = 0;
+            if (exchange((const char *)&t, (char *)&theirs, sizeof(t)) != 0)
+                return 0;
+            if (theirs >= target_us && reps >= 3)
+                break;
+        }
     }
     return (double)bytes * (double)reps / t / 1e3;
 }
@@ -142,17 +203,68 @@ static void twin_barrier(struct twin *t)
         sched_yield();
 }
 
-/* memcpy rate per size on this core while the twin copies on `cpu2`:
- * rate[i] = the mean of the two cores' figures; false if the twin failed. */
-static bool measure_twin(const size_t *sizes, int n, int cpu2, double target_us, double *rate)
+/* A TCP connection over 127.0.0.1 between this process (*fd) and the forked
+ * twin: `lfd` listens before the fork; each side then holds one end. */
+static int tcp_listen(uint16_t *port)
+{
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof(a);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof(a)) != 0 || listen(fd, 1) != 0 ||
+        getsockname(fd, (struct sockaddr *)&a, &len) != 0) {
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    *port = ntohs(a.sin_port);
+    return fd;
+}
+
+static int tcp_end(int lfd, uint16_t port, bool child)
+{
+    struct sockaddr_in a = {
+        .sin_family = AF_INET, .sin_port = htons(port), .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    int one = 1, fd;
+
+    if (child) {
+        close(lfd);
+        fd = socket(AF_INET, SOCK_STREAM, 0);
+        if (fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof(a)) != 0) {
+            close(fd);
+            fd = -1;
+        }
+    } else {
+        struct pollfd p = {lfd, POLLIN, 0};
+        fd = poll(&p, 1, 10000) == 1 ? accept(lfd, NULL, NULL) : -1;
+        close(lfd);
+    }
+    if (fd >= 0) {
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+        fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+    }
+    return fd;
+}
+
+/* `kind` per size on this core while the twin on `cpu2` does the same (K_COPY:
+ * its own copy; K_TCP: the other end of the exchange): rate[i] = the mean of
+ * the two sides' figures; false if anything failed. K_TCP from 4 KiB only. */
+static bool measure_twin(int kind, const size_t *sizes, int n, int cpu2, double target_us,
+                         double *rate)
 {
     struct twin *t =
         mmap(NULL, sizeof(*t), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    int st = 0;
+    uint16_t port = 0;
+    int st = 0, lfd = -1;
+    bool ok = true;
     pid_t pid;
 
     if (t == MAP_FAILED)
         return false;
+    if (kind == K_TCP && (lfd = tcp_listen(&port)) < 0) {
+        munmap(t, sizeof(*t));
+        return false;
+    }
     pid = fork();
     if (pid < 0) {
         munmap(t, sizeof(*t));
@@ -160,25 +272,37 @@ static bool measure_twin(const size_t *sizes, int n, int cpu2, double target_us,
     }
     if (pid == 0)
         pin(cpu2);
-    for (int i = 0; i < n; i++) {
+    if (kind == K_TCP && (sock = tcp_end(lfd, port, pid == 0)) < 0)
+        ok = false;
+    for (int i = 0; i < n && ok; i++) {
+        double r = 0;
         twin_barrier(t);
-        double r = measure(0, sizes[i], target_us);
+        if (kind != K_TCP)
+            r = measure(kind, sizes[i], target_us);
+        else if (sizes[i] >= 4096) /* loopback TCP varies from run to run: the best of 3 */
+            for (int k = 0; k < 3 && ok; k++) {
+                double v = measure(kind, sizes[i], target_us);
+                ok = v > 0;
+                r = v > r ? v : r;
+            }
         if (pid == 0)
             t->rate[i] = r;
         else
             rate[i] = r;
         twin_barrier(t);
     }
-    if (pid == 0)
-        _exit(0);
-    if (waitpid(pid, &st, 0) != pid || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
-        munmap(t, sizeof(*t));
-        return false;
+    if (sock >= 0) {
+        close(sock);
+        sock = -1;
     }
+    if (pid == 0)
+        _exit(ok ? 0 : 1);
+    if (waitpid(pid, &st, 0) != pid || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
+        ok = false;
     for (int i = 0; i < n; i++)
         rate[i] = (rate[i] + t->rate[i]) / 2;
     munmap(t, sizeof(*t));
-    return true;
+    return ok;
 }
 
 int main(int argc, char **argv)
@@ -187,10 +311,10 @@ int main(int argc, char **argv)
     double factor = 2, target_ms = 20;
     const char *csv = NULL;
     FILE *f = NULL;
-    int c, cpu = -1, cpu2 = -1, n;
-    double twin[PERF_MAX_SIZES] = {0};
+    int c, cpu = -1, cpu2 = -1, cpu_tcp = -1, n;
+    double twin[PERF_MAX_SIZES] = {0}, tcp[PERF_MAX_SIZES] = {0};
 
-    while ((c = getopt(argc, argv, "b:e:f:t:p:2:C:h")) != -1) {
+    while ((c = getopt(argc, argv, "b:e:f:t:p:2:T:C:h")) != -1) {
         switch (c) {
         case 'b':
             minb = perf_parse_size(optarg);
@@ -210,12 +334,15 @@ int main(int argc, char **argv)
         case '2':
             cpu2 = atoi(optarg);
             break;
+        case 'T':
+            cpu_tcp = atoi(optarg);
+            break;
         case 'C':
             csv = optarg;
             break;
         default:
             fprintf(stderr, "usage: ceiling [-b min] [-e max] [-f factor] [-t ms] [-p cpu] "
-                            "[-2 cpu] [-C file.csv]\n");
+                            "[-2 cpu] [-T cpu] [-C file.csv]\n");
             return 2;
         }
     }
@@ -243,25 +370,32 @@ int main(int argc, char **argv)
         return 1;
     }
     if (f)
-        fputs("size,memcpy_GBps,sum_f32_GBps,sum_bf16_GBps,memcpy_2core_GBps\n", f);
+        fputs("size,memcpy_GBps,sum_f32_GBps,sum_bf16_GBps,memcpy_2core_GBps,tcp_duplex_GBps\n", f);
     printf("# one core%s; GB/s = 1e9 bytes/s (memcpy: bytes copied; sums: output bytes)\n"
            "# sums are 16-lane vector loops approximating ofccl's reduction kernel\n"
            "# memcpy_2core: per core, with cpu %d copying the same size at the same time\n"
-           "# %12s %12s %12s %12s %12s\n",
-           cpu >= 0 ? " (pinned)" : "", cpu2, "size(B)", "memcpy", "sum_f32", "sum_bf16",
-           "memcpy_2core");
+           "# tcp_duplex: bytes received per second per side, with cpu %d sending the same\n"
+           "# size back over loopback TCP at the same time\n"
+           "# %12s %12s %12s %12s %12s %12s\n",
+           cpu >= 0 ? " (pinned)" : "", cpu2, cpu_tcp, "size(B)", "memcpy", "sum_f32", "sum_bf16",
+           "memcpy_2core", "tcp_duplex");
     n = perf_sweep(minb, maxb, factor, sizes);
-    if (cpu2 >= 0 && !measure_twin(sizes, n, cpu2, target_ms * 1e3, twin)) {
+    if (cpu2 >= 0 && !measure_twin(K_COPY, sizes, n, cpu2, target_ms * 1e3, twin)) {
         fprintf(stderr, "ceiling: the copy on cpu %d failed\n", cpu2);
         return 1;
     }
+    if (cpu_tcp >= 0 && !measure_twin(K_TCP, sizes, n, cpu_tcp, target_ms * 1e3, tcp)) {
+        fprintf(stderr, "ceiling: the loopback TCP exchange with cpu %d failed\n", cpu_tcp);
+        return 1;
+    }
     for (int i = 0; i < n; i++) {
-        double m = measure(0, sizes[i], target_ms * 1e3);
-        double s32 = sizes[i] >= 4 ? measure(1, sizes[i], target_ms * 1e3) : 0;
-        double s16 = sizes[i] >= 2 ? measure(2, sizes[i], target_ms * 1e3) : 0;
-        printf("  %12zu %12.3f %12.3f %12.3f %12.3f\n", sizes[i], m, s32, s16, twin[i]);
+        double m = measure(K_COPY, sizes[i], target_ms * 1e3);
+        double s32 = sizes[i] >= 4 ? measure(K_SUM_F32, sizes[i], target_ms * 1e3) : 0;
+        double s16 = sizes[i] >= 2 ? measure(K_SUM_BF16, sizes[i], target_ms * 1e3) : 0;
+        printf("  %12zu %12.3f %12.3f %12.3f %12.3f %12.3f\n", sizes[i], m, s32, s16, twin[i],
+               tcp[i]);
         if (f)
-            fprintf(f, "%zu,%.4f,%.4f,%.4f,%.4f\n", sizes[i], m, s32, s16, twin[i]);
+            fprintf(f, "%zu,%.4f,%.4f,%.4f,%.4f,%.4f\n", sizes[i], m, s32, s16, twin[i], tcp[i]);
     }
     if (f && fclose(f) != 0)
         return 1;
