@@ -312,7 +312,7 @@ int ofccl__ep_peer_gone(ofccl__ep_t *ep, int *pid)
 }
 
 int ofccl__ep_peer_map(ofccl__ep_t *ep, int peer, const ofccl__rkey_t *rk, uint64_t roff,
-                       size_t len, void **ptr, ofccl__err_t *e)
+                       size_t len, unsigned access, void **ptr, ofccl__err_t *e)
 {
     *ptr = NULL;
     if (ep->lx == NULL || !ep->prov->caps.peer_map)
@@ -324,7 +324,7 @@ int ofccl__ep_peer_map(ofccl__ep_t *ep, int peer, const ofccl__rkey_t *rk, uint6
                            "rank %d: mapping peer %d's memory: no such peer or no key",
                            ep->params.rank, peer);
     pthread_mutex_lock(&ep->lock);
-    int rc = ofccl__lx_peer_map(ep, peer, rk, roff, len, ptr, e);
+    int rc = ofccl__lx_peer_map(ep, peer, rk, roff, len, access, ptr, e);
     pthread_mutex_unlock(&ep->lock);
     return rc;
 }

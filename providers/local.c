@@ -487,7 +487,7 @@ int ofccl__lx_insert_peers(ofccl__ep_t *ep, const void *names, size_t stride, co
 /* ---- registration ---- */
 
 int ofccl__lx_mr_reg(ofccl__ep_t *ep, void *addr, size_t len, unsigned access, void **handle,
-                     uint64_t *key, ofccl__err_t *e)
+                     uint64_t *key, bool *shared, ofccl__err_t *e)
 {
     struct ofccl__lx *lx = ep->lx;
     struct lx_region *reg = NULL;
@@ -529,6 +529,7 @@ int ofccl__lx_mr_reg(ofccl__ep_t *ep, void *addr, size_t len, unsigned access, v
     atomic_store_explicit(&reg->key, k, memory_order_release);
     *handle = reg;
     *key = k;
+    *shared = fd >= 0;
     return 0;
 }
 
@@ -845,7 +846,7 @@ int ofccl__lx_peer_gone(ofccl__ep_t *ep)
 }
 
 int ofccl__lx_peer_map(ofccl__ep_t *ep, int peer, const ofccl__rkey_t *rk, uint64_t roff,
-                       size_t len, void **ptr, ofccl__err_t *e)
+                       size_t len, unsigned access, void **ptr, ofccl__err_t *e)
 {
     struct ofccl__op op = {.peer = peer, .key = rk->key, .raddr = rk->base + roff, .len = len};
     struct fi_cq_err_entry err = {0};
@@ -857,7 +858,7 @@ int ofccl__lx_peer_map(ofccl__ep_t *ep, int peer, const ofccl__rkey_t *rk, uint6
     if (roff > rk->len || len > rk->len - roff)
         rc = fail_at(&what, W_BOUNDS, FI_EREMOTEIO);
     else
-        rc = resolve(ep, &op, OFCCL__ACC_REMOTE_WRITE, &dst, &cma, &what, &perrno);
+        rc = resolve(ep, &op, access, &dst, &cma, &what, &perrno);
     if (rc == 0 && dst == NULL) /* not in shared memory: only process_vm_writev reaches it */
         rc = fail_at(&what, W_NOT_SHARED, FI_EOPNOTSUPP);
     if (rc != 0) {

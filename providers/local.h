@@ -21,9 +21,10 @@ void ofccl__lx_ep_destroy(ofccl__ep_t *ep);
 int ofccl__lx_ep_name(ofccl__ep_t *ep, void *buf, size_t *len, ofccl__err_t *e);
 int ofccl__lx_insert_peers(ofccl__ep_t *ep, const void *names, size_t stride, const size_t *lens,
                            int n, ofccl__err_t *e);
-/* Publish [addr, addr+len) in the registration table; *handle goes in mr->fid. */
+/* Publish [addr, addr+len) in the registration table; *handle goes in mr->fid;
+ * *shared: the bytes are ofccl shared memory, which peers can map. */
 int ofccl__lx_mr_reg(ofccl__ep_t *ep, void *addr, size_t len, unsigned access, void **handle,
-                     uint64_t *key, ofccl__err_t *e);
+                     uint64_t *key, bool *shared, ofccl__err_t *e);
 void ofccl__lx_mr_dereg(ofccl__ep_t *ep, void *handle);
 /* Carry out one op now (caller holds ep->lock). 0: done, its completion (or
  * error entry) is queued for ofccl__lx_cq_read; -FI_EAGAIN: the target's
@@ -42,7 +43,7 @@ int ofccl__lx_peer_gone(ofccl__ep_t *ep);
 int ofccl__lx_peer_pid(const ofccl__ep_t *ep, int peer);
 /* ofccl__ep_peer_map for the local provider (caller holds ep->lock). */
 int ofccl__lx_peer_map(ofccl__ep_t *ep, int peer, const ofccl__rkey_t *rk, uint64_t roff,
-                       size_t len, void **ptr, ofccl__err_t *e);
+                       size_t len, unsigned access, void **ptr, ofccl__err_t *e);
 /* Shared memory for windows peers write into; see ofccl__prov_mem_alloc. */
 void *ofccl__lx_mem_alloc(size_t len);
 /* False when `ptr` was not allocated by ofccl__lx_mem_alloc (nothing freed). */

@@ -107,7 +107,7 @@ int ofccl__mr_reg(ofccl__ep_t *ep, void *addr, size_t len, unsigned access, ofcc
     if (mr == NULL)
         return ofccl__fail(log, OFCCL__SUB_PROV, e, OFCCL_ERR_NO_MEMORY, "out of memory");
     if (ep->lx != NULL) {
-        ret = ofccl__lx_mr_reg(ep, addr, len, access, &mr->fid, &key, e);
+        ret = ofccl__lx_mr_reg(ep, addr, len, access, &mr->fid, &key, &mr->shared, e);
         fmr = NULL;
     } else {
         ret = ofccl__mr_reg_raw(ep, addr, len, fi_access, &fmr, &key, e);

@@ -166,6 +166,7 @@ typedef struct ofccl__mr {
     unsigned access;
     void *fid; /* struct fid_mr *, opaque above this layer */
     ofccl__ep_t *ep;
+    bool shared; /* caps.peer_map and in memory peers can map (ofccl__ep_peer_map) */
 } ofccl__mr_t;
 
 /* What a peer needs to address a region: exchanged by the layer above. */
@@ -239,14 +240,16 @@ int ofccl__ep_progress(ofccl__ep_t *ep, const ofccl__ep_handlers_t *h, int max, 
  * peer's process id when known, else -1. */
 int ofccl__ep_peer_gone(ofccl__ep_t *ep, int *pid);
 /* Where bytes [roff, roff+len) of `peer`'s region `rk` are in this process,
- * for plain loads and stores (caps.peer_map only: the local provider). The
- * key, remote-write access and bounds are checked once, here; the pointer stays
- * valid until this endpoint closes. A store through it is seen by the peer as
- * a write is, with no completion and no CQ data: publish it with a C11
- * release store the peer reads with acquire. OFCCL_ERR_NOT_SUPPORTED where
- * caps.peer_map is false; OFCCL_ERR_REMOTE_ERROR for a bad key or range. */
+ * for plain loads and stores (caps.peer_map only: the local provider; the
+ * peer's region must be mr->shared there). The key, `access`
+ * (OFCCL__ACC_REMOTE_WRITE and/or _READ) and bounds are checked once, here;
+ * the pointer stays valid until this endpoint closes. A store through it is
+ * seen by the peer as a write is, with no completion and no CQ data: publish
+ * it with a C11 release store the peer reads with acquire. Loads see what the
+ * peer published the same way. OFCCL_ERR_NOT_SUPPORTED where caps.peer_map is
+ * false; OFCCL_ERR_REMOTE_ERROR for a bad key, access or range. */
 int ofccl__ep_peer_map(ofccl__ep_t *ep, int peer, const ofccl__rkey_t *rk, uint64_t roff,
-                       size_t len, void **ptr, ofccl__err_t *e);
+                       size_t len, unsigned access, void **ptr, ofccl__err_t *e);
 /* Ops accepted and not yet completed (posted + queued). */
 unsigned ofccl__ep_pending(const ofccl__ep_t *ep);
 const ofccl__prov_caps_t *ofccl__ep_caps(const ofccl__ep_t *ep);

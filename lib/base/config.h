@@ -55,7 +55,8 @@ typedef enum ofccl__cfg_type {
     X(ALGO_AG, ENUM, "auto", "auto|direct|ring", 0, 0,                                             \
       "All-gather algorithm; auto = direct up to 8 ranks or for small buffers, else ring")         \
     X(ALGO_RS, ENUM, "auto", "auto|direct|ring", 0, 0,                                             \
-      "Reduce-scatter algorithm; auto = direct up to 8 ranks or for small buffers, else ring")     \
+      "Reduce-scatter algorithm; auto = direct up to 8 ranks or for small buffers, else ring; "    \
+      "on the local transport direct reads peers' blocks in place (pull)")                         \
     X(CHUNK_BYTES, SIZE, "512K", "", 4096, 1073741824,                                             \
       "Pipeline chunk: a collective moves each rank's block in chunks of this size")               \
     X(EAGER_BYTES, SIZE, "16K", "", 0, 1048576,                                                    \

@@ -578,9 +578,10 @@ int ofccl__coll_init(ofccl_comm_t *comm)
         r->nwops = (unsigned)n * (depth * 2 + 2);
         r->wops = calloc(r->nwops, sizeof(*r->wops));
         r->srcs = calloc(n, sizeof(*r->srcs));
+        r->peer_at = calloc(n, sizeof(*r->peer_at));
         if (!r->writes_to_me || !r->i_write_to || !r->peer_ready || !r->peer_rk || !r->peer_off ||
             !r->unit_cnt || !r->seen || !r->sent || !r->inflight || !r->sig_next || !r->sig_mask ||
-            !r->wops || !r->srcs)
+            !r->wops || !r->srcs || !r->peer_at)
             return OFCCL_ERR_NO_MEMORY;
     }
     cs->eager_bytes = (size_t)ofccl__cfg_int(&comm->ctx->cfg, OFCCL__CFG_EAGER_BYTES);
@@ -612,6 +613,7 @@ void ofccl__coll_fini(ofccl_comm_t *comm)
         free(r->sig_mask);
         free(r->wops);
         free(r->srcs);
+        free(r->peer_at);
         free(r->tensors);
     }
     free(cs->desc_flag);

@@ -28,7 +28,12 @@
 #define OFCCL__DESC_WORDS 8
 
 enum ofccl__coll_kind { OFCCL__AG = 1, OFCCL__RS = 2 };
-enum ofccl__algo_id { OFCCL__ALGO_DIRECT = 1, OFCCL__ALGO_RING = 2, OFCCL__ALGO_EAGER = 3 };
+enum ofccl__algo_id {
+    OFCCL__ALGO_DIRECT = 1,
+    OFCCL__ALGO_RING = 2,
+    OFCCL__ALGO_EAGER = 3,
+    OFCCL__ALGO_PULL = 4
+};
 #define OFCCL__EAGER_RING 16 /* eager slots per writer: see ofccl__eager_ok() */
 enum ofccl__req_state { OFCCL__REQ_FREE = 0, OFCCL__REQ_ACTIVE, OFCCL__REQ_DONE };
 
@@ -112,17 +117,18 @@ struct ofccl_req {
     unsigned descs_sent;
 
     /* counters: the whole state of the pipeline */
-    uint32_t *unit_cnt; /* [MAX_UNITS] arrivals per unit */
-    uint64_t arrived;   /* total arrivals */
-    uint64_t *seen;     /* [size] atomic path: per-writer counter already folded */
-    uint32_t *sent;     /* [size] units posted to that peer */
-    uint32_t *inflight; /* [size] writes in flight to that peer */
-    uint32_t *sig_next; /* [size] atomic path: next unit to signal */
-    uint64_t *sig_mask; /* [size] atomic path: delivered, unsignalled units */
-    uint32_t reduced;   /* RS: units reduced */
-    unsigned ops_out;   /* ops of this request not yet completed */
-    ofccl__wop_t *wops; /* [size * (depth * 2 + 2)] */
-    const void **srcs;  /* [size] reduction sources */
+    uint32_t *unit_cnt;   /* [MAX_UNITS] arrivals per unit */
+    uint64_t arrived;     /* total arrivals */
+    uint64_t *seen;       /* [size] atomic path: per-writer counter already folded */
+    uint32_t *sent;       /* [size] units posted to that peer */
+    uint32_t *inflight;   /* [size] writes in flight to that peer */
+    uint32_t *sig_next;   /* [size] atomic path: next unit to signal */
+    uint64_t *sig_mask;   /* [size] atomic path: delivered, unsignalled units */
+    uint32_t reduced;     /* RS: units reduced */
+    unsigned ops_out;     /* ops of this request not yet completed */
+    ofccl__wop_t *wops;   /* [size * (depth * 2 + 2)] */
+    const void **srcs;    /* [size] reduction sources */
+    const char **peer_at; /* [size] pull: peer p's block for this rank, mapped here */
     unsigned nwops;
 };
 
@@ -176,6 +182,11 @@ int ofccl__plan_ring(ofccl__req_t *r);
 
 extern const ofccl__algo_t ofccl__ag_direct, ofccl__ag_ring, ofccl__rs_direct, ofccl__rs_ring;
 extern const ofccl__algo_t ofccl__ag_eager, ofccl__rs_eager;
+/* Reduce-scatter where the provider maps peers' memory (caps.peer_map): each
+ * rank announces its source (r->dst is it), reads the peers' blocks for it in
+ * place and reduces them in one pass, then tells each peer it is done reading
+ * (one zero-length signal, the only unit it expects from each). */
+extern const ofccl__algo_t ofccl__rs_pull;
 
 /* ---- eager path (direct collectives of at most OFCCL_EAGER_BYTES) ----
  * Writer w puts {header, payload} for collective s into receiver r's control
@@ -231,9 +242,10 @@ typedef struct ofccl__coll_state {
     int eager_from[OFCCL__EAGER_RING];     /* a sender of those (for messages) */
     size_t eager_bytes, eager_slot;        /* OFCCL_EAGER_BYTES; bytes per eager slot */
     ofccl__req_t reqs[OFCCL__SLOTS];
-    uint64_t next_seq;   /* sequence number of the next collective */
-    uint8_t *desc_flag;  /* [SLOTS * size] cqdata path: descriptor from rank has landed */
-    uint64_t *desc_seen; /* [SLOTS * size] atomic path: per slot/rank counter folded */
+    uint64_t next_seq;     /* sequence number of the next collective */
+    int pull_staged_noted; /* the reduce-scatter pull staged a source: logged once */
+    uint8_t *desc_flag;    /* [SLOTS * size] cqdata path: descriptor from rank has landed */
+    uint64_t *desc_seen;   /* [SLOTS * size] atomic path: per slot/rank counter folded */
 } ofccl__coll_state_t;
 
 int ofccl__coll_init(ofccl_comm_t *comm);

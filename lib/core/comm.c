@@ -188,7 +188,7 @@ static int map_peer_ctrl(ofccl_comm_t *comm)
     for (int p = 0; p < comm->size; p++) {
         void *at;
         int rc = ofccl__ep_peer_map(comm->ep, p, &comm->peer_ctrl[p], 0, comm->peer_ctrl[p].len,
-                                    &at, &comm->err);
+                                    OFCCL__ACC_REMOTE_WRITE, &at, &comm->err);
         if (rc)
             return ofccl__comm_fail(comm, rc, "comm setup: %s", comm->err.msg);
         comm->peer_ctrl_at[p] = at;

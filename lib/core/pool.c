@@ -90,12 +90,14 @@ static int alloc_registered(ofccl_comm_t *comm, size_t bytes, void **ptr, ofccl_
 
     if (p == NULL)
         return ofccl__comm_fail(comm, OFCCL_ERR_NO_MEMORY, "pool: cannot allocate %zu bytes", len);
-    /* Remote read only where the provider must order a write with a read. */
-    rc = ofccl__mr_reg(
-        comm->ep, p, len,
-        STAGE_ACCESS |
-            (ofccl__ep_caps(comm->ep)->delivery_complete ? 0u : (unsigned)OFCCL__ACC_REMOTE_READ),
-        mr, &comm->err);
+    /* Remote read only where the provider must order a write with a read, or
+     * where peers read sources in place (caps.peer_map: reduce-scatter pull). */
+    rc = ofccl__mr_reg(comm->ep, p, len,
+                       STAGE_ACCESS | (ofccl__ep_caps(comm->ep)->delivery_complete &&
+                                               !ofccl__ep_caps(comm->ep)->peer_map
+                                           ? 0u
+                                           : (unsigned)OFCCL__ACC_REMOTE_READ),
+                       mr, &comm->err);
     if (rc) {
         ofccl__prov_mem_free(p);
         return ofccl__comm_fail(comm, rc, "pool: %s", comm->err.msg);

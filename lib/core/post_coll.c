@@ -145,6 +145,41 @@ int ofccl__post_allgather(ofccl__req_t *r)
     return rc;
 }
 
+/* Reduce-scatter on a provider that maps peers' memory: peers read our source
+ * in place, so it must be memory they can map; anything else is copied into
+ * staging first (logged once per communicator: it costs a copy). */
+static int post_rs_pull(ofccl__req_t *r, const ofccl__mr_t *smr)
+{
+    ofccl_comm_t *comm = r->comm;
+    size_t total = r->block * (size_t)comm->size;
+    int rc;
+
+    r->algo = &ofccl__rs_pull;
+    if (smr != NULL && smr->shared && (smr->access & OFCCL__ACC_REMOTE_READ)) {
+        r->src = (ofccl__mem_ref_t){(void *)r->sendbuf, smr};
+    } else {
+        rc = ofccl__stage_acquire(comm, OFCCL__RS, total ? total : 1, &r->staging_idx, &r->src);
+        if (rc)
+            return rc;
+        if (total)
+            memcpy(r->src.ptr, r->sendbuf, total);
+        comm->ctx->stats.staged_bytes += total;
+        if (!comm->coll->pull_staged_noted) {
+            comm->coll->pull_staged_noted = 1;
+            OFCCL__INFO(&comm->ctx->log, OFCCL__SUB_COLL,
+                        "rank %d: reduce-scatter sendbuf %p is not an ofccl_buffer_alloc buffer: "
+                        "peers cannot read it in place, so it is copied to staging first (noted "
+                        "once per communicator)",
+                        comm->rank, r->sendbuf);
+        }
+    }
+    r->dst = r->src; /* what the descriptor announces: the region peers read */
+    rc = ofccl__coll_start(r);
+    if (rc && r->staging_idx >= 0)
+        ofccl__stage_release(comm, OFCCL__RS, r->staging_idx);
+    return rc;
+}
+
 int ofccl__post_reduce_scatter(ofccl__req_t *r)
 {
     ofccl_comm_t *comm = r->comm;
@@ -166,6 +201,8 @@ int ofccl__post_reduce_scatter(ofccl__req_t *r)
         copy_src = 0;
     } else {
         smr = ofccl__mem_find(comm, r->sendbuf, total);
+        if (caps->peer_map && r->algo->id == OFCCL__ALGO_DIRECT)
+            return post_rs_pull(r, smr);
         /* Unregistered sources are fine unless the provider (or strict mode)
          * demands registered local buffers: then they are staged. */
         copy_src = smr == NULL && caps->mr_local;

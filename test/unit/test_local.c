@@ -325,7 +325,10 @@ static void test_peer_map(void)
     wrk = rkey_of(wmr);
 
     /* A's stores through the mapping are B's memory: no op, no completion, no CQ data. */
-    CU_ASSERT_EQUAL_FATAL(ofccl__ep_peer_map(p.ep[0], 1, &wrk, 1024, 2048, &at, &e), 0);
+    CU_ASSERT_TRUE(wmr->shared);
+    CU_ASSERT_FALSE(pmr->shared); /* malloc'd: only process_vm_writev reaches it */
+    CU_ASSERT_EQUAL_FATAL(
+        ofccl__ep_peer_map(p.ep[0], 1, &wrk, 1024, 2048, OFCCL__ACC_REMOTE_WRITE, &at, &e), 0);
     CU_ASSERT_PTR_NOT_NULL_FATAL(at);
     for (int i = 0; i < 512; i++)
         ((uint32_t *)at)[i] = pattern(i, 9);
@@ -343,18 +346,24 @@ static void test_peer_map(void)
             ofccl__rkey_t rk;
             uint64_t off;
             size_t len;
+            unsigned access;
             const char *why;
         } cases[] = {
-            {wrk, 2048, 2049, "outside the target's region"},
-            {rkey_of(ro), 0, 64, "does not grant this access"},
-            {{wrk.base, wrk.key ^ (1ull << 40), wrk.len}, 0, 64, "not registered at the target"},
-            {rkey_of(pmr), 0, 64, "not in ofccl shared memory"},
+            {wrk, 2048, 2049, OFCCL__ACC_REMOTE_WRITE, "outside the target's region"},
+            {rkey_of(ro), 0, 64, OFCCL__ACC_REMOTE_WRITE, "does not grant this access"},
+            {wrk, 0, 64, OFCCL__ACC_REMOTE_READ, "does not grant this access"},
+            {{wrk.base, wrk.key ^ (1ull << 40), wrk.len},
+             0,
+             64,
+             OFCCL__ACC_REMOTE_WRITE,
+             "not registered at the target"},
+            {rkey_of(pmr), 0, 64, OFCCL__ACC_REMOTE_WRITE, "not in ofccl shared memory"},
         };
         for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
             at = (void *)1;
-            CU_ASSERT_EQUAL(
-                ofccl__ep_peer_map(p.ep[0], 1, &cases[k].rk, cases[k].off, cases[k].len, &at, &e),
-                OFCCL_ERR_REMOTE_ERROR);
+            CU_ASSERT_EQUAL(ofccl__ep_peer_map(p.ep[0], 1, &cases[k].rk, cases[k].off, cases[k].len,
+                                               cases[k].access, &at, &e),
+                            OFCCL_ERR_REMOTE_ERROR);
             printf("\n    refused: %s", e.msg);
             CU_ASSERT_PTR_NULL(at);
             CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, cases[k].why));
@@ -363,7 +372,8 @@ static void test_peer_map(void)
         printf("\n");
     }
     bad = wrk;
-    CU_ASSERT_EQUAL(ofccl__ep_peer_map(p.ep[0], 2, &bad, 0, 64, &at, &e), OFCCL_ERR_INVALID_ARG);
+    CU_ASSERT_EQUAL(ofccl__ep_peer_map(p.ep[0], 2, &bad, 0, 64, OFCCL__ACC_REMOTE_WRITE, &at, &e),
+                    OFCCL_ERR_INVALID_ARG);
     CU_ASSERT_EQUAL(check_words(win, 256, 768, 9), 0);
     CU_ASSERT_EQUAL(ofccl__mr_dereg(pmr), 0);
     CU_ASSERT_EQUAL(ofccl__mr_dereg(ro), 0);

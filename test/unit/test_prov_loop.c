@@ -198,8 +198,10 @@ static void run_loop(const char *provider, const char *domain, bool strict)
     {
         void *at = (void *)1;
         CU_ASSERT_FALSE(caps->peer_map);
-        CU_ASSERT_EQUAL(ofccl__ep_peer_map(p.ep[0], 1, &brk, 0, 64, &at, &e),
-                        OFCCL_ERR_NOT_SUPPORTED);
+        CU_ASSERT_FALSE(bmr->shared);
+        CU_ASSERT_EQUAL(
+            ofccl__ep_peer_map(p.ep[0], 1, &brk, 0, 64, OFCCL__ACC_REMOTE_WRITE, &at, &e),
+            OFCCL_ERR_NOT_SUPPORTED);
         CU_ASSERT_PTR_NULL(at);
     }
 
