@@ -728,6 +728,10 @@ int ofccl__coll_start(ofccl__req_t *r)
                 r->peer_off[p] = ofccl__eager_in_offset(comm, r->seq, comm->rank);
             }
         r->descs_sent = (unsigned)comm->size;
+        /* Mapped: store the data now, so a wait can watch the marks from its
+         * first pass without taking the lock (stores cannot fail). */
+        if (comm->peer_ctrl_at != NULL)
+            ofccl__eager_send(r, r->coll == OFCCL__RS ? r->block : 0);
         return 0;
     }
     rc = send_descriptors(r);

@@ -55,10 +55,11 @@ int ofccl_wait(ofccl_req_t *req)
     uint64_t t0 = 0;
 
     for (unsigned spins = 1;; spins++) {
-        /* Between full passes (the first, every 64th, and whenever the data
-         * is in), a mapped eager request is watched without the lock: the
-         * lock's atomics would stall on our own stores reaching the peer. */
-        if (spins == 1 || spins % 64 == 0 || eager_landed(req)) {
+        /* Between full passes (every 64th, and whenever the data is in), a
+         * mapped eager request, whose data went out when it was posted, is
+         * watched without the lock: the lock's atomics would stall on our own
+         * stores reaching the peer. */
+        if (spins % 64 == 0 || eager_landed(req)) {
             int state, status;
             ofccl__ctx_lock(req->comm->ctx);
             if (req->state == OFCCL__REQ_ACTIVE)

@@ -1,7 +1,8 @@
 /*
  * ofccl_info: what ofccl sees on this machine — version, the providers
  * libfabric offers with their capabilities as ofccl reads them, which one a
- * job on this host would use and why, locality, and (-c) every parameter.
+ * job on this host would use and why, locality, (-c) every parameter, and
+ * (-k) the rate of ofccl's own reduction kernel on this CPU.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,6 +10,7 @@
 
 #include "config.h"
 #include "core.h"
+#include "reduce.h"
 #include "prov.h"
 #include "topo.h"
 #include "util.h"
@@ -18,11 +20,22 @@ static const char *const source_names[] = {"default", "env", "setting"};
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: ofccl_info [-c [--markdown]] [-s] [-h]\n"
+    fprintf(f, "usage: ofccl_info [-c [--markdown]] [-s] [-k] [-h]\n"
                "  (none)      version, providers and their capabilities, the choice and why\n"
                "  -s          also print each provider's capabilities in strict (verbs-like) mode\n"
                "  -c          every parameter: type, default, current value, help\n"
-               "  --markdown  with -c: the table as docs/configuration.md holds it\n");
+               "  --markdown  with -c: the table as docs/configuration.md holds it\n"
+               "  -k          CSV: ofccl's reduction kernel, 2-input sum, output GB/s for f32\n"
+               "              and bf16 at 4 KiB-64 MiB (the kernel reduce-scatter runs; best of\n"
+               "              repetitions over at least 50 ms, cache-warm; about 3 s)\n");
+}
+
+static void print_kernel_rates(void)
+{
+    printf("size,kernel_f32_GBps,kernel_bf16_GBps\n");
+    for (size_t b = 4096; b <= ((size_t)64 << 20); b *= 2)
+        printf("%zu,%.4f,%.4f\n", b, ofccl__reduce_rate(OFCCL_F32, 2, b) / 1e9,
+               ofccl__reduce_rate(OFCCL_BF16, 2, b) / 1e9);
 }
 
 static void print_params(const ofccl__config_t *cfg, int markdown)
@@ -107,6 +120,8 @@ int main(int argc, char **argv)
             markdown = 1;
         else if (strcmp(argv[k], "-s") == 0)
             show_strict = 1;
+        else if (strcmp(argv[k], "-k") == 0)
+            return print_kernel_rates(), 0;
         else if (strcmp(argv[k], "-h") == 0 || strcmp(argv[k], "--help") == 0)
             return usage(stdout), 0;
         else
