@@ -139,10 +139,15 @@ static int ep_setup(ofccl__ep_t *ep, ofccl__err_t *e)
         /* The provider derives names from the pid and a per-domain index, so a
          * second context's endpoint would take the first one's name and clobber
          * the region its peers are writing into. A process-wide counter keeps
-         * every endpoint's name unique. */
+         * every endpoint's name unique; random bits keep it apart from the
+         * /dev/shm region a killed process of the same pid left behind (shm
+         * then fails fi_enable with EBUSY: seen in CI after SIGKILL tests). */
         static atomic_uint seq;
+        uint32_t nonce = 0;
         char name[64];
-        snprintf(name, sizeof(name), "ofccl_%d_%u", (int)getpid(), atomic_fetch_add(&seq, 1));
+        (void)ofccl__random_bytes(&nonce, sizeof(nonce));
+        snprintf(name, sizeof(name), "ofccl_%d_%u_%08x", (int)getpid(), atomic_fetch_add(&seq, 1),
+                 nonce);
         ret = fi_setname(&ep->ep->fid, name, strlen(name) + 1);
         if (ret != 0)
             return ofccl__fail(log, OFCCL__SUB_PROV, e, OFCCL_ERR_PROVIDER,

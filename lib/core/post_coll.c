@@ -147,7 +147,8 @@ int ofccl__post_allgather(ofccl__req_t *r)
 
 /* Reduce-scatter on a provider that maps peers' memory: peers read our source
  * in place, so it must be memory they can map; anything else is copied into
- * staging first (logged once per communicator: it costs a copy). */
+ * staging first (logged once per communicator: it costs a copy). A bucket's
+ * flat input is packed into staging anyway, its flat output after it. */
 static int post_rs_pull(ofccl__req_t *r, const ofccl__mr_t *smr)
 {
     ofccl_comm_t *comm = r->comm;
@@ -155,7 +156,14 @@ static int post_rs_pull(ofccl__req_t *r, const ofccl__mr_t *smr)
     int rc;
 
     r->algo = &ofccl__rs_pull;
-    if (smr != NULL && smr->shared && (smr->access & OFCCL__ACC_REMOTE_READ)) {
+    if (r->bucket) {
+        size_t need = ofccl__bucket_extra(r);
+        rc = ofccl__stage_acquire(comm, OFCCL__RS, need ? need : 1, &r->staging_idx, &r->src);
+        if (rc)
+            return rc;
+        r->out = (char *)r->src.ptr + total;
+        ofccl__bucket_copy_in(r, r->src.ptr);
+    } else if (smr != NULL && smr->shared && (smr->access & OFCCL__ACC_REMOTE_READ)) {
         r->src = (ofccl__mem_ref_t){(void *)r->sendbuf, smr};
     } else {
         rc = ofccl__stage_acquire(comm, OFCCL__RS, total ? total : 1, &r->staging_idx, &r->src);
@@ -197,12 +205,12 @@ int ofccl__post_reduce_scatter(ofccl__req_t *r)
         r->algo = &ofccl__rs_eager;
         return ofccl__coll_start(r);
     }
+    if (caps->peer_map && r->algo->id == OFCCL__ALGO_DIRECT)
+        return post_rs_pull(r, r->bucket ? NULL : ofccl__mem_find(comm, r->sendbuf, total));
     if (r->bucket) {
         copy_src = 0;
     } else {
         smr = ofccl__mem_find(comm, r->sendbuf, total);
-        if (caps->peer_map && r->algo->id == OFCCL__ALGO_DIRECT)
-            return post_rs_pull(r, smr);
         /* Unregistered sources are fine unless the provider (or strict mode)
          * demands registered local buffers: then they are staged. */
         copy_src = smr == NULL && caps->mr_local;

@@ -224,11 +224,12 @@ OFCCL__BF16_INLINE void unstage(uint16_t *d, const uint16_t *stage, grid_t g)
  * the avx512 table's own function over the same element range, so it comes
  * out exactly as that table makes it: the same machine code on the same
  * block (its 512-element loop, or its tail loop for a last short block), NaN
- * payloads included. Redoing needs the block's sources intact: when dst is
- * one of them (`staged`) the block is rounded into a stack copy first and
- * copied out once it is known good. After two redone blocks in a row the
- * data is taken to be all like that (all NaN, say) and the next SKIP_BLOCKS
- * go to the table directly, in one call, rather than through both kernels. */
+ * payloads included in optimised builds (where two NaNs meet the survivor is
+ * unspecified anyway; a sanitizer build picks differently per call site). Redoing needs the block's
+ * sources intact: when dst is one of them (`staged`) the block is rounded into a stack copy first
+ * and copied out once it is known good. After two redone blocks in a row the data is taken to be
+ * all like that (all NaN, say) and the next SKIP_BLOCKS go to the table directly, in one call,
+ * rather than through both kernels. */
 OFCCL__BF16_INLINE void reduce_bf16(int divide, int staged, void *dst, const void *const *srcs,
                                     int nsrc, size_t start, size_t count, double scalar, int ndiv)
 {

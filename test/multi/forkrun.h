@@ -6,6 +6,7 @@
 #ifndef OFCCL_TEST_FORKRUN_H
 #define OFCCL_TEST_FORKRUN_H
 
+#include <glob.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -77,6 +78,20 @@ static int child(int rank, int port, scenario_fn fn)
 }
 
 /* Run a scenario on two forked ranks; returns each rank's wait status. */
+/* A rank killed by a signal leaves its libfabric shm regions in /dev/shm
+ * (named ofccl_<pid>_...): remove them, it is dead. */
+static void remove_shm_of(pid_t pid)
+{
+    char pat[64];
+    glob_t g;
+
+    snprintf(pat, sizeof(pat), "/dev/shm/ofccl_%d_*", (int)pid);
+    if (glob(pat, 0, NULL, &g) == 0)
+        for (size_t k = 0; k < g.gl_pathc; k++)
+            unlink(g.gl_pathv[k]);
+    globfree(&g);
+}
+
 static void run(scenario_fn fn, int status[2])
 {
     int port = free_port();
@@ -101,6 +116,8 @@ static void run(scenario_fn fn, int status[2])
             kill(pid[r], SIGKILL);
             waitpid(pid[r], &status[r], 0);
         }
+        if (WIFSIGNALED(status[r]))
+            remove_shm_of(pid[r]);
     }
 }
 
