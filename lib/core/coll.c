@@ -1,6 +1,7 @@
 /*
- * The collective engine: posting, descriptors, signals, the per-request
- * progress loop, completion, and the public test/wait/progress/free calls.
+ * The collective engine: posting, descriptors, eager slots, signals, the
+ * per-request progress loop and completion. The public test/wait/progress/free
+ * calls over it are in wait.c.
  */
 #include <math.h>
 #include <signal.h>
@@ -283,10 +284,18 @@ void ofccl__eager_store(const ofccl__req_t *r, int p, const void *payload)
 }
 
 /* Mapped path: has `from`'s {header, data} for collective `seq` been stored here? */
-bool ofccl__eager_marked(const ofccl_comm_t *comm, uint64_t seq, int from)
+static bool eager_marked(const ofccl_comm_t *comm, uint64_t seq, int from)
 {
     return atomic_load_explicit(&comm->ctrl[eager_in_word(comm, seq, from) + EAGER_MARK],
                                 memory_order_acquire) == seq + 1;
+}
+
+bool ofccl__eager_all_marked(const ofccl_comm_t *comm, uint64_t seq)
+{
+    for (int p = 0; p < comm->size; p++)
+        if (p != comm->rank && !eager_marked(comm, seq, p))
+            return false;
+    return true;
 }
 
 static int send_descriptors(ofccl__req_t *r)
@@ -505,12 +514,8 @@ int ofccl__eager_arrived(ofccl__req_t *r)
                                     "rank %d posted it on the descriptor path, rank %d on the "
                                     "eager one: the count (or OFCCL_EAGER_BYTES) differs",
                                     p, comm->rank);
-    if (comm->peer_ctrl_at != NULL) {
-        for (int p = 0; p < comm->size; p++)
-            if (p != comm->rank && !ofccl__eager_marked(comm, r->seq, p))
-                return 0;
-        return 1;
-    }
+    if (comm->peer_ctrl_at != NULL)
+        return ofccl__eager_all_marked(comm, r->seq);
     if (cs->eager_cnt[r->seq % OFCCL__EAGER_RING] < r->units_in)
         return 0;
     cs->eager_cnt[r->seq % OFCCL__EAGER_RING] = 0; /* consumed: the slot may be reused */
@@ -523,7 +528,7 @@ static int eager_sender(const ofccl_comm_t *comm, uint64_t seq)
 {
     if (comm->peer_ctrl_at != NULL) {
         for (int p = 0; p < comm->size; p++)
-            if (p != comm->rank && ofccl__eager_marked(comm, seq, p))
+            if (p != comm->rank && eager_marked(comm, seq, p))
                 return p;
         return -1;
     }
@@ -797,7 +802,11 @@ static void dump_history(const ofccl__req_t *stuck)
             continue;
         OFCCL__WARN(lg, OFCCL__SUB_COLL, "  #%llu %s (%s) %zu B/rank: %s after %.1f ms",
                     (unsigned long long)h->seq, ofccl__coll_name(h->coll),
-                    h->algo == OFCCL__ALGO_RING ? "ring" : "direct", h->block,
+                    h->algo == OFCCL__ALGO_RING    ? "ring"
+                    : h->algo == OFCCL__ALGO_PULL  ? "pull"
+                    : h->algo == OFCCL__ALGO_EAGER ? "eager"
+                                                   : "direct",
+                    h->block,
                     !h->done    ? "running"
                     : h->status ? ofccl_strerror(h->status)
                                 : "done",

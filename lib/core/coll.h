@@ -217,9 +217,9 @@ int ofccl__eager_land(ofccl__req_t *r);
 /* Eager request r: 1 when every peer's {header, data} is in (0 otherwise), or an
  * error when a peer took the descriptor path for the same collective. */
 int ofccl__eager_arrived(ofccl__req_t *r);
-/* Mapped path: has `from`'s {header, data} for collective `seq` been stored
- * here? An acquire load of the mark: safe without the context lock. */
-bool ofccl__eager_marked(const ofccl_comm_t *comm, uint64_t seq, int from);
+/* Mapped path: has every peer's {header, data} for collective `seq` been
+ * stored here? Acquire loads of the marks: safe without the context lock. */
+bool ofccl__eager_all_marked(const ofccl_comm_t *comm, uint64_t seq);
 /* "all-gather" or "reduce-scatter", for messages. */
 const char *ofccl__coll_name(int coll);
 /* Choose an algorithm by OFCCL_ALGO_* and the selector (size, rank count). */

@@ -36,14 +36,8 @@ static int ofccl_test_unlocked(ofccl_req_t *req, int *done)
  * the marks, which are atomics. */
 static bool eager_landed(const ofccl__req_t *r)
 {
-    const ofccl_comm_t *comm = r->comm;
-
-    if (comm->peer_ctrl_at == NULL || r->algo->id != OFCCL__ALGO_EAGER)
-        return true;
-    for (int p = 0; p < comm->size; p++)
-        if (p != comm->rank && !ofccl__eager_marked(comm, r->seq, p))
-            return false;
-    return true;
+    return r->comm->peer_ctrl_at == NULL || r->algo->id != OFCCL__ALGO_EAGER ||
+           ofccl__eager_all_marked(r->comm, r->seq);
 }
 
 int ofccl_wait(ofccl_req_t *req)
