@@ -703,15 +703,18 @@ int ofccl__coll_start(ofccl__req_t *r)
     }
     /* Unit numbers are step * nchunks + chunk, with fewer steps than ranks:
      * clear only those (the whole table is 64 KiB, longer than a small
-     * collective). Numbers beyond them are never read. */
-    memset(r->unit_cnt, 0,
-           sizeof(*r->unit_cnt) *
-               OFCCL__MIN((size_t)OFCCL__MAX_UNITS, (size_t)comm->size * r->nchunks));
+     * collective). Numbers beyond them are never read; eager requests
+     * count arrivals per ring slot instead. */
+    if (r->algo->id != OFCCL__ALGO_EAGER)
+        memset(r->unit_cnt, 0,
+               sizeof(*r->unit_cnt) *
+                   OFCCL__MIN((size_t)OFCCL__MAX_UNITS, (size_t)comm->size * r->nchunks));
     rc = r->algo->plan(r);
     if (rc)
         return rc;
     r->fingerprint = fingerprint(r);
-    for (int p = 0; p < comm->size; p++) { /* counters are monotonic: remember where we start */
+    for (int p = 0; p < comm->size && comm->signal_mode == OFCCL__SIGNAL_ATOMIC; p++) {
+        /* Atomic path: counters are monotonic, remember where we start. */
         r->seen[p] = atomic_load_explicit(&comm->ctrl[arr_cnt_word(comm->size, r->slot, p)],
                                           memory_order_acquire);
         r->seen[comm->size + p] = r->seen[p];
