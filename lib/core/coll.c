@@ -298,6 +298,44 @@ bool ofccl__eager_all_marked(const ofccl_comm_t *comm, uint64_t seq)
     return true;
 }
 
+/* Mapped path (comm->peer_ctrl_at, CQ-data signals): a descriptor is stored
+ * straight into the peer's DESC_IN slot and marked, seq + 1 with release, in
+ * the peer's DESC_CNT word for (slot, writer): the atomic path's counters,
+ * unused on this one. No op, no CQ data; the mark never matches another
+ * collective on the slot, so nothing needs consuming. */
+static bool desc_mapped(const ofccl_comm_t *comm)
+{
+    return comm->peer_ctrl_at != NULL && comm->signal_mode == OFCCL__SIGNAL_CQDATA;
+}
+
+static bool desc_marked(const ofccl_comm_t *comm, unsigned slot, int from, uint64_t seq)
+{
+    return atomic_load_explicit(&comm->ctrl[desc_cnt_word(comm->size, slot, from)],
+                                memory_order_acquire) == seq + 1;
+}
+
+/* Has `from`'s descriptor for request r's collective landed here? */
+static bool desc_landed(const ofccl__req_t *r, int from)
+{
+    const ofccl_comm_t *comm = r->comm;
+
+    if (desc_mapped(comm))
+        return desc_marked(comm, r->slot, from, r->seq);
+    return comm->coll->desc_flag[(size_t)r->slot * (size_t)comm->size + (size_t)from] != 0;
+}
+
+static void store_descriptor(const ofccl__req_t *r, int p, const uint64_t *d)
+{
+    const ofccl_comm_t *comm = r->comm;
+    _Atomic uint64_t *at = comm->peer_ctrl_at[p];
+
+    for (int w = 0; w < OFCCL__DESC_WORDS; w++)
+        atomic_store_explicit(&at[desc_in_word(comm->size, r->slot, comm->rank) + (size_t)w], d[w],
+                              memory_order_relaxed);
+    atomic_store_explicit(&at[desc_cnt_word(comm->size, r->slot, comm->rank)], r->seq + 1,
+                          memory_order_release);
+}
+
 static int send_descriptors(ofccl__req_t *r)
 {
     ofccl_comm_t *comm = r->comm;
@@ -317,6 +355,10 @@ static int send_descriptors(ofccl__req_t *r)
 
         if (!r->writes_to_me[p])
             continue;
+        if (desc_mapped(comm)) {
+            store_descriptor(r, p, d);
+            continue;
+        }
         w = wop_get(r);
         if (w == NULL)
             return 0;
@@ -431,7 +473,10 @@ static int take_descriptors(ofccl__req_t *r)
 
         if (!r->i_write_to[p] || r->peer_ready[p])
             continue;
-        if (comm->signal_mode == OFCCL__SIGNAL_CQDATA) {
+        if (desc_mapped(comm)) {
+            if (!desc_landed(r, p))
+                continue;
+        } else if (comm->signal_mode == OFCCL__SIGNAL_CQDATA) {
             if (!cs->desc_flag[idx])
                 continue;
             cs->desc_flag[idx] = 0;
@@ -509,7 +554,7 @@ int ofccl__eager_arrived(ofccl__req_t *r)
 
     /* A descriptor for this collective means that peer chose the other path. */
     for (int p = 0; p < comm->size; p++)
-        if (cs->desc_flag[(size_t)r->slot * (size_t)comm->size + (size_t)p])
+        if (p != comm->rank && desc_landed(r, p))
             return ofccl__coll_fail(r, OFCCL_ERR_MISMATCH,
                                     "rank %d posted it on the descriptor path, rank %d on the "
                                     "eager one: the count (or OFCCL_EAGER_BYTES) differs",

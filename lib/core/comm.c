@@ -177,9 +177,10 @@ static void on_remote_data(void *arg, uint64_t data)
     }
 }
 
-/* Map every peer's control region (caps.peer_map): eager collectives then store
- * {header, data} into it directly, no op, completion or CQ data on the way. All
- * or nothing, so every rank of the communicator takes the same path. */
+/* Map every peer's control region (caps.peer_map): descriptors and eager
+ * collectives' {header, data} are then stored into it directly, no op,
+ * completion or CQ data on the way. All or nothing, so every rank of the
+ * communicator takes the same path. */
 static int map_peer_ctrl(ofccl_comm_t *comm)
 {
     comm->peer_ctrl_at = calloc((size_t)comm->size, sizeof(*comm->peer_ctrl_at));
@@ -194,7 +195,8 @@ static int map_peer_ctrl(ofccl_comm_t *comm)
         comm->peer_ctrl_at[p] = at;
     }
     OFCCL__DEBUG(&comm->ctx->log, OFCCL__SUB_CORE,
-                 "rank %d: eager collectives store into the %d peers' mapped control regions",
+                 "rank %d: descriptors and eager data go straight into the %d peers' mapped "
+                 "control regions",
                  comm->rank, comm->size - 1);
     return 0;
 }
@@ -299,7 +301,7 @@ static int comm_setup(ofccl_comm_t *comm)
     rc = ofccl__boot_barrier(ctx->boot, &comm->err);
     if (rc)
         rc = ofccl__comm_fail(comm, rc, "%s", comm->err.msg);
-    if (rc == 0 && caps->peer_map && mine.eager > 0)
+    if (rc == 0 && caps->peer_map)
         rc = map_peer_ctrl(comm);
 out:
     free(all);

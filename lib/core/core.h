@@ -101,7 +101,8 @@ struct ofccl_comm {
     ofccl__mr_t *ctrl_mr;
     ofccl__rkey_t *peer_ctrl; /* [size] */
     /* [size] where peers' control regions are mapped here (caps.peer_map), so
-     * eager data is stored straight into them; NULL: written through the ep. */
+     * descriptors and eager data are stored straight into them; NULL: written
+     * through the ep. */
     _Atomic uint64_t **peer_ctrl_at;
     int nwins;
 
