@@ -21,8 +21,6 @@
 
 #include "perfutil.h"
 
-static const char *const op_names[] = {"sum", "avg"};
-
 static void sum_bf16(void *in, void *inout, int *len, MPI_Datatype *type)
 {
     const uint16_t *a = in;
@@ -118,17 +116,8 @@ static int run_size(bench_t *b, perf_out_t *out, int coll, size_t bytes, long *t
     MPI_Allreduce(&us, &maxus, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     MPI_Allreduce(&wrong, &sum, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
     *total_wrong += sum;
-    if (b->rank == 0) {
-        perf_row_t row = {coll == 0 ? "ag" : "rs",
-                          bytes,
-                          count,
-                          perf_dtype_names[b->dt],
-                          coll == 0 ? "none" : op_names[b->op],
-                          maxus,
-                          sum,
-                          n};
-        perf_out_row(out, &row);
-    }
+    if (b->rank == 0)
+        perf_out_result(out, coll, bytes, count, b->dt, b->op, maxus, sum, n);
     return 0;
 }
 
@@ -170,7 +159,7 @@ int main(int argc, char **argv)
             bad |= (dt = perf_lookup(optarg, perf_dtype_names, PERF_DTYPE_COUNT)) < 0;
             break;
         case 'r':
-            bad |= (op = perf_lookup(optarg, op_names, 2)) < 0;
+            bad |= (op = perf_lookup(optarg, perf_op_names, 2)) < 0;
             break;
         case 'c':
             b->check = atoi(optarg) != 0;

@@ -35,7 +35,6 @@
 enum { MEM_POOL, MEM_REG, MEM_PLAIN };
 static const char *const mem_names[] = {"pool", "reg", "plain"};
 static const char *const algo_names[] = {"auto", "direct", "ring"};
-static const char *const op_names[] = {"sum", "avg"};
 
 typedef struct bench {
     ofccl_ctx_t *ctx;
@@ -312,17 +311,8 @@ static int run_size(bench_t *b, perf_out_t *out, int coll, size_t bytes, long *t
         b->max_new_regs = x[3] > b->max_new_regs ? x[3] : b->max_new_regs;
     }
     *total_wrong += wrong;
-    if (b->rank == 0) {
-        perf_row_t row = {coll == 0 ? "ag" : "rs",
-                          bytes,
-                          count,
-                          perf_dtype_names[b->dt],
-                          coll == 0 ? "none" : op_names[b->op],
-                          us,
-                          wrong,
-                          b->size};
-        perf_out_row(out, &row);
-    }
+    if (b->rank == 0)
+        perf_out_result(out, coll, bytes, count, b->dt, b->op, us, wrong, b->size);
     return 0;
 }
 
@@ -425,7 +415,7 @@ int main(int argc, char **argv)
             bad = get_choice(optarg, perf_dtype_names, PERF_DTYPE_COUNT, &dt);
             break;
         case 'r':
-            bad = get_choice(optarg, op_names, 2, &op);
+            bad = get_choice(optarg, perf_op_names, 2, &op);
             break;
         case 'a':
             bad = get_choice(optarg, algo_names, 3, &algo);

@@ -9,6 +9,7 @@
 #include <time.h>
 
 const char *const perf_dtype_names[PERF_DTYPE_COUNT] = {"f32", "f64", "bf16", "f16"};
+const char *const perf_op_names[2] = {"sum", "avg"};
 
 size_t perf_dtype_size(perf_dtype_t dt)
 {
@@ -269,6 +270,20 @@ int perf_out_open(perf_out_t *o, const perf_meta_t *meta, const char *csv, const
     printf("# %4s %12s %12s %6s %6s %11s %11s %11s %8s\n", "coll", "size(B)", "count", "type",
            "redop", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong");
     return 0;
+}
+
+void perf_out_result(perf_out_t *o, int coll, size_t bytes, size_t count, perf_dtype_t dt,
+                     perf_op_t op, double us, long wrong, int nranks)
+{
+    perf_row_t row = {coll == 0 ? "ag" : "rs",
+                      bytes,
+                      count,
+                      perf_dtype_names[dt],
+                      coll == 0 ? "none" : perf_op_names[op],
+                      us,
+                      wrong,
+                      nranks};
+    perf_out_row(o, &row);
 }
 
 void perf_out_row(perf_out_t *o, const perf_row_t *r)

@@ -16,6 +16,7 @@ typedef enum perf_dtype { PERF_F32, PERF_F64, PERF_BF16, PERF_F16, PERF_DTYPE_CO
 typedef enum perf_op { PERF_SUM, PERF_AVG } perf_op_t;
 
 extern const char *const perf_dtype_names[PERF_DTYPE_COUNT];
+extern const char *const perf_op_names[2]; /* "sum", "avg", as -r takes them */
 size_t perf_dtype_size(perf_dtype_t dt);
 /* Index of `name` in `names` (n entries), or -1. */
 int perf_lookup(const char *name, const char *const *names, int n);
@@ -87,6 +88,10 @@ typedef struct perf_out {
 /* Open the CSV/JSON files (either path may be NULL) and print the table header. */
 int perf_out_open(perf_out_t *o, const perf_meta_t *meta, const char *csv, const char *json);
 void perf_out_row(perf_out_t *o, const perf_row_t *r);
+/* One collective's result as a row: coll 0 = all-gather ("ag", no redop), else
+ * reduce-scatter ("rs" with `op`). */
+void perf_out_result(perf_out_t *o, int coll, size_t bytes, size_t count, perf_dtype_t dt,
+                     perf_op_t op, double us, long wrong, int nranks);
 /* `extra_json`: optional "key": value members appended to the JSON object. */
 int perf_out_close(perf_out_t *o, const char *extra_json);
 
