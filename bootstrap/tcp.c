@@ -588,6 +588,24 @@ static int up_step(ofccl__boot_t *b, ofccl__tcp_conn_t *c, void *arg, ofccl__err
     return 0;
 }
 
+/* One phase of the root's exchange: run the connections' I/O, and on timeout
+ * name the ranks whose connection is still busy ("TCP bootstrap <what> timed
+ * out after N ms<phase>: <ranks> <fault>"). */
+static int root_phase(ofccl__boot_t *b, tcp_boot_t *t, uint64_t deadline, up_arg_t *u,
+                      const char *what, const char *phase, const char *fault, ofccl__err_t *e)
+{
+    int rc = ofccl__tcp_io_run(b, t->conns, b->size, deadline, up_step, u, what, e);
+
+    if (rc == OFCCL_ERR_TIMEOUT) {
+        char list[200];
+        ofccl__tcp_rank_list(list, sizeof(list), t->conns, b->size, 1, ofccl__tcp_conn_busy);
+        rc = ofccl__fail(b->log, OFCCL__SUB_BOOT, e, OFCCL_ERR_TIMEOUT,
+                         "TCP bootstrap %s timed out after %llu ms%s: %s %s", what,
+                         (unsigned long long)b->timeout_ms, phase, list, fault);
+    }
+    return rc;
+}
+
 static int root_allgather(ofccl__boot_t *b, tcp_boot_t *t, uint64_t seq, const char *what,
                           const void *in, size_t len, uint8_t *out, size_t slot, size_t *lens,
                           uint64_t deadline, ofccl__err_t *e)
@@ -608,15 +626,7 @@ static int root_allgather(ofccl__boot_t *b, tcp_boot_t *t, uint64_t seq, const c
         c->stage = 1;
         c->out_len = c->out_off = 0;
     }
-    rc = ofccl__tcp_io_run(b, t->conns, b->size, deadline, up_step, &u, what, e);
-    if (rc == OFCCL_ERR_TIMEOUT) {
-        char list[200];
-        ofccl__tcp_rank_list(list, sizeof(list), t->conns, b->size, 1, ofccl__tcp_conn_busy);
-        rc = ofccl__fail(b->log, OFCCL__SUB_BOOT, e, OFCCL_ERR_TIMEOUT,
-                         "TCP bootstrap %s timed out after %llu ms: %s did not contribute "
-                         "(missing, stuck or dead)",
-                         what, (unsigned long long)b->timeout_ms, list);
-    }
+    rc = root_phase(b, t, deadline, &u, what, "", "did not contribute (missing, stuck or dead)", e);
     if (rc != 0)
         goto err_abort;
 
@@ -651,15 +661,7 @@ static int root_allgather(ofccl__boot_t *b, tcp_boot_t *t, uint64_t seq, const c
         t->conns[r].out_len = total;
         t->conns[r].out_off = 0;
     }
-    rc = ofccl__tcp_io_run(b, t->conns, b->size, deadline, up_step, &u, what, e);
-    if (rc == OFCCL_ERR_TIMEOUT) {
-        char list[200];
-        ofccl__tcp_rank_list(list, sizeof(list), t->conns, b->size, 1, ofccl__tcp_conn_busy);
-        rc = ofccl__fail(b->log, OFCCL__SUB_BOOT, e, OFCCL_ERR_TIMEOUT,
-                         "TCP bootstrap %s timed out after %llu ms sending the result: %s did "
-                         "not read it (stuck?)",
-                         what, (unsigned long long)b->timeout_ms, list);
-    }
+    rc = root_phase(b, t, deadline, &u, what, " sending the result", "did not read it (stuck?)", e);
     if (rc != 0)
         goto err_abort;
     for (int r = 1; r < b->size; r++) {
