@@ -372,47 +372,28 @@ OFCCL__ALWAYS_INLINE void reduce_d(int divide, void *dst, const void *const *src
 typedef void (*red_fn_t)(void *dst, const void *const *srcs, int nsrc, size_t off, size_t count,
                          double c, int ndiv);
 
+/* One table entry, doing elements [o, o + n): _F for the types that
+ * accumulate in f32 (DT), _D for f64; DIV 1 divides by ndiv (AVG). */
+#define OFCCL__RED_ENTRY(NAME, ATTR, CALL)                                                         \
+    ATTR static void NAME(void *d, const void *const *s, int ns, size_t o, size_t n, double c,     \
+                          int v)                                                                   \
+    {                                                                                              \
+        CALL;                                                                                      \
+    }
+#define OFCCL__RED_ENTRY_F(NAME, ATTR, DT, DIV)                                                    \
+    OFCCL__RED_ENTRY(NAME, ATTR, reduce_f(DT, DIV, d, s, ns, o, o + n, (float)c, (float)v))
+#define OFCCL__RED_ENTRY_D(NAME, ATTR, DIV)                                                        \
+    OFCCL__RED_ENTRY(NAME, ATTR, reduce_d(DIV, d, s, ns, o, o + n, c, (double)v))
+
 #define OFCCL__RED_TABLE(SFX, ATTR)                                                                \
-    ATTR static void f32_sum_##SFX(void *d, const void *const *s, int ns, size_t o, size_t n,      \
-                                   double c, int v)                                                \
-    {                                                                                              \
-        reduce_f(OFCCL_F32, 0, d, s, ns, o, o + n, (float)c, (float)v);                            \
-    }                                                                                              \
-    ATTR static void f32_div_##SFX(void *d, const void *const *s, int ns, size_t o, size_t n,      \
-                                   double c, int v)                                                \
-    {                                                                                              \
-        reduce_f(OFCCL_F32, 1, d, s, ns, o, o + n, (float)c, (float)v);                            \
-    }                                                                                              \
-    ATTR static void bf16_sum_##SFX(void *d, const void *const *s, int ns, size_t o, size_t n,     \
-                                    double c, int v)                                               \
-    {                                                                                              \
-        reduce_f(OFCCL_BF16, 0, d, s, ns, o, o + n, (float)c, (float)v);                           \
-    }                                                                                              \
-    ATTR static void bf16_div_##SFX(void *d, const void *const *s, int ns, size_t o, size_t n,     \
-                                    double c, int v)                                               \
-    {                                                                                              \
-        reduce_f(OFCCL_BF16, 1, d, s, ns, o, o + n, (float)c, (float)v);                           \
-    }                                                                                              \
-    ATTR static void f16_sum_##SFX(void *d, const void *const *s, int ns, size_t o, size_t n,      \
-                                   double c, int v)                                                \
-    {                                                                                              \
-        reduce_f(OFCCL_F16, 0, d, s, ns, o, o + n, (float)c, (float)v);                            \
-    }                                                                                              \
-    ATTR static void f16_div_##SFX(void *d, const void *const *s, int ns, size_t o, size_t n,      \
-                                   double c, int v)                                                \
-    {                                                                                              \
-        reduce_f(OFCCL_F16, 1, d, s, ns, o, o + n, (float)c, (float)v);                            \
-    }                                                                                              \
-    ATTR static void f64_sum_##SFX(void *d, const void *const *s, int ns, size_t o, size_t n,      \
-                                   double c, int v)                                                \
-    {                                                                                              \
-        reduce_d(0, d, s, ns, o, o + n, c, (double)v);                                             \
-    }                                                                                              \
-    ATTR static void f64_div_##SFX(void *d, const void *const *s, int ns, size_t o, size_t n,      \
-                                   double c, int v)                                                \
-    {                                                                                              \
-        reduce_d(1, d, s, ns, o, o + n, c, (double)v);                                             \
-    }                                                                                              \
+    OFCCL__RED_ENTRY_F(f32_sum_##SFX, ATTR, OFCCL_F32, 0)                                          \
+    OFCCL__RED_ENTRY_F(f32_div_##SFX, ATTR, OFCCL_F32, 1)                                          \
+    OFCCL__RED_ENTRY_F(bf16_sum_##SFX, ATTR, OFCCL_BF16, 0)                                        \
+    OFCCL__RED_ENTRY_F(bf16_div_##SFX, ATTR, OFCCL_BF16, 1)                                        \
+    OFCCL__RED_ENTRY_F(f16_sum_##SFX, ATTR, OFCCL_F16, 0)                                          \
+    OFCCL__RED_ENTRY_F(f16_div_##SFX, ATTR, OFCCL_F16, 1)                                          \
+    OFCCL__RED_ENTRY_D(f64_sum_##SFX, ATTR, 0)                                                     \
+    OFCCL__RED_ENTRY_D(f64_div_##SFX, ATTR, 1)                                                     \
     static const red_fn_t table_##SFX[OFCCL_DTYPE_COUNT][2] = {                                    \
         [OFCCL_F32] = {f32_sum_##SFX, f32_div_##SFX},                                              \
         [OFCCL_F64] = {f64_sum_##SFX, f64_div_##SFX},                                              \
