@@ -37,15 +37,21 @@ static size_t arr_cnt_word(int size, unsigned slot, int from)
 {
     return desc_cnt_word(size, OFCCL__SLOTS, 0) + (size_t)slot * (size_t)size + (size_t)from;
 }
-/* [EAGER_OUT: SLOTS x size x slot] [EAGER_IN: EAGER_RING x size x slot] follow. */
+/* [EAGER_OUT: SLOTS x size x slot] [EAGER_IN: EAGER_RING x size x slot] follow,
+ * from a cache-line boundary: slots are whole lines, so a small payload shares
+ * its header's line. */
+static size_t eager_base_word(int size)
+{
+    return (arr_cnt_word(size, OFCCL__SLOTS, 0) + 7) & ~(size_t)7;
+}
 static size_t eager_slot_bytes(int size, size_t eager_bytes)
 {
     size_t per = (eager_bytes + (size_t)size - 1) / (size_t)size;
-    return OFCCL__DESC_WORDS * sizeof(uint64_t) + (per + 63) / 64 * 64;
+    return (OFCCL__EAGER_HDR + per + 63) / 64 * 64;
 }
 size_t ofccl__coll_ctrl_words(int size, size_t eager_bytes)
 {
-    size_t words = arr_cnt_word(size, OFCCL__SLOTS, 0);
+    size_t words = eager_base_word(size);
 
     if (eager_bytes > 0)
         words += (size_t)(OFCCL__SLOTS + OFCCL__EAGER_RING) * (size_t)size *
@@ -55,7 +61,7 @@ size_t ofccl__coll_ctrl_words(int size, size_t eager_bytes)
 
 static size_t eager_out_word(const ofccl_comm_t *comm, unsigned slot, int p)
 {
-    return arr_cnt_word(comm->size, OFCCL__SLOTS, 0) +
+    return eager_base_word(comm->size) +
            ((size_t)slot * (size_t)comm->size + (size_t)p) * (comm->coll->eager_slot / 8);
 }
 
@@ -89,8 +95,7 @@ int ofccl__eager_ok(const ofccl_comm_t *comm, const ofccl__algo_t *algo, int buc
     return cs->eager_bytes > 0 && comm->size > 1 && !bucket &&
            comm->signal_mode == OFCCL__SIGNAL_CQDATA &&
            block * (size_t)comm->size <= cs->eager_bytes &&
-           block + OFCCL__DESC_WORDS * sizeof(uint64_t) <= cs->eager_slot &&
-           algo->id == OFCCL__ALGO_DIRECT &&
+           block + OFCCL__EAGER_HDR <= cs->eager_slot && algo->id == OFCCL__ALGO_DIRECT &&
            (seq < OFCCL__SLOTS || cs->all_pairs[(seq - OFCCL__SLOTS) % OFCCL__SLOTS]);
 }
 
@@ -252,15 +257,16 @@ static uint64_t fingerprint(const ofccl__req_t *r)
            scalar << 32;
 }
 
-/* Word 3 of an eager header (unused by descriptors' checks) marks the data as
- * present: seq + 1, never what the slot's previous user (seq - 16) or fresh
- * memory holds. On the mapped path it is stored last, with release. */
+/* An eager header is {from, fingerprint, count, seq + 1}: the last word marks
+ * the data as present, never what the slot's previous user (seq - 16) or fresh
+ * memory holds. On the mapped path it is stored last, with release. At 32
+ * bytes, a payload of up to 32 shares the mark's cache line. */
 #define EAGER_MARK 3
 
 void ofccl__eager_header(const ofccl__req_t *r, uint8_t *area)
 {
-    uint64_t h[OFCCL__DESC_WORDS] = {r->seq, r->fingerprint,         r->count, r->seq + 1, 0, 0,
-                                     0,      (uint64_t)r->comm->rank};
+    uint64_t h[OFCCL__EAGER_WORDS] = {(uint64_t)r->comm->rank, r->fingerprint, r->count,
+                                      r->seq + 1};
     memcpy(area, h, sizeof(h));
 }
 
@@ -268,19 +274,17 @@ void ofccl__eager_store(const ofccl__req_t *r, int p, const void *payload)
 {
     const ofccl_comm_t *comm = r->comm;
     _Atomic uint64_t *slot = comm->peer_ctrl_at[p] + eager_in_word(comm, r->seq, comm->rank);
-    uint64_t h[OFCCL__DESC_WORDS];
 
-    ofccl__eager_header(r, (uint8_t *)h);
-    for (int w = 0; w < OFCCL__DESC_WORDS; w++)
-        if (w != EAGER_MARK)
-            atomic_store_explicit(&slot[w], h[w], memory_order_relaxed);
+    atomic_store_explicit(&slot[0], (uint64_t)comm->rank, memory_order_relaxed);
+    atomic_store_explicit(&slot[1], r->fingerprint, memory_order_relaxed);
+    atomic_store_explicit(&slot[2], r->count, memory_order_relaxed);
     if (r->block)
-        memcpy((void *)(slot + OFCCL__DESC_WORDS), payload, r->block);
+        memcpy((void *)(slot + OFCCL__EAGER_WORDS), payload, r->block);
     /* memcpy may use non-temporal stores for large copies, which a release
      * store does not order; eager slots are far below where it starts to. */
     if (r->block >= ((size_t)64 << 10))
         atomic_thread_fence(memory_order_seq_cst);
-    atomic_store_explicit(&slot[EAGER_MARK], h[EAGER_MARK], memory_order_release);
+    atomic_store_explicit(&slot[EAGER_MARK], r->seq + 1, memory_order_release);
 }
 
 /* Mapped path: has `from`'s {header, data} for collective `seq` been stored here? */
@@ -418,28 +422,45 @@ static const char *field_name(uint64_t a, uint64_t b)
     return "premul scalar";
 }
 
+/* What descriptors and eager headers both say: who, which collective, what. */
+static int check_ident(uint64_t from, uint64_t seq, uint64_t fingerprint, uint64_t count,
+                       const ofccl__desc_expect_t *x, char *why, size_t len)
+{
+    if (from != (uint64_t)x->from)
+        return snprintf(why, len, "rank %d's announcement claims to come from rank %llu", x->from,
+                        (unsigned long long)from),
+               OFCCL_ERR_CORRUPT;
+    if (seq != x->seq)
+        return snprintf(why, len,
+                        "rank %d announced collective #%llu where #%llu was expected: "
+                        "collectives must be posted in the same order on every rank",
+                        x->from, (unsigned long long)seq, (unsigned long long)x->seq),
+               OFCCL_ERR_MISMATCH;
+    if (fingerprint != x->fingerprint)
+        return snprintf(why, len, "rank %d posted it with a different %s than rank %d", x->from,
+                        field_name(fingerprint, x->fingerprint), x->me),
+               OFCCL_ERR_MISMATCH;
+    if (count != x->count)
+        return snprintf(why, len, "rank %d posted it with count %llu, rank %d with count %llu",
+                        x->from, (unsigned long long)count, x->me, (unsigned long long)x->count),
+               OFCCL_ERR_MISMATCH;
+    return 0;
+}
+
+int ofccl__eager_check(const uint64_t h[OFCCL__EAGER_WORDS], const ofccl__desc_expect_t *x,
+                       char *why, size_t len)
+{
+    return check_ident(h[0], h[EAGER_MARK] - 1, h[1], h[2], x, why, len);
+}
+
 int ofccl__desc_check(const uint64_t d[OFCCL__DESC_WORDS], const ofccl__desc_expect_t *x, char *why,
                       size_t len)
 {
     /* A descriptor is written by a peer: every field is checked before use. */
-    if (d[7] != (uint64_t)x->from)
-        return snprintf(why, len, "rank %d's descriptor claims to come from rank %llu", x->from,
-                        (unsigned long long)d[7]),
-               OFCCL_ERR_CORRUPT;
-    if (d[0] != x->seq)
-        return snprintf(why, len,
-                        "rank %d announced collective #%llu where #%llu was expected: "
-                        "collectives must be posted in the same order on every rank",
-                        x->from, (unsigned long long)d[0], (unsigned long long)x->seq),
-               OFCCL_ERR_MISMATCH;
-    if (d[1] != x->fingerprint)
-        return snprintf(why, len, "rank %d posted it with a different %s than rank %d", x->from,
-                        field_name(d[1], x->fingerprint), x->me),
-               OFCCL_ERR_MISMATCH;
-    if (d[2] != x->count)
-        return snprintf(why, len, "rank %d posted it with count %llu, rank %d with count %llu",
-                        x->from, (unsigned long long)d[2], x->me, (unsigned long long)x->count),
-               OFCCL_ERR_MISMATCH;
+    int rc = check_ident(d[7], d[0], d[1], d[2], x, why, len);
+
+    if (rc)
+        return rc;
     /* The region must hold what we will write; a short one is a lie, not a mismatch. */
     if (d[6] > d[5] || d[5] - d[6] < x->need)
         return snprintf(why, len,
@@ -552,6 +573,9 @@ int ofccl__eager_arrived(ofccl__req_t *r)
     ofccl_comm_t *comm = r->comm;
     ofccl__coll_state_t *cs = comm->coll;
 
+    /* Every mark in: every peer took the eager path. */
+    if (comm->peer_ctrl_at != NULL && ofccl__eager_all_marked(comm, r->seq))
+        return 1;
     /* A descriptor for this collective means that peer chose the other path. */
     for (int p = 0; p < comm->size; p++)
         if (p != comm->rank && desc_landed(r, p))
@@ -560,7 +584,7 @@ int ofccl__eager_arrived(ofccl__req_t *r)
                                     "eager one: the count (or OFCCL_EAGER_BYTES) differs",
                                     p, comm->rank);
     if (comm->peer_ctrl_at != NULL)
-        return ofccl__eager_all_marked(comm, r->seq);
+        return 0;
     if (cs->eager_cnt[r->seq % OFCCL__EAGER_RING] < r->units_in)
         return 0;
     cs->eager_cnt[r->seq % OFCCL__EAGER_RING] = 0; /* consumed: the slot may be reused */
@@ -614,24 +638,28 @@ int ofccl__coll_init(ofccl_comm_t *comm)
         ofccl__req_t *r = &cs->reqs[s];
         r->comm = comm;
         r->slot = (unsigned)s;
-        r->writes_to_me = calloc(n, 1);
-        r->i_write_to = calloc(n, 1);
-        r->peer_ready = calloc(n, 1);
+        /* The per-peer state a new collective starts from zero, in one
+         * block so that posting clears it with one memset. */
+        r->peer_state_bytes = n * (sizeof(*r->sig_mask) + 3 * sizeof(uint32_t) + 3);
+        r->sig_mask = calloc(1, r->peer_state_bytes);
+        if (r->sig_mask != NULL) {
+            r->sent = (uint32_t *)(r->sig_mask + n);
+            r->inflight = r->sent + n;
+            r->sig_next = r->inflight + n;
+            r->writes_to_me = (uint8_t *)(r->sig_next + n);
+            r->i_write_to = r->writes_to_me + n;
+            r->peer_ready = r->i_write_to + n;
+        }
         r->peer_rk = calloc(n, sizeof(*r->peer_rk));
         r->peer_off = calloc(n, sizeof(*r->peer_off));
         r->unit_cnt = calloc(OFCCL__MAX_UNITS, sizeof(*r->unit_cnt));
         r->seen = calloc(2 * n, sizeof(*r->seen));
-        r->sent = calloc(n, sizeof(*r->sent));
-        r->inflight = calloc(n, sizeof(*r->inflight));
-        r->sig_next = calloc(n, sizeof(*r->sig_next));
-        r->sig_mask = calloc(n, sizeof(*r->sig_mask));
         r->nwops = (unsigned)n * (depth * 2 + 2);
         r->wops = calloc(r->nwops, sizeof(*r->wops));
         r->srcs = calloc(n, sizeof(*r->srcs));
         r->peer_at = calloc(n, sizeof(*r->peer_at));
-        if (!r->writes_to_me || !r->i_write_to || !r->peer_ready || !r->peer_rk || !r->peer_off ||
-            !r->unit_cnt || !r->seen || !r->sent || !r->inflight || !r->sig_next || !r->sig_mask ||
-            !r->wops || !r->srcs || !r->peer_at)
+        if (!r->sig_mask || !r->peer_rk || !r->peer_off || !r->unit_cnt || !r->seen || !r->wops ||
+            !r->srcs || !r->peer_at)
             return OFCCL_ERR_NO_MEMORY;
     }
     cs->eager_bytes = (size_t)ofccl__cfg_int(&comm->ctx->cfg, OFCCL__CFG_EAGER_BYTES);
@@ -650,17 +678,11 @@ void ofccl__coll_fini(ofccl_comm_t *comm)
         return;
     for (int s = 0; s < OFCCL__SLOTS; s++) {
         ofccl__req_t *r = &cs->reqs[s];
-        free(r->writes_to_me);
-        free(r->i_write_to);
-        free(r->peer_ready);
+        free(r->sig_mask); /* and the rest of the per-peer state block */
         free(r->peer_rk);
         free(r->peer_off);
         free(r->unit_cnt);
         free(r->seen);
-        free(r->sent);
-        free(r->inflight);
-        free(r->sig_next);
-        free(r->sig_mask);
         free(r->wops);
         free(r->srcs);
         free(r->peer_at);
@@ -675,15 +697,7 @@ void ofccl__coll_fini(ofccl_comm_t *comm)
 /* ---- posting ---- */
 static void req_reset(ofccl__req_t *r)
 {
-    size_t n = (size_t)r->comm->size;
-
-    memset(r->writes_to_me, 0, n);
-    memset(r->i_write_to, 0, n);
-    memset(r->peer_ready, 0, n);
-    memset(r->sent, 0, n * sizeof(*r->sent));
-    memset(r->inflight, 0, n * sizeof(*r->inflight));
-    memset(r->sig_next, 0, n * sizeof(*r->sig_next));
-    memset(r->sig_mask, 0, n * sizeof(*r->sig_mask));
+    memset(r->sig_mask, 0, r->peer_state_bytes);
     r->status = 0;
     r->finished = 0;
     r->arrived = 0;
@@ -736,24 +750,29 @@ int ofccl__coll_start(ofccl__req_t *r)
         raise(SIGKILL);
     }
 #endif
-    r->depth = (unsigned)ofccl__cfg_int(&comm->ctx->cfg, OFCCL__CFG_DEPTH);
-    r->chunk = (size_t)ofccl__cfg_int(&comm->ctx->cfg, OFCCL__CFG_CHUNK_BYTES);
-    r->chunk -= r->chunk % r->esize;
-    r->nchunks = r->block ? (unsigned)((r->block + r->chunk - 1) / r->chunk) : 0;
-    if (r->nchunks > max_units) { /* keep unit numbers within the signal's bits */
-        r->nchunks = (unsigned)max_units;
-        r->chunk = (r->block + max_units - 1) / max_units;
-        r->chunk += (r->esize - r->chunk % r->esize) % r->esize;
-        r->nchunks = (unsigned)((r->block + r->chunk - 1) / r->chunk);
-    }
-    /* Unit numbers are step * nchunks + chunk, with fewer steps than ranks:
-     * clear only those (the whole table is 64 KiB, longer than a small
-     * collective). Numbers beyond them are never read; eager requests
-     * count arrivals per ring slot instead. */
-    if (r->algo->id != OFCCL__ALGO_EAGER)
+    if (r->algo->id == OFCCL__ALGO_EAGER) {
+        /* One {header, block} per writer, counted per ring slot, not per unit. */
+        r->depth = 1;
+        r->chunk = r->block;
+        r->nchunks = 1;
+    } else {
+        r->depth = (unsigned)ofccl__cfg_int(&comm->ctx->cfg, OFCCL__CFG_DEPTH);
+        r->chunk = (size_t)ofccl__cfg_int(&comm->ctx->cfg, OFCCL__CFG_CHUNK_BYTES);
+        r->chunk -= r->chunk % r->esize;
+        r->nchunks = r->block ? (unsigned)((r->block + r->chunk - 1) / r->chunk) : 0;
+        if (r->nchunks > max_units) { /* keep unit numbers within the signal's bits */
+            r->nchunks = (unsigned)max_units;
+            r->chunk = (r->block + max_units - 1) / max_units;
+            r->chunk += (r->esize - r->chunk % r->esize) % r->esize;
+            r->nchunks = (unsigned)((r->block + r->chunk - 1) / r->chunk);
+        }
+        /* Unit numbers are step * nchunks + chunk, with fewer steps than
+         * ranks: clear only those (the whole table is 64 KiB, longer than a
+         * small collective). Numbers beyond them are never read. */
         memset(r->unit_cnt, 0,
                sizeof(*r->unit_cnt) *
                    OFCCL__MIN((size_t)OFCCL__MAX_UNITS, (size_t)comm->size * r->nchunks));
+    }
     rc = r->algo->plan(r);
     if (rc)
         return rc;
@@ -920,8 +939,11 @@ static int req_progress(ofccl__req_t *r, bool check_clock)
                              from, comm->rank);
     }
     if (r->status == 0) {
-        rc = send_descriptors(r);
-        if (rc == 0)
+        /* Eager requests have no descriptors either way (coll_start). */
+        rc = 0;
+        if (r->algo->id != OFCCL__ALGO_EAGER)
+            rc = send_descriptors(r);
+        if (rc == 0 && r->algo->id != OFCCL__ALGO_EAGER)
             rc = take_descriptors(r);
         if (rc == 0 && comm->signal_mode == OFCCL__SIGNAL_ATOMIC) {
             fold_arrivals(r);
@@ -961,6 +983,11 @@ static int req_progress(ofccl__req_t *r, bool check_clock)
     if (r->status != 0 && (r->ops_out == 0 || comm->sticky))
         complete(r);
     return 0;
+}
+
+void ofccl__coll_progress_req(ofccl__req_t *r)
+{
+    req_progress(r, false);
 }
 
 int ofccl__coll_progress(ofccl_comm_t *comm, bool check_clock)

@@ -26,6 +26,8 @@
 #define OFCCL__SLOT_BITS 3
 #define OFCCL__MAX_UNITS 16384 /* units (chunk x step) one collective may signal */
 #define OFCCL__DESC_WORDS 8
+#define OFCCL__EAGER_WORDS 4 /* eager header: from, fingerprint, count, seq + 1 (the mark) */
+#define OFCCL__EAGER_HDR (OFCCL__EAGER_WORDS * sizeof(uint64_t))
 
 enum ofccl__coll_kind { OFCCL__AG = 1, OFCCL__RS = 2 };
 enum ofccl__algo_id {
@@ -117,18 +119,20 @@ struct ofccl_req {
     unsigned descs_sent;
 
     /* counters: the whole state of the pipeline */
-    uint32_t *unit_cnt;   /* [MAX_UNITS] arrivals per unit */
-    uint64_t arrived;     /* total arrivals */
-    uint64_t *seen;       /* [size] atomic path: per-writer counter already folded */
-    uint32_t *sent;       /* [size] units posted to that peer */
-    uint32_t *inflight;   /* [size] writes in flight to that peer */
-    uint32_t *sig_next;   /* [size] atomic path: next unit to signal */
-    uint64_t *sig_mask;   /* [size] atomic path: delivered, unsignalled units */
-    uint32_t reduced;     /* RS: units reduced */
-    unsigned ops_out;     /* ops of this request not yet completed */
-    ofccl__wop_t *wops;   /* [size * (depth * 2 + 2)] */
-    const void **srcs;    /* [size] reduction sources */
-    const char **peer_at; /* [size] pull: peer p's block for this rank, mapped here */
+    uint32_t *unit_cnt;      /* [MAX_UNITS] arrivals per unit */
+    uint64_t arrived;        /* total arrivals */
+    uint64_t *seen;          /* [size] atomic path: per-writer counter already folded */
+    uint32_t *sent;          /* [size] units posted to that peer */
+    uint32_t *inflight;      /* [size] writes in flight to that peer */
+    uint32_t *sig_next;      /* [size] atomic path: next unit to signal */
+    uint64_t *sig_mask;      /* [size] atomic path: delivered, unsignalled units */
+    size_t peer_state_bytes; /* sig_mask, sent, inflight, sig_next, writes_to_me,
+                                i_write_to and peer_ready: one block, in this order */
+    uint32_t reduced;        /* RS: units reduced */
+    unsigned ops_out;        /* ops of this request not yet completed */
+    ofccl__wop_t *wops;      /* [size * (depth * 2 + 2)] */
+    const void **srcs;       /* [size] reduction sources */
+    const char **peer_at;    /* [size] pull: peer p's block for this rank, mapped here */
     unsigned nwops;
 };
 
@@ -175,6 +179,9 @@ typedef struct ofccl__desc_expect {
  * (the peer posted something else) or OFCCL_ERR_CORRUPT; `why` says which. */
 int ofccl__desc_check(const uint64_t d[OFCCL__DESC_WORDS], const ofccl__desc_expect_t *x, char *why,
                       size_t len);
+/* The same for an eager header (x->need unused). */
+int ofccl__eager_check(const uint64_t h[OFCCL__EAGER_WORDS], const ofccl__desc_expect_t *x,
+                       char *why, size_t len);
 
 /* Plans shared by the twins (lib/coll/plan.c). */
 int ofccl__plan_direct(ofccl__req_t *r);
@@ -195,7 +202,7 @@ extern const ofccl__algo_t ofccl__rs_pull;
  * had posted s-8 and thus finished s-16, the slot's previous user. Hence eager
  * only when s-8 was all-pairs too; every rank decides the same way.
  * Where the provider maps peers' memory (caps.peer_map), w stores the slot
- * itself, header word 3 (seq + 1, the mark) last with release, and r polls the
+ * itself, the header's last word (seq + 1, the mark) last with release, and r polls the
  * mark: no op, no CQ data. Otherwise it is one write with CQ data. */
 int ofccl__eager_ok(const ofccl_comm_t *comm, const ofccl__algo_t *algo, int bucket, size_t block);
 /* Our outgoing {header, payload} area for request slot `slot` and peer `p`. */
@@ -256,5 +263,8 @@ size_t ofccl__coll_ctrl_words(int size, size_t eager_bytes);
 /* check_clock = false skips the deadline and dead-peer checks: for spinning
  * waits, which pass true every so often. */
 int ofccl__coll_progress(ofccl_comm_t *comm, bool check_clock);
+/* Drive request r alone, without the endpoint or the clock: for a wait whose
+ * request needs nothing more from them (its mapped eager data is all in). */
+void ofccl__coll_progress_req(ofccl__req_t *r);
 
 #endif

@@ -31,13 +31,11 @@ static int ofccl_test_unlocked(ofccl_req_t *req, int *done)
     return *done ? req->status : 0;
 }
 
-/* Without the lock: false only for a mapped eager request whose peers' data
- * has not all been stored yet. Reads what was fixed when it was posted, and
- * the marks, which are atomics. */
-static bool eager_landed(const ofccl__req_t *r)
+/* Mapped eager requests store their data when posted and complete on the
+ * peers' marks alone: fixed when the request was posted. */
+static bool eager_mapped(const ofccl__req_t *r)
 {
-    return r->comm->peer_ctrl_at == NULL || r->algo->id != OFCCL__ALGO_EAGER ||
-           ofccl__eager_all_marked(r->comm, r->seq);
+    return r->comm->peer_ctrl_at != NULL && r->algo->id == OFCCL__ALGO_EAGER;
 }
 
 int ofccl_wait(ofccl_req_t *req)
@@ -46,17 +44,22 @@ int ofccl_wait(ofccl_req_t *req)
         return OFCCL_ERR_INVALID_ARG;
     /* Bounded: every request carries a deadline that progress enforces. One
      * pass per lock hold, so a progress thread can interleave. */
+    bool mapped = eager_mapped(req);
     uint64_t t0 = 0;
 
     for (unsigned spins = 1;; spins++) {
-        /* Between full passes (every 64th, and whenever the data is in), a
-         * mapped eager request, whose data went out when it was posted, is
-         * watched without the lock: the lock's atomics would stall on our own
-         * stores reaching the peer. */
-        if (spins % 64 == 0 || eager_landed(req)) {
+        /* A mapped eager request is watched without the lock (its marks are
+         * atomics; the lock's atomics would stall on our own stores reaching
+         * the peer), and once every mark is in, only it is driven, under the
+         * lock. Everything else, and every 64th pass, is a full pass. */
+        bool full = !mapped || spins % 64 == 0;
+        bool landed = mapped && !full && ofccl__eager_all_marked(req->comm, req->seq);
+        if (full || landed) {
             int state, status;
             ofccl__ctx_lock(req->comm->ctx);
-            if (req->state == OFCCL__REQ_ACTIVE)
+            if (req->state == OFCCL__REQ_ACTIVE && landed)
+                ofccl__coll_progress_req(req);
+            else if (req->state == OFCCL__REQ_ACTIVE)
                 ofccl__coll_progress(req->comm, spins % 64 == 0);
             state = req->state;
             status = req->status;

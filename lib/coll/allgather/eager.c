@@ -6,8 +6,6 @@
 
 #include "coll.h"
 
-#define HDR (OFCCL__DESC_WORDS * sizeof(uint64_t))
-
 static int plan(ofccl__req_t *r)
 {
     ofccl__plan_direct(r);
@@ -28,7 +26,7 @@ static int progress(ofccl__req_t *r)
     for (int p = 0; p < comm->size && r->block; p++) {
         char *dst = (char *)r->recvbuf + (size_t)p * r->block;
         if (p != comm->rank)
-            memcpy(dst, ofccl__eager_in(comm, r->seq, p) + HDR, r->block);
+            memcpy(dst, ofccl__eager_in(comm, r->seq, p) + OFCCL__EAGER_HDR, r->block);
         else if (dst != (const char *)r->sendbuf)
             memmove(dst, r->sendbuf, r->block);
     }

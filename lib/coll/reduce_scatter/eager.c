@@ -3,8 +3,6 @@
  * own slice and the arrived ones (own first, then rank order) once all are in. */
 #include "coll.h"
 
-#define HDR (OFCCL__DESC_WORDS * sizeof(uint64_t))
-
 static int plan(ofccl__req_t *r)
 {
     ofccl__plan_direct(r);
@@ -28,7 +26,7 @@ static int progress(ofccl__req_t *r)
         srcs[0] = (const char *)r->sendbuf + (size_t)comm->rank * r->block;
         for (int p = 0; p < n; p++)
             if (p != comm->rank)
-                srcs[k++] = ofccl__eager_in(comm, r->seq, p) + HDR;
+                srcs[k++] = ofccl__eager_in(comm, r->seq, p) + OFCCL__EAGER_HDR;
         rc = ofccl__reduce(r->dtype, r->op, r->out, srcs, n, r->count,
                            r->op.kind == OFCCL_OP_AVG ? n : 0);
         if (rc)
