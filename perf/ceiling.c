@@ -16,11 +16,19 @@
  *     bytes received per second per side, the bound of any 2-rank collective
  *     over loopback TCP, whose every byte the kernel copies twice on these
  *     same cores. Sizes from 4 KiB; the best of 3 runs (it varies a lot).
+ *   - exchange (-X cpu): this process and a twin on the other cpu share a
+ *     window holding both sides' outputs; each copies its block of the size
+ *     into the other's output, then both meet at a barrier, and again: the
+ *     copies of a 2-rank in-place
+ *     all-gather on shared memory with no protocol around them, bytes copied
+ *     per second per side. Copies go in 512 KiB memcpy calls, ofccl's default
+ *     chunk (one larger memcpy switches glibc to non-temporal stores, slower
+ *     while the data fits in the L3). Sizes from 4 KiB.
  * The sums are this file's own loops (16-lane vectors, AVX-512 / AVX2 / SSE2
  * clones): an approximation of the library's reduction kernel, not the kernel
  * itself, which may be vectorised, blocked and dispatched differently.
  *
- *   ceiling [-b 8] [-e 64M] [-f 2] [-t ms] [-p cpu] [-2 cpu] [-T cpu] [-C out.csv]
+ *   ceiling [-b 8] [-e 64M] [-f 2] [-t ms] [-p cpu] [-2 cpu] [-T cpu] [-X cpu] [-C out.csv]
  */
 #include <sched.h>
 #include <stdatomic.h>
@@ -42,6 +50,33 @@
 
 static char *src, *src2, *dst;
 static int sock = -1; /* -T: the connection to the twin */
+
+/* -X: the window both sides write into (half each) and their barrier. */
+#define XCHG_PIECE ((size_t)512 << 10)
+static struct xchg {
+    atomic_ulong *done[2]; /* in the shared window, one cache line each */
+    char *half[2];
+    int me;
+    unsigned long rounds;
+} xw;
+
+/* The window: two counters' lines, then each side's all-gather output of two
+ * blocks of up to `max` bytes. */
+static bool xchg_window(size_t max)
+{
+    size_t len = 128 + 4 * max;
+    char *w = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+
+    if (w == MAP_FAILED)
+        return false;
+    memset(w, 1, len);
+    memset(w, 0, 128);
+    xw.done[0] = (atomic_ulong *)(void *)w;
+    xw.done[1] = (atomic_ulong *)(void *)(w + 64);
+    xw.half[0] = w + 128;
+    xw.half[1] = w + 128 + 2 * max;
+    return true;
+}
 
 /* Send `n` bytes of `out` to the twin while receiving n into `in`. 0, or -1 on
  * a socket error or 10 s without progress. */
@@ -123,7 +158,30 @@ __attribute__((noinline)) static void copy(void *d, const void *s, size_t n)
     memcpy(d, s, n);
 }
 
-enum kind { K_COPY, K_SUM_F32, K_SUM_BF16, K_TCP };
+enum kind { K_COPY, K_SUM_F32, K_SUM_BF16, K_TCP, K_XCHG };
+
+/* One exchange round, as an in-place all-gather's: our block (block `me` of
+ * our output) into block `me` of the peer's output, then wait for its block
+ * in ours (bounded: -1 after 10 s without it). */
+static int xchg_round(size_t bytes)
+{
+    char *to = xw.half[1 - xw.me] + xw.me * bytes, *from = xw.half[xw.me] + xw.me * bytes;
+    double end = 0;
+
+    for (size_t off = 0; off < bytes; off += XCHG_PIECE)
+        copy(to + off, from + off, bytes - off < XCHG_PIECE ? bytes - off : XCHG_PIECE);
+    xw.rounds++;
+    atomic_store_explicit(xw.done[xw.me], xw.rounds, memory_order_release);
+    for (unsigned spin = 0;
+         atomic_load_explicit(xw.done[1 - xw.me], memory_order_acquire) < xw.rounds; spin++)
+        if (spin % 1024 == 1023) {
+            if (end == 0)
+                end = perf_now_us() + 10e6;
+            else if (perf_now_us() > end)
+                return -1;
+        }
+    return 0;
+}
 
 static int run_once(int kind, size_t bytes)
 {
@@ -137,6 +195,8 @@ static int run_once(int kind, size_t bytes)
     case K_SUM_BF16:
         sum_bf16((uint16_t *)dst, (const uint16_t *)src, (const uint16_t *)src2, bytes / 2);
         return 0;
+    case K_XCHG:
+        return xchg_round(bytes);
     default:
         return exchange(src, dst, bytes);
     }
@@ -144,7 +204,9 @@ static int run_once(int kind, size_t bytes)
 
 /* Rate in GB/s of `kind` over `bytes`, repeating until `target_us` has passed
  * (at least 3 and at most 1e7 repetitions, so it always ends); 0 on failure.
- * K_TCP doubles batches in step with the twin (same sizes, same counts). */
+ * K_TCP doubles batches in step with the twin (same sizes, same counts).
+ * K_XCHG, whose every round is a barrier, runs a count both sides know:
+ * 4 GiB of copies (20 to 100000 rounds). */
 static double measure(int kind, size_t bytes, double target_us)
 {
     double t0, t = 0;
@@ -153,6 +215,15 @@ static double measure(int kind, size_t bytes, double target_us)
     for (int i = 0; i < 2; i++) /* warm caches and TLB */
         if (run_once(kind, bytes) != 0)
             return 0;
+    if (kind == K_XCHG) {
+        long n = (long)(((size_t)4 << 30) / bytes);
+        n = n < 20 ? 20 : n > 100000 ? 100000 : n;
+        t0 = perf_now_us();
+        for (long i = 0; i < n; i++)
+            if (xchg_round(bytes) != 0)
+                return 0;
+        return (double)bytes * (double)n / (perf_now_us() - t0) / 1e3;
+    }
     while ((t < target_us || reps < 3) && reps < 10000000) {
         t0 = perf_now_us();
         for (long i = 0; i < batch; i++)
@@ -247,8 +318,9 @@ static int tcp_end(int lfd, uint16_t port, bool child)
 }
 
 /* `kind` per size on this core while the twin on `cpu2` does the same (K_COPY:
- * its own copy; K_TCP: the other end of the exchange): rate[i] = the mean of
- * the two sides' figures; false if anything failed. K_TCP from 4 KiB only. */
+ * its own copy; K_TCP, K_XCHG: the other end of the exchange): rate[i] = the
+ * mean of the two sides' figures; false if anything failed. K_TCP and K_XCHG
+ * from 4 KiB only. */
 static bool measure_twin(int kind, const size_t *sizes, int n, int cpu2, double target_us,
                          double *rate)
 {
@@ -274,10 +346,13 @@ static bool measure_twin(int kind, const size_t *sizes, int n, int cpu2, double 
         pin(cpu2);
     if (kind == K_TCP && (sock = tcp_end(lfd, port, pid == 0)) < 0)
         ok = false;
+    xw.me = pid == 0;
     for (int i = 0; i < n && ok; i++) {
         double r = 0;
         twin_barrier(t);
-        if (kind != K_TCP)
+        if (kind == K_XCHG && sizes[i] < 4096)
+            r = 0;
+        else if (kind != K_TCP)
             r = measure(kind, sizes[i], target_us);
         else if (sizes[i] >= 4096) /* loopback TCP varies from run to run: the best of 3 */
             for (int k = 0; k < 3 && ok; k++) {
@@ -311,10 +386,10 @@ int main(int argc, char **argv)
     double factor = 2, target_ms = 20;
     const char *csv = NULL;
     FILE *f = NULL;
-    int c, cpu = -1, cpu2 = -1, cpu_tcp = -1, n;
-    double twin[PERF_MAX_SIZES] = {0}, tcp[PERF_MAX_SIZES] = {0};
+    int c, cpu = -1, cpu2 = -1, cpu_tcp = -1, cpu_x = -1, n;
+    double twin[PERF_MAX_SIZES] = {0}, tcp[PERF_MAX_SIZES] = {0}, xch[PERF_MAX_SIZES] = {0};
 
-    while ((c = getopt(argc, argv, "b:e:f:t:p:2:T:C:h")) != -1) {
+    while ((c = getopt(argc, argv, "b:e:f:t:p:2:T:X:C:h")) != -1) {
         switch (c) {
         case 'b':
             minb = perf_parse_size(optarg);
@@ -337,12 +412,15 @@ int main(int argc, char **argv)
         case 'T':
             cpu_tcp = atoi(optarg);
             break;
+        case 'X':
+            cpu_x = atoi(optarg);
+            break;
         case 'C':
             csv = optarg;
             break;
         default:
             fprintf(stderr, "usage: ceiling [-b min] [-e max] [-f factor] [-t ms] [-p cpu] "
-                            "[-2 cpu] [-T cpu] [-C file.csv]\n");
+                            "[-2 cpu] [-T cpu] [-X cpu] [-C file.csv]\n");
             return 2;
         }
     }
@@ -370,15 +448,19 @@ int main(int argc, char **argv)
         return 1;
     }
     if (f)
-        fputs("size,memcpy_GBps,sum_f32_GBps,sum_bf16_GBps,memcpy_2core_GBps,tcp_duplex_GBps\n", f);
+        fputs("size,memcpy_GBps,sum_f32_GBps,sum_bf16_GBps,memcpy_2core_GBps,tcp_duplex_GBps,"
+              "exchange_GBps\n",
+              f);
     printf("# one core%s; GB/s = 1e9 bytes/s (memcpy: bytes copied; sums: output bytes)\n"
            "# sums are 16-lane vector loops approximating ofccl's reduction kernel\n"
            "# memcpy_2core: per core, with cpu %d copying the same size at the same time\n"
            "# tcp_duplex: bytes received per second per side, with cpu %d sending the same\n"
            "# size back over loopback TCP at the same time\n"
-           "# %12s %12s %12s %12s %12s %12s\n",
-           cpu >= 0 ? " (pinned)" : "", cpu2, cpu_tcp, "size(B)", "memcpy", "sum_f32", "sum_bf16",
-           "memcpy_2core", "tcp_duplex");
+           "# exchange: per side, copying the size into cpu %d's half of a shared window\n"
+           "# while it copies into ours, a barrier after each round\n"
+           "# %12s %12s %12s %12s %12s %12s %12s\n",
+           cpu >= 0 ? " (pinned)" : "", cpu2, cpu_tcp, cpu_x, "size(B)", "memcpy", "sum_f32",
+           "sum_bf16", "memcpy_2core", "tcp_duplex", "exchange");
     n = perf_sweep(minb, maxb, factor, sizes);
     if (cpu2 >= 0 && !measure_twin(K_COPY, sizes, n, cpu2, target_ms * 1e3, twin)) {
         fprintf(stderr, "ceiling: the copy on cpu %d failed\n", cpu2);
@@ -388,14 +470,20 @@ int main(int argc, char **argv)
         fprintf(stderr, "ceiling: the loopback TCP exchange with cpu %d failed\n", cpu_tcp);
         return 1;
     }
+    if (cpu_x >= 0 &&
+        (!xchg_window(maxb) || !measure_twin(K_XCHG, sizes, n, cpu_x, target_ms * 1e3, xch))) {
+        fprintf(stderr, "ceiling: the exchange with cpu %d failed\n", cpu_x);
+        return 1;
+    }
     for (int i = 0; i < n; i++) {
         double m = measure(K_COPY, sizes[i], target_ms * 1e3);
         double s32 = sizes[i] >= 4 ? measure(K_SUM_F32, sizes[i], target_ms * 1e3) : 0;
         double s16 = sizes[i] >= 2 ? measure(K_SUM_BF16, sizes[i], target_ms * 1e3) : 0;
-        printf("  %12zu %12.3f %12.3f %12.3f %12.3f %12.3f\n", sizes[i], m, s32, s16, twin[i],
-               tcp[i]);
+        printf("  %12zu %12.3f %12.3f %12.3f %12.3f %12.3f %12.3f\n", sizes[i], m, s32, s16,
+               twin[i], tcp[i], xch[i]);
         if (f)
-            fprintf(f, "%zu,%.4f,%.4f,%.4f,%.4f,%.4f\n", sizes[i], m, s32, s16, twin[i], tcp[i]);
+            fprintf(f, "%zu,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f\n", sizes[i], m, s32, s16, twin[i],
+                    tcp[i], xch[i]);
     }
     if (f && fclose(f) != 0)
         return 1;
