@@ -274,17 +274,18 @@ void ofccl__eager_store(const ofccl__req_t *r, int p, const void *payload)
 {
     const ofccl_comm_t *comm = r->comm;
     _Atomic uint64_t *slot = comm->peer_ctrl_at[p] + eager_in_word(comm, r->seq, comm->rank);
+    uint64_t h[OFCCL__EAGER_WORDS];
 
-    atomic_store_explicit(&slot[0], (uint64_t)comm->rank, memory_order_relaxed);
-    atomic_store_explicit(&slot[1], r->fingerprint, memory_order_relaxed);
-    atomic_store_explicit(&slot[2], r->count, memory_order_relaxed);
+    ofccl__eager_header(r, (uint8_t *)h);
+    for (int w = 0; w < EAGER_MARK; w++)
+        atomic_store_explicit(&slot[w], h[w], memory_order_relaxed);
     if (r->block)
         memcpy((void *)(slot + OFCCL__EAGER_WORDS), payload, r->block);
     /* memcpy may use non-temporal stores for large copies, which a release
      * store does not order; eager slots are far below where it starts to. */
     if (r->block >= ((size_t)64 << 10))
         atomic_thread_fence(memory_order_seq_cst);
-    atomic_store_explicit(&slot[EAGER_MARK], r->seq + 1, memory_order_release);
+    atomic_store_explicit(&slot[EAGER_MARK], h[EAGER_MARK], memory_order_release);
 }
 
 /* Mapped path: has `from`'s {header, data} for collective `seq` been stored here? */
@@ -939,12 +940,12 @@ static int req_progress(ofccl__req_t *r, bool check_clock)
                              from, comm->rank);
     }
     if (r->status == 0) {
-        /* Eager requests have no descriptors either way (coll_start). */
         rc = 0;
-        if (r->algo->id != OFCCL__ALGO_EAGER)
+        if (r->algo->id != OFCCL__ALGO_EAGER) { /* eager: no descriptors (coll_start) */
             rc = send_descriptors(r);
-        if (rc == 0 && r->algo->id != OFCCL__ALGO_EAGER)
-            rc = take_descriptors(r);
+            if (rc == 0)
+                rc = take_descriptors(r);
+        }
         if (rc == 0 && comm->signal_mode == OFCCL__SIGNAL_ATOMIC) {
             fold_arrivals(r);
             rc = pump_desc(r);
