@@ -131,6 +131,18 @@ static bool wait_for(struct pair *p, unsigned mask, cond_fn cond, const void *ar
     return true;
 }
 
+/* What wait_for(..., reached, &counts) waits for: rank 0's completions and
+ * errors, and the CQ data rank 1 has received, each at least this many. */
+struct counts {
+    int done0, data1, err0;
+};
+
+static bool reached(struct pair *p, const void *arg)
+{
+    const struct counts *c = arg;
+    return p->st[0].n_done >= c->done0 && p->st[1].n_data >= c->data1 && p->st[0].n_err >= c->err0;
+}
+
 /* Progress the ranks in `mask` a while, for "nothing else arrives" checks. */
 static void spin(struct pair *p, unsigned mask, uint64_t ns)
 {

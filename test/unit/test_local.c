@@ -38,16 +38,6 @@ static int open_local_pair(struct pair *p, unsigned ops_inflight, ofccl__err_t *
     return pair_open(p, &pp, &ep, e);
 }
 
-struct counts {
-    int done0, err0, data1;
-};
-
-static bool reached(struct pair *p, const void *arg)
-{
-    const struct counts *c = arg;
-    return p->st[0].n_done >= c->done0 && p->st[0].n_err >= c->err0 && p->st[1].n_data >= c->data1;
-}
-
 static ofccl__rkey_t rkey_of(const ofccl__mr_t *mr)
 {
     return (ofccl__rkey_t){mr->base, mr->key, mr->len};
@@ -126,7 +116,7 @@ static void test_shared_windows(void)
     for (int i = 0; i < 250; i++)
         src[i] = pattern(i, 1);
     {
-        struct counts c = {1, 0, 1};
+        struct counts c = {.done0 = 1, .err0 = 0, .data1 = 1};
         CU_ASSERT_EQUAL(ofccl__ep_writedata(p.ep[0], 1, src, 1000, NULL, &wrk, 16,
                                             0xfeedface12345678ull, (void *)1, &e),
                         0);
@@ -145,7 +135,7 @@ static void test_shared_windows(void)
     for (int i = 0; i < 64; i++)
         src[i] = pattern(i, 2);
     {
-        struct counts c = {2, 0, 1};
+        struct counts c = {.done0 = 2, .err0 = 0, .data1 = 1};
         CU_ASSERT_EQUAL(ofccl__ep_write(p.ep[0], 1, src, 256, NULL, &wrk, 3072, (void *)2, &e), 0);
         CU_ASSERT_TRUE(wait_for(&p, 3, reached, &c));
         spin(&p, 3, 20 * 1000 * 1000);
@@ -158,7 +148,7 @@ static void test_shared_windows(void)
 
     /* zero-length writedata: only the immediate travels. */
     {
-        struct counts c = {3, 0, 2};
+        struct counts c = {.done0 = 3, .err0 = 0, .data1 = 2};
         CU_ASSERT_EQUAL(ofccl__ep_writedata(p.ep[0], 1, NULL, 0, NULL, &wrk, 0, 7, (void *)3, &e),
                         0);
         CU_ASSERT_TRUE(wait_for(&p, 3, reached, &c));
@@ -172,7 +162,7 @@ static void test_shared_windows(void)
     for (int i = 0; i < 128; i++)
         src[i] = pattern(i, 3);
     {
-        struct counts c = {4, 0, 0};
+        struct counts c = {.done0 = 4, .err0 = 0, .data1 = 0};
         CU_ASSERT_EQUAL(ofccl__ep_write_dc(p.ep[0], 1, src, 512, NULL, &wrk, 3584, (void *)4, &e),
                         0);
         CU_ASSERT_TRUE(wait_for(&p, 1, reached, &c));
@@ -182,7 +172,7 @@ static void test_shared_windows(void)
 
     /* atomic adds: applied once complete at A, again without B progressing. */
     {
-        struct counts c = {7, 0, 0};
+        struct counts c = {.done0 = 7, .err0 = 0, .data1 = 0};
         CU_ASSERT_EQUAL(ofccl__ep_atomic_add(p.ep[0], 1, 5, &crk, 8, (void *)5, &e), 0);
         CU_ASSERT_EQUAL(ofccl__ep_atomic_add(p.ep[0], 1, 7, &crk, 8, (void *)6, &e), 0);
         CU_ASSERT_EQUAL(ofccl__ep_atomic_add(p.ep[0], 1, 1ull << 40, &crk, 56, (void *)7, &e), 0);
@@ -198,7 +188,7 @@ static void test_shared_windows(void)
     for (int i = 0; i < 32; i++)
         src[i] = pattern(i, 4);
     {
-        struct counts c = {8, 0, 0};
+        struct counts c = {.done0 = 8, .err0 = 0, .data1 = 0};
         CU_ASSERT_EQUAL(
             ofccl__ep_writedata(p.ep[0], 0, src, 128, NULL, &mrk, 128, 0xabcdef, (void *)8, &e), 0);
         CU_ASSERT_TRUE(wait_for(&p, 1, reached, &c));
@@ -252,7 +242,7 @@ static void test_plain_memory(void)
     for (int i = 0; i < 900; i++)
         src[i] = pattern(i, 5);
     {
-        struct counts c = {1, 0, 0};
+        struct counts c = {.done0 = 1, .err0 = 0, .data1 = 0};
         CU_ASSERT_EQUAL(ofccl__ep_write(p.ep[0], 1, src, 3600, NULL, &brk, 400, (void *)1, &e), 0);
         CU_ASSERT_TRUE(wait_for(&p, 3, reached, &c));
         CU_ASSERT_EQUAL(check_fill((uint8_t *)buf, 0, 400, 0xee), 0);
@@ -262,7 +252,7 @@ static void test_plain_memory(void)
     for (int i = 0; i < 16; i++)
         src[i] = pattern(i, 6);
     {
-        struct counts c = {2, 0, 1};
+        struct counts c = {.done0 = 2, .err0 = 0, .data1 = 1};
         CU_ASSERT_EQUAL(
             ofccl__ep_writedata(p.ep[0], 1, src, 64, NULL, &brk, 0, 0x55aa, (void *)2, &e), 0);
         CU_ASSERT_TRUE(wait_for(&p, 3, reached, &c));
@@ -275,7 +265,7 @@ static void test_plain_memory(void)
 
     /* An atomic needs the word in memory both sides map: refused, word unchanged. */
     {
-        struct counts c = {2, 1, 0};
+        struct counts c = {.done0 = 2, .err0 = 1, .data1 = 0};
         uint32_t before[2] = {buf[1000], buf[1001]};
         CU_ASSERT_EQUAL(ofccl__ep_atomic_add(p.ep[0], 1, 1, &brk, 4000, (void *)3, &e), 0);
         CU_ASSERT_TRUE(wait_for(&p, 3, reached, &c));
@@ -388,7 +378,7 @@ static void test_peer_map(void)
 /* The op just posted fails, and only it: asserts its status and message. */
 static void expect_refused(struct pair *p, int status, const char *text)
 {
-    struct counts c = {p->st[0].n_done, p->st[0].n_err + 1, 0};
+    struct counts c = {.done0 = p->st[0].n_done, .err0 = p->st[0].n_err + 1, .data1 = 0};
     int done = p->st[0].n_done, data = p->st[1].n_data;
 
     CU_ASSERT_TRUE(wait_for(p, 3, reached, &c));
@@ -429,7 +419,7 @@ static void test_stale_key(void)
     /* One good write first, so A holds a mapping of the window when the key dies. */
     memset(src, 0x11, sizeof(src));
     {
-        struct counts c = {1, 0, 0};
+        struct counts c = {.done0 = 1, .err0 = 0, .data1 = 0};
         CU_ASSERT_EQUAL(ofccl__ep_write(p.ep[0], 1, src, 64, NULL, &wrk, 0, (void *)1, &e), 0);
         CU_ASSERT_TRUE(wait_for(&p, 3, reached, &c));
         CU_ASSERT_EQUAL(check_fill(win, 0, 64, 0x11), 0);
@@ -461,7 +451,7 @@ static void test_stale_key(void)
     /* The live key still works after the refusals. */
     {
         ofccl__rkey_t nrk = rkey_of(nmr);
-        struct counts c = {2, 4, 0};
+        struct counts c = {.done0 = 2, .err0 = 4, .data1 = 0};
         CU_ASSERT_EQUAL(ofccl__ep_write(p.ep[0], 1, src, 64, NULL, &nrk, 256, (void *)6, &e), 0);
         CU_ASSERT_TRUE(wait_for(&p, 3, reached, &c));
         CU_ASSERT_EQUAL(check_fill(win, 256, 320, 0x5a), 0);
@@ -543,7 +533,7 @@ static int post_nth(struct pair *p, struct ring_run *r, int i)
 /* Every immediate arrived exactly once, in posting order, with its bytes. */
 static void ring_check(struct pair *p, struct ring_run *r)
 {
-    struct counts c = {N_RING_OPS, 0, N_RING_OPS};
+    struct counts c = {.done0 = N_RING_OPS, .err0 = 0, .data1 = N_RING_OPS};
     int wrong = 0;
 
     CU_ASSERT_TRUE(wait_for(p, 3, reached, &c));

@@ -26,16 +26,6 @@ static int open_pair(struct pair *p, const char *provider, const char *domain, b
     return pair_open(p, &pp, &ep, e);
 }
 
-struct counts {
-    int done0, data1, err0;
-};
-
-static bool reached(struct pair *p, const void *arg)
-{
-    const struct counts *c = arg;
-    return p->st[0].n_done >= c->done0 && p->st[1].n_data >= c->data1 && p->st[0].n_err >= c->err0;
-}
-
 static bool done_or_error(struct pair *p, const void *arg)
 {
     const int *n = arg;
