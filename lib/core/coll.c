@@ -99,8 +99,6 @@ int ofccl__eager_ok(const ofccl_comm_t *comm, const ofccl__algo_t *algo, int buc
            (seq < OFCCL__SLOTS || cs->all_pairs[(seq - OFCCL__SLOTS) % OFCCL__SLOTS]);
 }
 
-static void history(ofccl__req_t *r, int done);
-
 const char *ofccl__coll_name(int coll)
 {
     return coll == OFCCL__AG ? "all-gather" : "reduce-scatter";
@@ -789,7 +787,7 @@ int ofccl__coll_start(ofccl__req_t *r)
     r->start_ns = ofccl__coarse_ns();
     r->deadline_ns = ofccl__comm_deadline(comm, r->start_ns);
     r->state = OFCCL__REQ_ACTIVE;
-    history(r, 0);
+    ofccl__coll_history(r, 0);
     comm->coll->all_pairs[r->seq % OFCCL__SLOTS] = r->algo->id != OFCCL__ALGO_RING;
     comm->coll->next_seq++;
     if (r->algo->id == OFCCL__ALGO_EAGER) {
@@ -817,86 +815,9 @@ int ofccl__coll_start(ofccl__req_t *r)
     return 0;
 }
 
-/* Name the ranks a stuck request still waits for, for the timeout message. */
-static void waiting_for(const ofccl__req_t *r, char *buf, size_t len)
-{
-    const ofccl_comm_t *comm = r->comm;
-    size_t used = 0;
-
-    buf[0] = '\0';
-    for (int p = 0; p < comm->size && used + 16 < len; p++) {
-        if (r->i_write_to[p] && !r->peer_ready[p])
-            used += (size_t)snprintf(buf + used, len - used, "%srank %d (its descriptor)",
-                                     used ? ", " : "", p);
-        else if (r->i_write_to[p] && r->inflight[p])
-            used += (size_t)snprintf(buf + used, len - used, "%srank %d (%u writes in flight)",
-                                     used ? ", " : "", p, r->inflight[p]);
-    }
-    if (r->arrived < r->units_in && used + 64 < len) {
-        int listed = 0;
-        used += (size_t)snprintf(buf + used, len - used,
-                                 "%s%llu of %u data arrivals from rank(s) writing here:",
-                                 used ? "; " : "", (unsigned long long)r->arrived, r->units_in);
-        for (int p = 0; p < comm->size && used + 16 < len; p++)
-            if (r->writes_to_me[p] && listed++ < 8)
-                used += (size_t)snprintf(buf + used, len - used, " rank %d", p);
-    }
-}
-
-/* The last OFCCL__HISTORY collectives, dumped when one times out. */
-static void history(ofccl__req_t *r, int done)
-{
-    ofccl__hist_t *h = &r->comm->coll->hist[r->seq % OFCCL__HISTORY];
-
-    if (!done)
-        *h = (ofccl__hist_t){r->seq, r->coll, r->algo->id, r->block, 0, 0, r->start_ns, 0};
-    else if (h->seq == r->seq) {
-        h->status = r->status;
-        h->done = 1;
-        h->end_ns = ofccl__coarse_ns();
-    }
-}
-
-static void dump_history(const ofccl__req_t *stuck)
-{
-    const ofccl_comm_t *comm = stuck->comm;
-    const ofccl__log_t *lg = &comm->ctx->log;
-    uint64_t now = ofccl__coarse_ns();
-
-    OFCCL__WARN(lg, OFCCL__SUB_COLL, "communicator %u: last collectives (oldest first):", comm->id);
-    for (uint64_t k = 0; k < OFCCL__HISTORY; k++) {
-        const ofccl__hist_t *h = &comm->coll->hist[(stuck->seq + 1 + k) % OFCCL__HISTORY];
-        if (h->start_ns == 0 || h->seq > stuck->seq)
-            continue;
-        OFCCL__WARN(lg, OFCCL__SUB_COLL, "  #%llu %s (%s) %zu B/rank: %s after %.1f ms",
-                    (unsigned long long)h->seq, ofccl__coll_name(h->coll),
-                    h->algo == OFCCL__ALGO_RING    ? "ring"
-                    : h->algo == OFCCL__ALGO_PULL  ? "pull"
-                    : h->algo == OFCCL__ALGO_EAGER ? "eager"
-                                                   : "direct",
-                    h->block,
-                    !h->done    ? "running"
-                    : h->status ? ofccl_strerror(h->status)
-                                : "done",
-                    (double)((h->done ? h->end_ns : now) - h->start_ns) / 1e6);
-    }
-    for (int p = 0; p < comm->size; p++)
-        if (stuck->i_write_to[p] || stuck->writes_to_me[p])
-            OFCCL__WARN(lg, OFCCL__SUB_COLL,
-                        "  #%llu peer %d: descriptor %s, %u units sent, %u in flight",
-                        (unsigned long long)stuck->seq, p,
-                        !stuck->i_write_to[p]  ? "not needed"
-                        : stuck->peer_ready[p] ? "received"
-                                               : "MISSING",
-                        stuck->sent[p], stuck->inflight[p]);
-    OFCCL__WARN(lg, OFCCL__SUB_COLL, "  #%llu: %llu of %u units arrived, %u chunks reduced",
-                (unsigned long long)stuck->seq, (unsigned long long)stuck->arrived, stuck->units_in,
-                stuck->reduced);
-}
-
 static void complete(ofccl__req_t *r)
 {
-    history(r, 1);
+    ofccl__coll_history(r, 1);
     if (r->status == 0 && r->copy_out != NULL && r->block > 0) {
         memcpy(r->copy_out, r->dst.ptr, r->block * (size_t)r->comm->size);
         r->comm->ctx->stats.staged_bytes += r->block * (size_t)r->comm->size;
@@ -972,12 +893,12 @@ static int req_progress(ofccl__req_t *r, bool check_clock)
             char cause[64] = "", who[256];
             if (gone >= 0)
                 snprintf(cause, sizeof(cause), "rank %d (pid %d) has exited; ", gone, pid);
-            waiting_for(r, who, sizeof(who));
+            ofccl__coll_waiting_for(r, who, sizeof(who));
             ofccl__coll_fail(r, gone >= 0 ? OFCCL_ERR_REMOTE_ERROR : OFCCL_ERR_TIMEOUT,
                              "%snot complete after %llu ms; waiting for %s", cause,
                              (unsigned long long)((ofccl__coarse_ns() - r->start_ns) / 1000000),
                              who);
-            dump_history(r);
+            ofccl__coll_dump_history(r);
         }
     }
     /* A failed request completes once its own ops are back (or the comm is dead). */

@@ -255,6 +255,13 @@ typedef struct ofccl__coll_state {
     uint64_t *desc_seen;   /* [SLOTS * size] atomic path: per slot/rank counter folded */
 } ofccl__coll_state_t;
 
+/* report.c: record a collective in the history when it starts (done = 0) and
+ * when it completes (done = 1); name the ranks a stuck request waits for (into
+ * buf); dump the history and the stuck request's per-peer state as warnings. */
+void ofccl__coll_history(const ofccl__req_t *r, int done);
+void ofccl__coll_waiting_for(const ofccl__req_t *r, char *buf, size_t len);
+void ofccl__coll_dump_history(const ofccl__req_t *stuck);
+
 int ofccl__coll_init(ofccl_comm_t *comm);
 void ofccl__coll_fini(ofccl_comm_t *comm);
 /* Control-region words the engine needs for `size` ranks. */

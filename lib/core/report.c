@@ -1,0 +1,86 @@
+/*
+ * What a collective leaves behind for the reports of a stuck one: the history
+ * of the communicator's last OFCCL__HISTORY collectives, and which ranks a
+ * request still waits for. The engine (coll.c) records; a timeout reports.
+ */
+#include <stdio.h>
+
+#include "coll.h"
+#include "util.h"
+
+/* Name the ranks a stuck request still waits for, for the timeout message. */
+void ofccl__coll_waiting_for(const ofccl__req_t *r, char *buf, size_t len)
+{
+    const ofccl_comm_t *comm = r->comm;
+    size_t used = 0;
+
+    buf[0] = '\0';
+    for (int p = 0; p < comm->size && used + 16 < len; p++) {
+        if (r->i_write_to[p] && !r->peer_ready[p])
+            used += (size_t)snprintf(buf + used, len - used, "%srank %d (its descriptor)",
+                                     used ? ", " : "", p);
+        else if (r->i_write_to[p] && r->inflight[p])
+            used += (size_t)snprintf(buf + used, len - used, "%srank %d (%u writes in flight)",
+                                     used ? ", " : "", p, r->inflight[p]);
+    }
+    if (r->arrived < r->units_in && used + 64 < len) {
+        int listed = 0;
+        used += (size_t)snprintf(buf + used, len - used,
+                                 "%s%llu of %u data arrivals from rank(s) writing here:",
+                                 used ? "; " : "", (unsigned long long)r->arrived, r->units_in);
+        for (int p = 0; p < comm->size && used + 16 < len; p++)
+            if (r->writes_to_me[p] && listed++ < 8)
+                used += (size_t)snprintf(buf + used, len - used, " rank %d", p);
+    }
+}
+
+/* The last OFCCL__HISTORY collectives, dumped when one times out. */
+void ofccl__coll_history(const ofccl__req_t *r, int done)
+{
+    ofccl__hist_t *h = &r->comm->coll->hist[r->seq % OFCCL__HISTORY];
+
+    if (!done)
+        *h = (ofccl__hist_t){r->seq, r->coll, r->algo->id, r->block, 0, 0, r->start_ns, 0};
+    else if (h->seq == r->seq) {
+        h->status = r->status;
+        h->done = 1;
+        h->end_ns = ofccl__coarse_ns();
+    }
+}
+
+void ofccl__coll_dump_history(const ofccl__req_t *stuck)
+{
+    const ofccl_comm_t *comm = stuck->comm;
+    const ofccl__log_t *lg = &comm->ctx->log;
+    uint64_t now = ofccl__coarse_ns();
+
+    OFCCL__WARN(lg, OFCCL__SUB_COLL, "communicator %u: last collectives (oldest first):", comm->id);
+    for (uint64_t k = 0; k < OFCCL__HISTORY; k++) {
+        const ofccl__hist_t *h = &comm->coll->hist[(stuck->seq + 1 + k) % OFCCL__HISTORY];
+        if (h->start_ns == 0 || h->seq > stuck->seq)
+            continue;
+        OFCCL__WARN(lg, OFCCL__SUB_COLL, "  #%llu %s (%s) %zu B/rank: %s after %.1f ms",
+                    (unsigned long long)h->seq, ofccl__coll_name(h->coll),
+                    h->algo == OFCCL__ALGO_RING    ? "ring"
+                    : h->algo == OFCCL__ALGO_PULL  ? "pull"
+                    : h->algo == OFCCL__ALGO_EAGER ? "eager"
+                                                   : "direct",
+                    h->block,
+                    !h->done    ? "running"
+                    : h->status ? ofccl_strerror(h->status)
+                                : "done",
+                    (double)((h->done ? h->end_ns : now) - h->start_ns) / 1e6);
+    }
+    for (int p = 0; p < comm->size; p++)
+        if (stuck->i_write_to[p] || stuck->writes_to_me[p])
+            OFCCL__WARN(lg, OFCCL__SUB_COLL,
+                        "  #%llu peer %d: descriptor %s, %u units sent, %u in flight",
+                        (unsigned long long)stuck->seq, p,
+                        !stuck->i_write_to[p]  ? "not needed"
+                        : stuck->peer_ready[p] ? "received"
+                                               : "MISSING",
+                        stuck->sent[p], stuck->inflight[p]);
+    OFCCL__WARN(lg, OFCCL__SUB_COLL, "  #%llu: %llu of %u units arrived, %u chunks reduced",
+                (unsigned long long)stuck->seq, (unsigned long long)stuck->arrived, stuck->units_in,
+                stuck->reduced);
+}
