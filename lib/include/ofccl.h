@@ -48,7 +48,8 @@ extern "C" {
     X(ABORTED, -13, "communicator aborted")                                                        \
     X(MISMATCH, -14, "arguments differ across ranks")                                              \
     X(STATE, -15, "object in the wrong state for this call")                                       \
-    X(OVER_BUDGET, -16, "memory budget exceeded")
+    X(OVER_BUDGET, -16, "memory budget exceeded")                                                  \
+    X(RESOURCE, -17, "a local resource limit was reached (file descriptors, address space)")
 
 enum ofccl_error {
 #define OFCCL_X_ENUM(name, code, text) OFCCL_ERR_##name = (code),
