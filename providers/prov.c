@@ -202,7 +202,7 @@ static int diagnose(const ofccl__prov_params_t *p, const char *prov_name, const 
                 list_add_unique(doms, sizeof(doms), i->domain_attr->name);
         fi_freeinfo(list);
         return ofccl__fail(p->log, OFCCL__SUB_PROV, e, OFCCL_ERR_NOT_SUPPORTED,
-                           "provider '%s' has no domain '%s' (it offers: %s); set OFCCL_DOMAIN "
+                           "provider '%s' has no domain '%s' (it offers: %s); set OFCCL_IFACE "
                            "to one of them or leave it empty",
                            prov_name, domain, doms);
     }

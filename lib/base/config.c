@@ -11,8 +11,10 @@
 extern char **environ;
 
 const ofccl__cfg_param_t ofccl__cfg_params[OFCCL__CFG_COUNT] = {
-#define OFCCL__X_PARAM(id, type, def, allowed, min, max, help)                                     \
-    {#id, OFCCL__CT_##type, def, allowed, min, max, help},
+#define OFCCL__SCOPE_AGREE 1
+#define OFCCL__SCOPE_LOCAL 0
+#define OFCCL__X_PARAM(id, type, scope, def, allowed, min, max, help)                              \
+    {#id, OFCCL__CT_##type, OFCCL__SCOPE_##scope, def, allowed, min, max, help},
     OFCCL__CONFIG_TABLE(OFCCL__X_PARAM)
 #undef OFCCL__X_PARAM
 };
@@ -295,4 +297,22 @@ void ofccl__config_launcher_env(char *buf, size_t len)
             }
         }
     }
+}
+
+void ofccl__config_format(int id, int64_t v, char *buf, size_t len)
+{
+    const ofccl__cfg_param_t *p = &ofccl__cfg_params[id];
+
+    if (p->type == OFCCL__CT_ENUM) {
+        const char *w = p->allowed;
+        for (int64_t k = 0; k < v && w != NULL; k++)
+            if ((w = strchr(w, '|')) != NULL)
+                w++;
+        if (w != NULL && v >= 0) {
+            size_t n = strcspn(w, "|");
+            snprintf(buf, len, "%.*s", (int)n, w);
+            return;
+        }
+    }
+    snprintf(buf, len, "%lld", (long long)v);
 }

@@ -19,66 +19,73 @@ typedef enum ofccl__cfg_type {
     OFCCL__CT_STRING, /* free text, validated by its user */
 } ofccl__cfg_type_t;
 
-/* X(ID, TYPE, default, allowed, min, max, help) */
+/* X(ID, TYPE, SCOPE, default, allowed, min, max, help). SCOPE is AGREE for settings that
+ * shape the wire protocol or decide when a collective fails (every rank of a communicator must
+ * use the same value: checked when it is created) and LOCAL for the others. */
 #define OFCCL__CONFIG_TABLE(X)                                                                     \
-    X(LOG_LEVEL, ENUM, "warn", "error|warn|info|debug|trace", 0, 0,                                \
+    X(LOG_LEVEL, ENUM, LOCAL, "warn", "error|warn|info|debug|trace", 0, 0,                         \
       "Log verbosity; each line is prefixed host:pid:rank")                                        \
-    X(LOG_SUBSYS, LIST, "all", "core|coll|prov|boot|mem|all", 0, 0,                                \
+    X(LOG_SUBSYS, LIST, LOCAL, "all", "core|coll|prov|boot|mem|all", 0, 0,                         \
       "Subsystems whose messages are printed (comma-separated)")                                   \
-    X(PROVIDER, STRING, "auto", "auto|local|shm|tcp|verbs|<libfabric provider>", 0, 0,             \
+    X(PROVIDER, STRING, AGREE, "auto", "auto|local|shm|tcp|verbs|<libfabric provider>", 0, 0,      \
       "Transport; local = ofccl's own shared-memory transport (one host, no libfabric); auto = "   \
       "local when all ranks share a host, tcp otherwise")                                          \
-    X(IFACE, STRING, "", "<libfabric domain name>", 0, 0,                                          \
+    X(IFACE, STRING, LOCAL, "", "<libfabric domain name>", 0, 0,                                   \
       "Domain (NIC or interface) to use; empty = the one closest to this process "                 \
       "(loopback for tcp when all ranks share a host)")                                            \
-    X(STRICT, BOOL, "0", "0|1", 0, 0,                                                              \
+    X(STRICT, BOOL, AGREE, "0", "0|1", 0, 0,                                                       \
       "Behave as verbs;ofi_rxm requires (register local buffers, provider keys, offset "           \
       "addressing, 4-byte CQ data, posted receives for CQ data) on any provider")                  \
-    X(SIGNAL, ENUM, "auto", "auto|cqdata|atomic", 0, 0,                                            \
+    X(SIGNAL, ENUM, AGREE, "auto", "auto|cqdata|atomic", 0, 0,                                     \
       "How arrivals are signalled: remote CQ data, or a 64-bit atomic add on a counter")           \
-    X(BOOT, ENUM, "auto", "auto|pmix|tcp|singleton", 0, 0,                                         \
+    X(BOOT, ENUM, LOCAL, "auto", "auto|pmix|tcp|singleton", 0, 0,                                  \
       "Bootstrap; auto = tcp when BOOT_ROOT is set, else PMIx, else singleton")                    \
-    X(BOOT_TIMEOUT_MS, INT, "60000", "", 1, 86400000,                                              \
+    X(BOOT_TIMEOUT_MS, INT, LOCAL, "60000", "", 1, 86400000,                                       \
       "Timeout of each bootstrap exchange (PMIx fence, TCP rendezvous), in ms")                    \
-    X(BOOT_ROOT, STRING, "", "<host:port>", 0, 0,                                                  \
+    X(BOOT_ROOT, STRING, LOCAL, "", "<host:port>", 0, 0,                                           \
       "TCP rendezvous: address where rank 0 listens and the others connect")                       \
-    X(BOOT_RANK, INT, "-1", "", -1, 1048575, "TCP rendezvous: rank of this process")               \
-    X(BOOT_SIZE, INT, "0", "", 0, 1048576, "TCP rendezvous: number of ranks")                      \
-    X(TIMEOUT_MS, INT, "300000", "", 0, 86400000,                                                  \
+    X(BOOT_RANK, INT, LOCAL, "-1", "", -1, 1048575, "TCP rendezvous: rank of this process")        \
+    X(BOOT_SIZE, INT, LOCAL, "0", "", 0, 1048576, "TCP rendezvous: number of ranks")               \
+    X(TIMEOUT_MS, INT, LOCAL, "300000", "", 0, 86400000,                                           \
       "Deadline of a blocking call or request, in ms; 0 = none")                                   \
-    X(TOPO_XML, STRING, "", "<path>", 0, 0,                                                        \
+    X(TOPO_XML, STRING, LOCAL, "", "<path>", 0, 0,                                                 \
       "Load the hwloc topology from this XML file instead of probing the machine")                 \
-    X(OPS_INFLIGHT, INT, "1024", "", 16, 1048576,                                                  \
+    X(OPS_INFLIGHT, INT, LOCAL, "1024", "", 16, 1048576,                                           \
       "Fabric operations in flight per communicator, including the EAGAIN retry queue")            \
-    X(RX_POSTED, INT, "256", "", 8, 65536,                                                         \
+    X(RX_POSTED, INT, LOCAL, "256", "", 8, 65536,                                                  \
       "Receives kept posted for remote CQ data where the provider consumes one per signal")        \
-    X(ALGO_AG, ENUM, "auto", "auto|direct|ring", 0, 0,                                             \
+    X(ALGO_AG, ENUM, AGREE, "auto", "auto|direct|ring", 0, 0,                                      \
       "All-gather algorithm; auto = direct up to 8 ranks or for small buffers, else ring")         \
-    X(ALGO_RS, ENUM, "auto", "auto|direct|ring", 0, 0,                                             \
+    X(ALGO_RS, ENUM, AGREE, "auto", "auto|direct|ring", 0, 0,                                      \
       "Reduce-scatter algorithm; auto = direct up to 8 ranks or for small buffers, else ring; "    \
       "on the local transport direct reads peers' blocks in place (pull)")                         \
-    X(CHUNK_BYTES, SIZE, "512K", "", 4096, 1073741824,                                             \
+    X(CHUNK_BYTES, SIZE, AGREE, "512K", "", 4096, 1073741824,                                      \
       "Pipeline chunk: a collective moves each rank's block in chunks of this size")               \
-    X(EAGER_BYTES, SIZE, "16K", "", 0, 1048576,                                                    \
+    X(EAGER_BYTES, SIZE, AGREE, "16K", "", 0, 1048576,                                             \
       "Direct collectives moving at most this many bytes in all go eagerly: data straight into "   \
       "the receiver's control region, no descriptor round trip; 0 = never")                        \
-    X(DEPTH, INT, "4", "", 1, 32, "Chunks in flight per peer")                                     \
-    X(ALIGN, SIZE, "128", "", 8, 4096, "Alignment of each rank's shard in a bucket (power of 2)")  \
-    X(POOL_BYTES, SIZE, "0", "", 0, INT64_MAX,                                                     \
+    X(DEPTH, INT, LOCAL, "4", "", 1, 32, "Chunks in flight per peer")                              \
+    X(ALIGN, SIZE, AGREE, "128", "", 8, 4096,                                                      \
+      "Alignment of each rank's shard in a bucket (power of 2)")                                   \
+    X(POOL_BYTES, SIZE, AGREE, "0", "", 0, INT64_MAX,                                              \
       "Budget of pool and staging memory per communicator; 0 = grow as needed")                    \
-    X(AG_BUFFERS, INT, "2", "", 1, 16,                                                             \
+    X(AG_BUFFERS, INT, AGREE, "2", "", 1, 16,                                                      \
       "Staging buffers for all-gathers (how many can be in flight on staged memory)")              \
-    X(RS_BUFFERS, INT, "1", "", 1, 16,                                                             \
+    X(RS_BUFFERS, INT, AGREE, "1", "", 1, 16,                                                      \
       "Staging buffers for reduce-scatters (how many can be in flight)")                           \
-    X(FAULT, STRING, "", "<eagain=A-B,mrfail=N,cqerr=N,kill=N[@rank]>", 0, 0,                      \
+    X(FAULT, STRING, LOCAL, "", "<eagain=A-B,mrfail=N,cqerr=N,kill=N[@rank]>", 0, 0,               \
       "Inject faults (builds with -Dfault_injection=true only): EAGAIN for post attempts A..B, "   \
       "fail the Nth registration, turn the Nth completion into an error, SIGKILL this rank when "  \
       "it posts collective N; @rank limits an item to one rank")                                   \
-    X(PROGRESS_THREAD, BOOL, "0", "0|1", 0, 0,                                                     \
-      "Run a progress thread (pinned away from the caller's cores when possible)")
+    X(PROGRESS_THREAD, BOOL, LOCAL, "0", "0|1", 0, 0,                                              \
+      "Run a progress thread (pinned away from the caller's cores when possible)")                 \
+    X(SPIN_US, INT, LOCAL, "10000", "", 0, 60000000,                                               \
+      "A waiting call (or the progress thread) polls without pause for this long after the last "  \
+      "sign of progress, then naps 20-250 us between polls: a rank waiting on a slow or stopped "  \
+      "peer costs little CPU")
 
 enum ofccl__cfg_id {
-#define OFCCL__X_ID(id, type, def, allowed, min, max, help) OFCCL__CFG_##id,
+#define OFCCL__X_ID(id, type, scope, def, allowed, min, max, help) OFCCL__CFG_##id,
     OFCCL__CONFIG_TABLE(OFCCL__X_ID)
 #undef OFCCL__X_ID
         OFCCL__CFG_COUNT
@@ -87,6 +94,7 @@ enum ofccl__cfg_id {
 typedef struct ofccl__cfg_param {
     const char *name; /* without the OFCCL_ prefix */
     ofccl__cfg_type_t type;
+    int agree; /* 1: must be equal on every rank of a communicator (checked at creation) */
     const char *def;
     const char *allowed;
     int64_t min, max;
@@ -125,6 +133,9 @@ static inline const char *ofccl__cfg_str(const ofccl__config_t *c, int id)
 {
     return c->v[id].s;
 }
+
+/* Value `v` of parameter `id` as a user would write it (enum names, numbers). */
+void ofccl__config_format(int id, int64_t v, char *buf, size_t len);
 
 /* OFCCL_* variables in the environment that name no parameter (typos), as a
  * comma-separated list in `buf` ("" if none). */

@@ -23,3 +23,47 @@ int ofccl__plan_ring(ofccl__req_t *r)
     r->units_in = (unsigned)(n - 1) * r->nchunks;
     return 0;
 }
+
+int ofccl__direct_writer_of(const ofccl__req_t *r, uint32_t unit)
+{
+    return r->nchunks ? (int)(unit / r->nchunks) : -1;
+}
+
+uint32_t ofccl__direct_unit_of(const ofccl__req_t *r, int p, uint32_t k)
+{
+    return (uint32_t)p * r->nchunks + k;
+}
+
+bool ofccl__direct_chunk_in(const ofccl__req_t *r, unsigned c)
+{
+    for (int p = 0; p < r->comm->size; p++)
+        if (r->writes_to_me[p] && r->unit_cnt[(size_t)p * r->nchunks + c] == 0)
+            return false;
+    return true;
+}
+
+int ofccl__ring_writer_of(const ofccl__req_t *r, uint32_t unit)
+{
+    (void)unit;
+    return (r->comm->rank - 1 + r->comm->size) % r->comm->size;
+}
+
+uint32_t ofccl__ring_unit_of(const ofccl__req_t *r, int p, uint32_t k)
+{
+    (void)r;
+    (void)p;
+    return k;
+}
+
+int ofccl__one_writer_of(const ofccl__req_t *r, uint32_t unit)
+{
+    (void)r;
+    return (int)unit;
+}
+
+uint32_t ofccl__one_unit_of(const ofccl__req_t *r, int p, uint32_t k)
+{
+    (void)r;
+    (void)k;
+    return (uint32_t)p;
+}

@@ -1,7 +1,6 @@
 /* Barrier: dissemination over the fabric (ceil(log2 n) rounds). Arrivals are
  * counted per round, monotonically, so a fast rank's signal for the next
  * barrier is never confused with this one's. */
-#include <sched.h>
 
 #include "core.h"
 #include "util.h"
@@ -16,13 +15,13 @@ static uint64_t arrived(const ofccl_comm_t *comm, int round)
 static int ofccl_barrier_unlocked(ofccl_comm_t *comm)
 {
     uint64_t deadline, seq, start;
+    ofccl__idle_t idle = {0};
     int rc;
 
     if (comm == NULL)
         return OFCCL_ERR_INVALID_ARG;
-    if (ofccl__comm_usable(comm))
-        return ofccl__comm_fail(comm, comm->sticky,
-                                "ofccl_barrier: communicator unusable after an earlier error");
+    if ((rc = ofccl__comm_check(comm, "ofccl_barrier")) != 0)
+        return rc;
     if (comm->size == 1)
         return 0;
     seq = ++comm->barrier_seq;
@@ -38,8 +37,8 @@ static int ofccl_barrier_unlocked(ofccl_comm_t *comm)
         if (rc)
             return rc;
         for (unsigned spins = 1; arrived(comm, round) < seq; spins++) {
-            if (spins % 32 == 0 && ofccl__now_ns() - start > 50000)
-                sched_yield(); /* oversubscribed ranks: let the peer run */
+            if (spins % 32 == 0)
+                ofccl__idle_poll(comm->ctx, &idle); /* yield, then nap: see core.h */
             rc = ofccl__comm_progress(comm);
             if (rc)
                 return rc;

@@ -27,8 +27,17 @@ int ofccl_shard_range(const ofccl_comm_t *comm, size_t count, size_t *offset, si
 {
     size_t c;
 
-    if (comm == NULL || offset == NULL || shard_count == NULL)
+    OFCCL__CHECK_HANDLE(comm);
+    if (offset == NULL || shard_count == NULL) {
+        /* The last error is state a caller reads, like errno, even through a
+         * const handle: it must never describe an earlier failure. */
+        ofccl_comm_t *mut = (ofccl_comm_t *)comm;
+        ofccl__ctx_lock(mut->ctx);
+        ofccl__comm_fail(mut, OFCCL_ERR_INVALID_ARG, "ofccl_shard_range: %s is NULL",
+                         offset == NULL ? "offset" : "shard_count");
+        ofccl__ctx_unlock(mut->ctx);
         return OFCCL_ERR_INVALID_ARG;
+    }
     c = chunk_of(count, comm->size);
     *offset = OFCCL__MIN((size_t)comm->rank * c, count);
     *shard_count = shard_len(count, comm->size, comm->rank);

@@ -147,7 +147,7 @@ static void wop_done(ofccl__op_t *op, int status, const char *msg)
         return;
     }
     r->inflight[w->peer]--;
-    if (r->comm->signal_mode == OFCCL__SIGNAL_ATOMIC)
+    if (r->comm->signal_mode == OFCCL__SIGNAL_ATOMIC) /* w->unit: the k-th write to the peer */
         r->sig_mask[w->peer] |= 1ull << (w->unit - r->sig_next[w->peer]);
 }
 
@@ -188,15 +188,17 @@ int ofccl__coll_put(ofccl__req_t *r, int peer, const void *src, const ofccl__mr_
 
     if (!r->peer_ready[peer] || r->inflight[peer] >= r->depth)
         return OFCCL_ERR_AGAIN;
-    /* Atomic path: delivered units wait in a 63-bit window behind the oldest
-     * unsignalled one (bit 63 is the descriptor's); never post past it. */
-    if (r->comm->signal_mode == OFCCL__SIGNAL_ATOMIC && unit - r->sig_next[peer] >= 63)
+    /* Atomic path: the peer counts our writes in the order we signal them, so
+     * writes are numbered per peer (k = sent[peer]); delivered ones wait in a
+     * 63-bit window behind the oldest unsignalled one (bit 63 is the
+     * descriptor's); never post past it. */
+    if (r->comm->signal_mode == OFCCL__SIGNAL_ATOMIC && r->sent[peer] - r->sig_next[peer] >= 63)
         return OFCCL_ERR_AGAIN;
     w = wop_get(r);
     if (w == NULL)
         return OFCCL_ERR_AGAIN;
     w->peer = peer;
-    w->unit = unit;
+    w->unit = r->sent[peer];
     w->atomic = 0;
     rc = post_op(
         r, w, 0, src, mr, len, &r->peer_rk[peer], r->peer_off[peer] + dst_off,
@@ -291,6 +293,16 @@ static bool eager_marked(const ofccl_comm_t *comm, uint64_t seq, int from)
 {
     return atomic_load_explicit(&comm->ctrl[eager_in_word(comm, seq, from) + EAGER_MARK],
                                 memory_order_acquire) == seq + 1;
+}
+
+bool ofccl__eager_from_in(const ofccl__req_t *r, int from)
+{
+    const ofccl_comm_t *comm = r->comm;
+
+    if (comm->peer_ctrl_at != NULL)
+        return eager_marked(comm, r->seq, from);
+    return comm->coll
+               ->eager_seen[(r->seq % OFCCL__EAGER_RING) * (size_t)comm->size + (size_t)from] != 0;
 }
 
 bool ofccl__eager_all_marked(const ofccl_comm_t *comm, uint64_t seq)
@@ -514,6 +526,7 @@ static int take_descriptors(ofccl__req_t *r)
         r->peer_rk[p] = (ofccl__rkey_t){d[3], d[4], d[5]};
         r->peer_off[p] = d[6];
         r->peer_ready[p] = 1;
+        ofccl__ctx_moved(comm->ctx);
     }
     return 0;
 }
@@ -529,10 +542,14 @@ static void fold_arrivals(ofccl__req_t *r)
             continue;
         v = atomic_load_explicit(&comm->ctrl[arr_cnt_word(comm->size, r->slot, p)],
                                  memory_order_acquire);
+        if (r->seen[p] < v)
+            ofccl__ctx_moved(comm->ctx);
         while (r->seen[p] < v) {
-            uint64_t unit = r->seen[p] - r->seen[comm->size + p];
+            uint32_t unit =
+                r->algo->unit_of(r, p, (uint32_t)(r->seen[p] - r->seen[comm->size + p]));
             if (unit < OFCCL__MAX_UNITS)
                 r->unit_cnt[unit]++;
+            r->from_cnt[p]++;
             r->arrived++;
             r->seen[p]++;
         }
@@ -546,11 +563,15 @@ static void on_coll_signal(void *arg, uint32_t payload)
     ofccl__req_t *r = &comm->coll->reqs[payload & (OFCCL__SLOTS - 1)];
     uint32_t unit = payload >> OFCCL__SLOT_BITS;
 
-    if (r->state != OFCCL__REQ_ACTIVE || unit >= OFCCL__MAX_UNITS) {
+    int from;
+
+    if (r->state != OFCCL__REQ_ACTIVE || unit >= OFCCL__MAX_UNITS ||
+        (from = r->algo->writer_of(r, unit)) < 0 || from >= comm->size || !r->writes_to_me[from]) {
         comm->corrupt_signals++;
         return;
     }
     r->unit_cnt[unit]++;
+    r->from_cnt[from]++;
     r->arrived++;
 }
 
@@ -565,6 +586,7 @@ static void on_eager_signal(void *arg, uint32_t payload)
     }
     comm->coll->eager_cnt[payload % OFCCL__EAGER_RING]++;
     comm->coll->eager_from[payload % OFCCL__EAGER_RING] = (int)(payload >> 4);
+    comm->coll->eager_seen[(payload % OFCCL__EAGER_RING) * (size_t)comm->size + (payload >> 4)] = 1;
 }
 
 int ofccl__eager_arrived(ofccl__req_t *r)
@@ -587,6 +609,8 @@ int ofccl__eager_arrived(ofccl__req_t *r)
     if (cs->eager_cnt[r->seq % OFCCL__EAGER_RING] < r->units_in)
         return 0;
     cs->eager_cnt[r->seq % OFCCL__EAGER_RING] = 0; /* consumed: the slot may be reused */
+    memset(cs->eager_seen + (r->seq % OFCCL__EAGER_RING) * (size_t)comm->size, 0,
+           (size_t)comm->size);
     return 1;
 }
 
@@ -630,7 +654,8 @@ int ofccl__coll_init(ofccl_comm_t *comm)
     comm->coll = cs;
     cs->desc_flag = calloc(OFCCL__SLOTS * n, 1);
     cs->desc_seen = calloc(OFCCL__SLOTS * n, sizeof(uint64_t));
-    if (!cs->desc_flag || !cs->desc_seen)
+    cs->eager_seen = calloc(OFCCL__EAGER_RING * n, 1);
+    if (!cs->desc_flag || !cs->desc_seen || !cs->eager_seen)
         return OFCCL_ERR_NO_MEMORY;
     /* Everything a request needs is allocated here, once: none on the data path. */
     for (int s = 0; s < OFCCL__SLOTS; s++) {
@@ -639,13 +664,14 @@ int ofccl__coll_init(ofccl_comm_t *comm)
         r->slot = (unsigned)s;
         /* The per-peer state a new collective starts from zero, in one
          * block so that posting clears it with one memset. */
-        r->peer_state_bytes = n * (sizeof(*r->sig_mask) + 3 * sizeof(uint32_t) + 3);
+        r->peer_state_bytes = n * (sizeof(*r->sig_mask) + 4 * sizeof(uint32_t) + 3);
         r->sig_mask = calloc(1, r->peer_state_bytes);
         if (r->sig_mask != NULL) {
             r->sent = (uint32_t *)(r->sig_mask + n);
             r->inflight = r->sent + n;
             r->sig_next = r->inflight + n;
-            r->writes_to_me = (uint8_t *)(r->sig_next + n);
+            r->from_cnt = r->sig_next + n;
+            r->writes_to_me = (uint8_t *)(r->from_cnt + n);
             r->i_write_to = r->writes_to_me + n;
             r->peer_ready = r->i_write_to + n;
         }
@@ -689,6 +715,7 @@ void ofccl__coll_fini(ofccl_comm_t *comm)
     }
     free(cs->desc_flag);
     free(cs->desc_seen);
+    free(cs->eager_seen);
     free(cs);
     comm->coll = NULL;
 }
@@ -718,10 +745,10 @@ int ofccl__coll_begin(ofccl_comm_t *comm, int coll, ofccl__req_t **out)
     ofccl__coll_state_t *cs = comm->coll;
     ofccl__req_t *r = &cs->reqs[cs->next_seq % OFCCL__SLOTS];
 
-    if (ofccl__comm_usable(comm))
-        return ofccl__comm_fail(comm, comm->sticky,
-                                "%s: communicator unusable after an earlier error (%s)",
-                                ofccl__coll_name(coll), ofccl_strerror(comm->sticky));
+    int rc = ofccl__comm_check(comm, ofccl__coll_name(coll));
+
+    if (rc)
+        return rc;
     if (r->state != OFCCL__REQ_FREE)
         return ofccl__comm_fail(comm, OFCCL_ERR_AGAIN,
                                 "%s: %d collectives already outstanding (request of #%llu not "
@@ -737,7 +764,8 @@ int ofccl__coll_begin(ofccl_comm_t *comm, int coll, ofccl__req_t **out)
 int ofccl__coll_start(ofccl__req_t *r)
 {
     ofccl_comm_t *comm = r->comm;
-    size_t max_units = OFCCL__MAX_UNITS / (size_t)(comm->size > 1 ? comm->size - 1 : 1);
+    /* Unit numbers identify their writer (direct: writer * nchunks + chunk). */
+    size_t max_units = OFCCL__MAX_UNITS / (size_t)comm->size;
     int rc;
 
     r->seq = comm->coll->next_seq;
@@ -769,8 +797,8 @@ int ofccl__coll_start(ofccl__req_t *r)
          * ranks: clear only those (the whole table is 64 KiB, longer than a
          * small collective). Numbers beyond them are never read. */
         memset(r->unit_cnt, 0,
-               sizeof(*r->unit_cnt) *
-                   OFCCL__MIN((size_t)OFCCL__MAX_UNITS, (size_t)comm->size * r->nchunks));
+               sizeof(*r->unit_cnt) * OFCCL__MIN((size_t)OFCCL__MAX_UNITS,
+                                                 (size_t)comm->size * OFCCL__MAX(r->nchunks, 1u)));
     }
     rc = r->algo->plan(r);
     if (rc)
@@ -817,6 +845,7 @@ int ofccl__coll_start(ofccl__req_t *r)
 
 static void complete(ofccl__req_t *r)
 {
+    ofccl__ctx_moved(r->comm->ctx);
     ofccl__coll_history(r, 1);
     if (r->status == 0 && r->copy_out != NULL && r->block > 0) {
         memcpy(r->copy_out, r->dst.ptr, r->block * (size_t)r->comm->size);

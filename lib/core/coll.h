@@ -67,6 +67,12 @@ typedef struct ofccl__algo {
     /* Advance: post what is ready, reduce what has arrived. Bounded work.
      * Sets r->finished when everything this rank owes and expects is done. */
     int (*progress)(ofccl__req_t *r);
+    /* Unit numbers are the receiver's and say who wrote them: the writer of
+     * unit u (for per-writer accounting and messages), and, for the atomic
+     * signal path (which counts each writer's writes in order), the unit of
+     * writer p's k-th write here. */
+    int (*writer_of)(const ofccl__req_t *r, uint32_t unit);
+    uint32_t (*unit_of)(const ofccl__req_t *r, int p, uint32_t k);
 } ofccl__algo_t;
 
 struct ofccl_req {
@@ -124,9 +130,10 @@ struct ofccl_req {
     uint64_t *seen;          /* [size] atomic path: per-writer counter already folded */
     uint32_t *sent;          /* [size] units posted to that peer */
     uint32_t *inflight;      /* [size] writes in flight to that peer */
-    uint32_t *sig_next;      /* [size] atomic path: next unit to signal */
+    uint32_t *sig_next;      /* [size] atomic path: next write (k) to signal */
+    uint32_t *from_cnt;      /* [size] units arrived from that writer */
     uint64_t *sig_mask;      /* [size] atomic path: delivered, unsignalled units */
-    size_t peer_state_bytes; /* sig_mask, sent, inflight, sig_next, writes_to_me,
+    size_t peer_state_bytes; /* sig_mask, sent, inflight, sig_next, from_cnt, writes_to_me,
                                 i_write_to and peer_ready: one block, in this order */
     uint32_t reduced;        /* RS: units reduced */
     unsigned ops_out;        /* ops of this request not yet completed */
@@ -183,9 +190,19 @@ int ofccl__desc_check(const uint64_t d[OFCCL__DESC_WORDS], const ofccl__desc_exp
 int ofccl__eager_check(const uint64_t h[OFCCL__EAGER_WORDS], const ofccl__desc_expect_t *x,
                        char *why, size_t len);
 
-/* Plans shared by the twins (lib/coll/plan.c). */
+/* Plans shared by the twins (lib/coll/plan.c), and their unit numbering:
+ * direct: writer w's chunk c is unit w * nchunks + c; ring: the left
+ * neighbour's j-th write is unit j; one unit per writer: unit = writer. */
 int ofccl__plan_direct(ofccl__req_t *r);
 int ofccl__plan_ring(ofccl__req_t *r);
+int ofccl__direct_writer_of(const ofccl__req_t *r, uint32_t unit);
+uint32_t ofccl__direct_unit_of(const ofccl__req_t *r, int p, uint32_t k);
+int ofccl__ring_writer_of(const ofccl__req_t *r, uint32_t unit);
+uint32_t ofccl__ring_unit_of(const ofccl__req_t *r, int p, uint32_t k);
+int ofccl__one_writer_of(const ofccl__req_t *r, uint32_t unit);
+uint32_t ofccl__one_unit_of(const ofccl__req_t *r, int p, uint32_t k);
+/* Direct: has chunk c arrived from every writer? */
+bool ofccl__direct_chunk_in(const ofccl__req_t *r, unsigned c);
 
 extern const ofccl__algo_t ofccl__ag_direct, ofccl__ag_ring, ofccl__rs_direct, ofccl__rs_ring;
 extern const ofccl__algo_t ofccl__ag_eager, ofccl__rs_eager;
@@ -224,6 +241,8 @@ int ofccl__eager_land(ofccl__req_t *r);
 /* Eager request r: 1 when every peer's {header, data} is in (0 otherwise), or an
  * error when a peer took the descriptor path for the same collective. */
 int ofccl__eager_arrived(ofccl__req_t *r);
+/* Has `from`'s eager {header, data} for request r arrived here? */
+bool ofccl__eager_from_in(const ofccl__req_t *r, int from);
 /* Mapped path: has every peer's {header, data} for collective `seq` been
  * stored here? Acquire loads of the marks: safe without the context lock. */
 bool ofccl__eager_all_marked(const ofccl_comm_t *comm, uint64_t seq);
@@ -247,6 +266,7 @@ typedef struct ofccl__coll_state {
     uint8_t all_pairs[OFCCL__SLOTS];       /* was collective seq (by seq % SLOTS) all-pairs? */
     uint32_t eager_cnt[OFCCL__EAGER_RING]; /* eager arrivals by seq % 16, even before posting */
     int eager_from[OFCCL__EAGER_RING];     /* a sender of those (for messages) */
+    uint8_t *eager_seen;                   /* [EAGER_RING * size]: who sent them */
     size_t eager_bytes, eager_slot;        /* OFCCL_EAGER_BYTES; bytes per eager slot */
     ofccl__req_t reqs[OFCCL__SLOTS];
     uint64_t next_seq;     /* sequence number of the next collective */

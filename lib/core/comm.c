@@ -13,31 +13,52 @@
 
 ofccl__op_t ofccl__comm_op_plain = {NULL};
 
-/* The setup blob's payload, little-endian on the wire. */
-#define SETUP_PROV_LEN 64
-#define SETUP_FIXED (4 * 7 + SETUP_PROV_LEN + 8 * 3)
-#define SETUP_MAX (SETUP_FIXED + OFCCL__NAME_MAX)
+/* The setup blob's payload, little-endian on the wire: fixed words, the
+ * provider and host names, the control region, the values of every setting
+ * that must agree across ranks (config.h: scope AGREE), the endpoint name. */
+#define SETUP_NAME_LEN 64
+#define SETUP_AGREE_MAX 32
+#define SETUP_FIXED (4 * 7 + 2 * SETUP_NAME_LEN + 8 * 3)
+#define SETUP_MAX (SETUP_FIXED + 8 * SETUP_AGREE_MAX + OFCCL__NAME_MAX)
 
 typedef struct setup {
-    uint32_t size, comm_id, signal_mode, strict, cq_data_size, eager, namelen;
-    char prov[SETUP_PROV_LEN];
+    uint32_t size, comm_id, signal_mode, strict, cq_data_size, nagree, namelen;
+    char prov[SETUP_NAME_LEN];
+    char host[SETUP_NAME_LEN];
     uint64_t ctrl_base, ctrl_key, ctrl_len;
+    int64_t agree[SETUP_AGREE_MAX]; /* in table order, string settings excluded */
     uint8_t name[OFCCL__NAME_MAX];
 } setup_t;
+
+static bool agree_param(int id)
+{
+    return ofccl__cfg_params[id].agree && ofccl__cfg_params[id].type != OFCCL__CT_STRING;
+}
+
+static void setup_agree_fill(const ofccl__config_t *cfg, setup_t *s)
+{
+    s->nagree = 0;
+    for (int id = 0; id < OFCCL__CFG_COUNT && s->nagree < SETUP_AGREE_MAX; id++)
+        if (agree_param(id))
+            s->agree[s->nagree++] = ofccl__cfg_int(cfg, id);
+}
 
 static size_t setup_pack(const setup_t *s, uint8_t *out)
 {
     const uint32_t w32[] = {s->size,         s->comm_id, s->signal_mode, s->strict,
-                            s->cq_data_size, s->eager,   s->namelen};
+                            s->cq_data_size, s->nagree,  s->namelen};
     const uint64_t w64[] = {s->ctrl_base, s->ctrl_key, s->ctrl_len};
     uint8_t *p = out;
 
     for (size_t k = 0; k < OFCCL__ARRAY_LEN(w32); k++, p += 4)
         ofccl__put_le32(p, w32[k]);
-    memcpy(p, s->prov, SETUP_PROV_LEN);
-    p += SETUP_PROV_LEN;
+    memcpy(p, s->prov, SETUP_NAME_LEN);
+    memcpy(p + SETUP_NAME_LEN, s->host, SETUP_NAME_LEN);
+    p += 2 * SETUP_NAME_LEN;
     for (size_t k = 0; k < OFCCL__ARRAY_LEN(w64); k++, p += 8)
         ofccl__put_le64(p, w64[k]);
+    for (uint32_t k = 0; k < s->nagree; k++, p += 8)
+        ofccl__put_le64(p, (uint64_t)s->agree[k]);
     memcpy(p, s->name, s->namelen);
     return (size_t)(p - out) + s->namelen;
 }
@@ -46,7 +67,7 @@ static size_t setup_pack(const setup_t *s, uint8_t *out)
 static int setup_unpack(ofccl_comm_t *comm, int from, const uint8_t *in, size_t len, setup_t *s)
 {
     uint32_t *w32[] = {&s->size,         &s->comm_id, &s->signal_mode, &s->strict,
-                       &s->cq_data_size, &s->eager,   &s->namelen};
+                       &s->cq_data_size, &s->nagree,  &s->namelen};
     uint64_t *w64[] = {&s->ctrl_base, &s->ctrl_key, &s->ctrl_len};
     const uint8_t *p = in;
 
@@ -56,20 +77,25 @@ static int setup_unpack(ofccl_comm_t *comm, int from, const uint8_t *in, size_t 
                                 len, SETUP_FIXED);
     for (size_t k = 0; k < OFCCL__ARRAY_LEN(w32); k++, p += 4)
         *w32[k] = ofccl__get_le32(p);
-    memcpy(s->prov, p, SETUP_PROV_LEN);
-    s->prov[SETUP_PROV_LEN - 1] = '\0';
-    p += SETUP_PROV_LEN;
+    memcpy(s->prov, p, SETUP_NAME_LEN);
+    s->prov[SETUP_NAME_LEN - 1] = '\0';
+    memcpy(s->host, p + SETUP_NAME_LEN, SETUP_NAME_LEN);
+    s->host[SETUP_NAME_LEN - 1] = '\0';
+    p += 2 * SETUP_NAME_LEN;
     for (size_t k = 0; k < OFCCL__ARRAY_LEN(w64); k++, p += 8)
         *w64[k] = ofccl__get_le64(p);
-    if (s->namelen == 0 || s->namelen > OFCCL__NAME_MAX || len != SETUP_FIXED + s->namelen)
+    if (s->nagree > SETUP_AGREE_MAX || s->namelen == 0 || s->namelen > OFCCL__NAME_MAX ||
+        len != SETUP_FIXED + 8 * (size_t)s->nagree + s->namelen)
         return ofccl__comm_fail(comm, OFCCL_ERR_CORRUPT,
-                                "comm setup: rank %d sent an endpoint name of %u bytes in a "
-                                "%zu-byte record",
-                                from, s->namelen, len);
+                                "comm setup: rank %d sent %u settings and an endpoint name of %u "
+                                "bytes in a %zu-byte record",
+                                from, s->nagree, s->namelen, len);
     if (s->ctrl_len < comm->ctrl_words * sizeof(uint64_t))
         return ofccl__comm_fail(comm, OFCCL_ERR_CORRUPT,
                                 "comm setup: rank %d advertised a control region of %llu bytes",
                                 from, (unsigned long long)s->ctrl_len);
+    for (uint32_t k = 0; k < s->nagree; k++, p += 8)
+        s->agree[k] = (int64_t)ofccl__get_le64(p);
     memcpy(s->name, p, s->namelen);
     return 0;
 }
@@ -92,12 +118,29 @@ static int setup_check(ofccl_comm_t *comm, int from, const setup_t *mine, const 
         SETUP_MISMATCH("provider", "%s", mine->prov, theirs->prov);
     if (theirs->strict != mine->strict)
         SETUP_MISMATCH("strict mode", "%u", mine->strict, theirs->strict);
-    if (theirs->eager != mine->eager)
-        SETUP_MISMATCH("OFCCL_EAGER_BYTES", "%u", mine->eager, theirs->eager);
     if (theirs->signal_mode != mine->signal_mode)
         SETUP_MISMATCH("signal path", "%s", modes[mine->signal_mode % 3],
                        modes[theirs->signal_mode % 3]);
+    if (theirs->nagree != mine->nagree)
+        SETUP_MISMATCH("a library build with a settings count of", "%u", mine->nagree,
+                       theirs->nagree);
 #undef SETUP_MISMATCH
+    for (int id = 0, k = 0; id < OFCCL__CFG_COUNT && k < (int)mine->nagree; id++) {
+        char a[64], b[64];
+        if (!agree_param(id))
+            continue;
+        if (theirs->agree[k] != mine->agree[k]) {
+            ofccl__config_format(id, theirs->agree[k], b, sizeof(b));
+            ofccl__config_format(id, mine->agree[k], a, sizeof(a));
+            return ofccl__comm_fail(comm, OFCCL_ERR_MISMATCH,
+                                    "comm setup: rank %d has OFCCL_%s=%s, rank %d has "
+                                    "OFCCL_%s=%s; it must be equal on every rank (settings of "
+                                    "scope 'all' in `ofccl_info -c`)",
+                                    from, ofccl__cfg_params[id].name, b, comm->rank,
+                                    ofccl__cfg_params[id].name, a);
+        }
+        k++;
+    }
     return 0;
 }
 
@@ -137,6 +180,7 @@ static void on_done(void *arg, void *op_ctx)
     ofccl__op_t *op = op_ctx;
 
     comm->ops_pending--;
+    ofccl__ctx_moved(comm->ctx);
     if (op != NULL && op->cb != NULL)
         op->cb(op, 0, NULL);
 }
@@ -147,6 +191,7 @@ static void on_error(void *arg, void *op_ctx, int peer, int status, const char *
     ofccl__op_t *op = op_ctx;
 
     comm->ops_pending--;
+    ofccl__ctx_moved(comm->ctx);
     ofccl__comm_fail(comm, status, "%s", msg);
     if (op != NULL && op->cb != NULL)
         op->cb(op, status, msg);
@@ -158,6 +203,7 @@ static void on_remote_data(void *arg, uint64_t data)
     unsigned kind = 0;
     uint32_t id = 0, payload = 0;
 
+    ofccl__ctx_moved(comm->ctx);
     /* Signals are untrusted: a stray one is counted and logged, never acted on. */
     if (ofccl__sig_decode(data, &kind, &id, &payload) != 0 || id != (comm->id & 0xffu)) {
         comm->corrupt_signals++;
@@ -201,6 +247,28 @@ static int map_peer_ctrl(ofccl_comm_t *comm)
     return 0;
 }
 
+/* Rank r runs on the host named `name` (for messages that name hosts). */
+static int hosts_add(ofccl_comm_t *comm, int r, const char *name)
+{
+    int h;
+
+    for (h = comm->nhosts - 1; h >= 0 && strcmp(comm->host_name[h], name) != 0; h--)
+        ;
+    if (h < 0) {
+        h = comm->nhosts++;
+        ofccl__strlcpy(comm->host_name[h], name, sizeof(comm->host_name[h]));
+    }
+    comm->host_of[r] = h;
+    return 0;
+}
+
+const char *ofccl__comm_host(const ofccl_comm_t *comm, int rank)
+{
+    if (comm->host_of == NULL || rank < 0 || rank >= comm->size)
+        return "?";
+    return comm->host_name[comm->host_of[rank]];
+}
+
 static int comm_setup(ofccl_comm_t *comm)
 {
     ofccl_ctx_t *ctx = comm->ctx;
@@ -241,8 +309,9 @@ static int comm_setup(ofccl_comm_t *comm)
     mine.signal_mode = (uint32_t)comm->signal_mode;
     mine.strict = caps->strict;
     mine.cq_data_size = (uint32_t)caps->cq_data_size;
-    mine.eager = (uint32_t)ofccl__cfg_int(&ctx->cfg, OFCCL__CFG_EAGER_BYTES);
+    setup_agree_fill(&ctx->cfg, &mine);
     ofccl__strlcpy(mine.prov, caps->name, sizeof(mine.prov));
+    ofccl__strlcpy(mine.host, ctx->boot->hostname, sizeof(mine.host));
     mine.ctrl_base = comm->ctrl_mr->base;
     mine.ctrl_key = comm->ctrl_mr->key;
     mine.ctrl_len = comm->ctrl_mr->len;
@@ -260,7 +329,10 @@ static int comm_setup(ofccl_comm_t *comm)
     names = malloc(OFCCL__NAME_MAX * (size_t)comm->size);
     namelens = calloc((size_t)comm->size, sizeof(*namelens));
     comm->peer_ctrl = calloc((size_t)comm->size, sizeof(*comm->peer_ctrl));
-    if (!all || !lens || !theirs || !names || !namelens || !comm->peer_ctrl) {
+    comm->host_of = calloc((size_t)comm->size, sizeof(*comm->host_of));
+    comm->host_name = calloc((size_t)comm->size, sizeof(*comm->host_name));
+    if (!all || !lens || !theirs || !names || !namelens || !comm->peer_ctrl || !comm->host_of ||
+        !comm->host_name) {
         rc = ofccl__comm_fail(comm, OFCCL_ERR_NO_MEMORY, "comm setup: no memory for %d ranks",
                               comm->size);
         goto out;
@@ -283,6 +355,9 @@ static int comm_setup(ofccl_comm_t *comm)
         rc = setup_unpack(comm, r, payload, plen, &theirs[r]);
         if (rc == 0)
             rc = setup_check(comm, r, &mine, &theirs[r]);
+        if (rc)
+            goto out;
+        rc = hosts_add(comm, r, theirs[r].host);
         if (rc)
             goto out;
         memcpy(names + OFCCL__NAME_MAX * (size_t)r, theirs[r].name, theirs[r].namelen);
@@ -324,6 +399,8 @@ static void comm_free(ofccl_comm_t *comm)
     ofccl__prov_mem_free((void *)comm->ctrl);
     free(comm->peer_ctrl);
     free(comm->peer_ctrl_at);
+    free(comm->host_of);
+    free(comm->host_name);
     free(comm);
 }
 
@@ -426,6 +503,7 @@ const char *ofccl_comm_last_error(const ofccl_comm_t *comm)
 int ofccl__comm_fail(ofccl_comm_t *comm, int code, const char *fmt, ...)
 {
     char msg[OFCCL__ERRMSG_LEN];
+    int first = 0;
     va_list ap;
 
     va_start(ap, fmt);
@@ -436,13 +514,34 @@ int ofccl__comm_fail(ofccl_comm_t *comm, int code, const char *fmt, ...)
      * buffers out of step with the peers: sticky too. */
     if (code == OFCCL_ERR_REMOTE_ERROR || code == OFCCL_ERR_PROVIDER || code == OFCCL_ERR_ABORTED ||
         code == OFCCL_ERR_CORRUPT || code == OFCCL_ERR_TIMEOUT || code == OFCCL_ERR_MISMATCH)
-        if (comm->sticky == 0)
+        if (comm->sticky == 0) {
             comm->sticky = code;
+            first = 1;
+        }
     /* Lower layers often name the rank already; say it once. */
     if (strncmp(msg, "rank ", 5) == 0)
-        return ofccl__fail(&comm->ctx->log, OFCCL__SUB_CORE, &comm->err, code, "%s", msg);
-    return ofccl__fail(&comm->ctx->log, OFCCL__SUB_CORE, &comm->err, code, "rank %d: %s",
-                       comm->rank, msg);
+        code = ofccl__fail(&comm->ctx->log, OFCCL__SUB_CORE, &comm->err, code, "%s", msg);
+    else
+        code = ofccl__fail(&comm->ctx->log, OFCCL__SUB_CORE, &comm->err, code, "rank %d: %s",
+                           comm->rank, msg);
+    if (first) /* what every later call reports as the cause */
+        ofccl__strlcpy(comm->sticky_msg, comm->err.msg, sizeof(comm->sticky_msg));
+    return code;
+}
+
+int ofccl__comm_check(ofccl_comm_t *comm, const char *what)
+{
+    if (ofccl__comm_usable(comm) == 0)
+        return 0;
+    if (comm->sticky == OFCCL_ERR_ABORTED)
+        return ofccl__comm_fail(comm, OFCCL_ERR_ABORTED,
+                                "%s: communicator %u was aborted (ofccl_comm_abort); only "
+                                "ofccl_comm_destroy is useful now",
+                                what, comm->id);
+    return ofccl__comm_fail(comm, comm->sticky,
+                            "%s: communicator %u is unusable since an earlier error (%s): %s; "
+                            "destroy it and create a new one",
+                            what, comm->id, ofccl_strerror(comm->sticky), comm->sticky_msg);
 }
 
 int ofccl__comm_progress(ofccl_comm_t *comm)
@@ -538,8 +637,12 @@ int ofccl__comm_signal(ofccl_comm_t *comm, int peer, unsigned kind, uint32_t pay
 
 int ofccl__comm_quiesce(ofccl_comm_t *comm, uint64_t deadline_ns, const char *what)
 {
-    while (comm->ops_pending > 0) {
+    ofccl__idle_t idle = {0};
+
+    for (unsigned spins = 1; comm->ops_pending > 0; spins++) {
         int rc = ofccl__comm_progress(comm);
+        if (spins % 32 == 0)
+            ofccl__idle_poll(comm->ctx, &idle);
         if (rc)
             return rc;
         if (ofccl__now_ns() > deadline_ns)

@@ -41,8 +41,13 @@ struct ofccl_ctx {
     int thread_on;
     atomic_int thread_stop;
     char caller_cpus[128]; /* the creating thread's binding, kept free for it */
-    ofccl__fault_t fault;  /* OFCCL_FAULT (fault-injection builds) */
-    unsigned kill_at;      /* SIGKILL this rank when it posts collective #kill_at (1-based) */
+    /* Bumped (under the lock) whenever any communicator of the context moves:
+     * a completion, a signal, a descriptor, a reduction. Waiting loops read it
+     * without the lock to decide whether to nap (ofccl__idle_poll). */
+    _Atomic uint64_t activity;
+    uint64_t spin_ns;     /* OFCCL_SPIN_US */
+    ofccl__fault_t fault; /* OFCCL_FAULT (fault-injection builds) */
+    unsigned kill_at;     /* SIGKILL this rank when it posts collective #kill_at (1-based) */
 };
 
 /* ---- signals: 32 bits of immediate data, so they fit verbs and EFA ----
@@ -92,7 +97,8 @@ struct ofccl_comm {
     uint32_t id;
     int signal_mode; /* enum ofccl__signal_mode */
     ofccl__err_t err;
-    int sticky; /* first fatal error: every later call reports it */
+    int sticky;                             /* first fatal error: every later call reports it */
+    char sticky_msg[OFCCL__ERRMSG_LEN / 2]; /* its message */
 
     ofccl__ep_t *ep;
     ofccl__ep_handlers_t handlers;
@@ -105,6 +111,10 @@ struct ofccl_comm {
      * through the ep. */
     _Atomic uint64_t **peer_ctrl_at;
     int nwins;
+    /* host names for messages: rank r runs on host_name[host_of[r]] */
+    int *host_of;          /* [size] */
+    char (*host_name)[64]; /* [nhosts] (allocated [size]) */
+    int nhosts;
 
     struct {
         ofccl__sig_sink_fn fn;
@@ -174,12 +184,36 @@ void ofccl__ctx_unlock(ofccl_ctx_t *ctx);
         return rc_;                                                                                \
     } while (0)
 int ofccl__progress_start(ofccl_ctx_t *ctx, ofccl__err_t *e);
+/* Something moved (caller holds the lock: a plain load and store, no RMW). */
+static inline void ofccl__ctx_moved(ofccl_ctx_t *ctx)
+{
+    atomic_store_explicit(&ctx->activity,
+                          atomic_load_explicit(&ctx->activity, memory_order_relaxed) + 1,
+                          memory_order_relaxed);
+}
+/* How a waiting loop paces itself: full speed while anything in the context
+ * moves, a yield now and then once it has waited 50 us (oversubscribed ranks
+ * must let their peers run), and after OFCCL_SPIN_US without progress, naps of
+ * 1/16 of the time waited so far (20 us to 1 ms). Call it every few polls,
+ * without the lock. */
+typedef struct ofccl__idle {
+    uint64_t seen;     /* ctx->activity at the last change */
+    uint64_t since_ns; /* when it last changed (0: not yet read) */
+    uint64_t start_ns; /* first call */
+} ofccl__idle_t;
+void ofccl__idle_poll(ofccl_ctx_t *ctx, ofccl__idle_t *st);
 void ofccl__progress_stop(ofccl_ctx_t *ctx);
 
 /* ---- communicator internals ---- */
+/* Name of the host rank `rank` runs on, for messages ("?" if unknown). */
+const char *ofccl__comm_host(const ofccl_comm_t *comm, int rank);
 /* Record a fatal error: the communicator reports it from every later call. */
 int ofccl__comm_fail(ofccl_comm_t *comm, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* Start of a call that needs a usable communicator: 0, or its sticky error
+ * with a message naming `what`, the communicator and the first error (or the
+ * abort). */
+int ofccl__comm_check(ofccl_comm_t *comm, const char *what);
 /* 0, or the sticky error (an abort request becomes one here). */
 int ofccl__comm_usable(ofccl_comm_t *comm);
 /* Drive the endpoint once (bounded); returns <0 on a fatal error. */

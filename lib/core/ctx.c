@@ -35,6 +35,25 @@ static bool has_domain(const ofccl__prov_dom_t *doms, int n, const char *name)
     return false;
 }
 
+/* Is `name` one of the providers libfabric lists on this machine? */
+static bool offered_here(const char *name)
+{
+    char avail[1024];
+    size_t n = strlen(name);
+
+    ofccl__prov_available(avail, sizeof(avail));
+    for (const char *p = avail; *p != '\0';) {
+        size_t len = strcspn(p, ",");
+        while (*p == ' ' && len > 0)
+            p++, len--;
+        if (len == n && strncasecmp(p, name, n) == 0)
+            return true;
+        p += len;
+        p += *p == ',';
+    }
+    return false;
+}
+
 int ofccl__ctx_choose(const ofccl__config_t *cfg, ofccl__topo_t *topo, bool all_local, int nranks,
                       const ofccl__log_t *lg, char *provider, size_t plen, char *domain,
                       size_t dlen, char *why, size_t whylen, ofccl__err_t *e)
@@ -58,6 +77,16 @@ int ofccl__ctx_choose(const ofccl__config_t *cfg, ofccl__topo_t *topo, bool all_
         snprintf(pwhy, sizeof(pwhy), "%s: set by OFCCL_PROVIDER", want);
     }
     row = ofccl__quirk_find(want);
+    if (row < 0 && !offered_here(want)) {
+        char avail[256];
+        ofccl__prov_available(avail, sizeof(avail));
+        /* A name nobody knows is a typo in the setting; a known provider that
+         * this machine lacks is NOT_SUPPORTED (from the provider layer). */
+        return ofccl__fail(lg, OFCCL__SUB_CORE, e, OFCCL_ERR_CONFIG,
+                           "OFCCL_PROVIDER=%s: no such provider (ofccl knows local, shm, tcp, "
+                           "verbs and libfabric's provider names; libfabric %s offers here: %s)",
+                           want, ofccl__prov_fabric_version(), avail);
+    }
     flags = row >= 0 ? ofccl__quirks[row].flags : 0;
     if ((flags & OFCCL__Q_INTRA_NODE_ONLY) && !all_local)
         return ofccl__fail(lg, OFCCL__SUB_CORE, e, OFCCL_ERR_NOT_SUPPORTED,

@@ -89,7 +89,10 @@ static int alloc_registered(ofccl_comm_t *comm, size_t bytes, void **ptr, ofccl_
     int rc;
 
     if (p == NULL)
-        return ofccl__comm_fail(comm, OFCCL_ERR_NO_MEMORY, "pool: cannot allocate %zu bytes", len);
+        return ofccl__comm_fail(comm, OFCCL_ERR_NO_MEMORY,
+                                "pool: cannot allocate %zu bytes (%zu requested, rounded up to "
+                                "pages)",
+                                len, bytes);
     /* Remote read only where the provider must order a write with a read, or
      * where peers read sources in place (caps.peer_map: reduce-scatter pull). */
     rc = ofccl__mr_reg(comm->ep, p, len,
@@ -161,8 +164,13 @@ static int ofccl_buffer_alloc_unlocked(ofccl_comm_t *comm, size_t bytes, void **
     if (ptr == NULL || bytes == 0)
         return ofccl__comm_fail(comm, OFCCL_ERR_INVALID_ARG, "ofccl_buffer_alloc: %s",
                                 ptr ? "zero bytes" : "ptr is NULL");
-    if (ofccl__comm_usable(comm))
-        return ofccl__comm_fail(comm, comm->sticky, "ofccl_buffer_alloc: communicator unusable");
+    if ((rc = ofccl__comm_check(comm, "ofccl_buffer_alloc")) != 0)
+        return rc;
+    if (bytes > SIZE_MAX / 2)
+        return ofccl__comm_fail(comm, OFCCL_ERR_NO_MEMORY,
+                                "ofccl_buffer_alloc: %zu bytes requested: more than this process "
+                                "can address",
+                                bytes);
     rc = over_budget(comm, round_up(bytes, STAGE_ALIGN), "ofccl_buffer_alloc");
     if (rc)
         return rc;

@@ -21,6 +21,29 @@ void ofccl__ctx_unlock(ofccl_ctx_t *ctx)
     pthread_mutex_unlock(&ctx->lock);
 }
 
+void ofccl__idle_poll(ofccl_ctx_t *ctx, ofccl__idle_t *st)
+{
+    uint64_t now = ofccl__now_ns();
+    uint64_t seen = atomic_load_explicit(&ctx->activity, memory_order_relaxed);
+
+    if (st->start_ns == 0)
+        st->start_ns = now;
+    if (st->since_ns == 0 || seen != st->seen) {
+        st->seen = seen;
+        st->since_ns = now;
+    }
+    if (now - st->start_ns <= 50000)
+        return;
+    if (now - st->since_ns <= ctx->spin_ns) {
+        sched_yield();
+        return;
+    }
+    /* Napping adds at most 1/16 of the time already waited to the latency. */
+    uint64_t nap = OFCCL__MIN(OFCCL__MAX((now - st->since_ns) / 16, 20000ull), 1000000ull);
+    struct timespec ts = {0, (long)nap};
+    nanosleep(&ts, NULL);
+}
+
 static int any_active(const ofccl_ctx_t *ctx)
 {
     for (const ofccl_comm_t *c = ctx->comms; c != NULL; c = c->next)
@@ -39,6 +62,8 @@ static void *progress_main(void *arg)
 
     OFCCL__INFO(&ctx->log, OFCCL__SUB_CORE, "progress thread: %s%s", why,
                 rc ? " (running unpinned)" : "");
+    ofccl__idle_t idle = {0};
+
     while (!atomic_load(&ctx->thread_stop)) {
         int active;
 
@@ -49,7 +74,9 @@ static void *progress_main(void *arg)
         ofccl__ctx_unlock(ctx);
         if (active) {
             sched_yield(); /* let the caller take the lock between passes */
+            ofccl__idle_poll(ctx, &idle);
         } else {
+            idle = (ofccl__idle_t){0};
             struct timespec nap = {0, 50000}; /* idle: 50 us naps, not a spin */
             nanosleep(&nap, NULL);
         }
@@ -66,6 +93,7 @@ int ofccl__progress_start(ofccl_ctx_t *ctx, ofccl__err_t *e)
     pthread_mutex_init(&ctx->lock, &attr);
     pthread_mutexattr_destroy(&attr);
     ctx->lock_init = 1;
+    ctx->spin_ns = (uint64_t)ofccl__cfg_int(&ctx->cfg, OFCCL__CFG_SPIN_US) * 1000;
     if (ofccl__cfg_int(&ctx->cfg, OFCCL__CFG_PROGRESS_THREAD) == 0)
         return 0;
     ofccl__topo_cpuset(ctx->topo, ctx->caller_cpus, sizeof(ctx->caller_cpus));

@@ -8,30 +8,52 @@
 #include "coll.h"
 #include "util.h"
 
-/* Name the ranks a stuck request still waits for, for the timeout message. */
+/* Append ", rank p on host h (what)" to buf; returns the new length. */
+static size_t add_rank(const ofccl_comm_t *comm, char *buf, size_t len, size_t used, int p,
+                       const char *what)
+{
+    if (used + 48 >= len)
+        return used;
+    return used + (size_t)snprintf(buf + used, len - used, "%srank %d on %s (%s)", used ? ", " : "",
+                                   p, ofccl__comm_host(comm, p), what);
+}
+
+/* Name the ranks a stuck request still waits for, and how much is missing
+ * from each, for the timeout message: only ranks that really owe something. */
 void ofccl__coll_waiting_for(const ofccl__req_t *r, char *buf, size_t len)
 {
     const ofccl_comm_t *comm = r->comm;
+    unsigned nwriters = 0, each;
     size_t used = 0;
+    char what[96];
 
     buf[0] = '\0';
-    for (int p = 0; p < comm->size && used + 16 < len; p++) {
-        if (r->i_write_to[p] && !r->peer_ready[p])
-            used += (size_t)snprintf(buf + used, len - used, "%srank %d (its descriptor)",
-                                     used ? ", " : "", p);
-        else if (r->i_write_to[p] && r->inflight[p])
-            used += (size_t)snprintf(buf + used, len - used, "%srank %d (%u writes in flight)",
-                                     used ? ", " : "", p, r->inflight[p]);
+    for (int p = 0; p < comm->size; p++)
+        nwriters += r->writes_to_me[p] != 0;
+    each = nwriters ? r->units_in / nwriters : 0;
+    for (int p = 0; p < comm->size; p++) {
+        if (p == comm->rank)
+            continue;
+        if (r->i_write_to[p] && !r->peer_ready[p]) {
+            used = add_rank(comm, buf, len, used, p, "its descriptor: not posted there yet");
+        } else if (r->i_write_to[p] && r->inflight[p]) {
+            snprintf(what, sizeof(what), "%u of our writes to it in flight", r->inflight[p]);
+            used = add_rank(comm, buf, len, used, p, what);
+        }
+        if (!r->writes_to_me[p])
+            continue;
+        if (r->algo->id == OFCCL__ALGO_EAGER) {
+            if (!ofccl__eager_from_in(r, p))
+                used = add_rank(comm, buf, len, used, p, "its eager data");
+        } else if (r->from_cnt[p] < each) {
+            snprintf(what, sizeof(what), "%u of %u data units missing", each - r->from_cnt[p],
+                     each);
+            used = add_rank(comm, buf, len, used, p, what);
+        }
     }
-    if (r->arrived < r->units_in && used + 64 < len) {
-        int listed = 0;
-        used += (size_t)snprintf(buf + used, len - used,
-                                 "%s%llu of %u data arrivals from rank(s) writing here:",
-                                 used ? "; " : "", (unsigned long long)r->arrived, r->units_in);
-        for (int p = 0; p < comm->size && used + 16 < len; p++)
-            if (r->writes_to_me[p] && listed++ < 8)
-                used += (size_t)snprintf(buf + used, len - used, " rank %d", p);
-    }
+    if (used == 0)
+        snprintf(buf, len, "no peer: this rank's own %s",
+                 r->ops_out ? "operations to complete" : "progress");
 }
 
 /* The last OFCCL__HISTORY collectives, dumped when one times out. */

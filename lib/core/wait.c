@@ -2,7 +2,6 @@
  * The public completion calls — ofccl_test, ofccl_wait, ofccl_progress,
  * ofccl_req_free — over the engine in coll.c.
  */
-#include <sched.h>
 
 #include "coll.h"
 #include "util.h"
@@ -21,12 +20,22 @@ static int ofccl_progress_unlocked(ofccl_ctx_t *ctx)
     return first;
 }
 
+/* Waiting or testing drives every communicator of the context, not only the
+ * request's own: a rank waiting on A must keep feeding B, which a peer may be
+ * waiting on first (docs/api.md, "Progress"). Errors of other communicators
+ * stay theirs; the caller sees only the request's status. */
+static void progress_all(ofccl_ctx_t *ctx, bool check_clock)
+{
+    for (ofccl_comm_t *c = ctx->comms; c != NULL; c = c->next)
+        ofccl__coll_progress(c, check_clock);
+}
+
 static int ofccl_test_unlocked(ofccl_req_t *req, int *done)
 {
     if (req == NULL || done == NULL || req->state == OFCCL__REQ_FREE)
         return OFCCL_ERR_INVALID_ARG;
     if (req->state == OFCCL__REQ_ACTIVE)
-        ofccl__coll_progress(req->comm, true);
+        progress_all(req->comm->ctx, true);
     *done = req->state == OFCCL__REQ_DONE;
     return *done ? req->status : 0;
 }
@@ -45,7 +54,8 @@ int ofccl_wait(ofccl_req_t *req)
     /* Bounded: every request carries a deadline that progress enforces. One
      * pass per lock hold, so a progress thread can interleave. */
     bool mapped = eager_mapped(req);
-    uint64_t t0 = 0;
+    ofccl_ctx_t *ctx = req->comm->ctx;
+    ofccl__idle_t idle = {0};
 
     for (unsigned spins = 1;; spins++) {
         /* A mapped eager request is watched without the lock (its marks are
@@ -56,28 +66,22 @@ int ofccl_wait(ofccl_req_t *req)
         bool landed = mapped && !full && ofccl__eager_all_marked(req->comm, req->seq);
         if (full || landed) {
             int state, status;
-            ofccl__ctx_lock(req->comm->ctx);
+            ofccl__ctx_lock(ctx);
             if (req->state == OFCCL__REQ_ACTIVE && landed)
                 ofccl__coll_progress_req(req);
             else if (req->state == OFCCL__REQ_ACTIVE)
-                ofccl__coll_progress(req->comm, spins % 64 == 0);
+                progress_all(ctx, spins % 64 == 0);
             state = req->state;
             status = req->status;
-            ofccl__ctx_unlock(req->comm->ctx);
+            ofccl__ctx_unlock(ctx);
             if (state != OFCCL__REQ_ACTIVE)
                 return status;
         }
-        /* With more ranks than cores, a spinning waiter starves the peer it
-         * waits for. Past 50 us (longer than any small collective takes on a
-         * free core), yield now and then. The clock is first read after 256
-         * passes: a small collective is over before that. */
-        if (spins % 32 == 0) {
-            uint64_t now = ofccl__now_ns();
-            if (t0 == 0)
-                t0 = now;
-            else if (now - t0 > 50000)
-                sched_yield();
-        }
+        /* The clock is first read after 32 passes: a small collective is over
+         * before that. Then ofccl__idle_poll yields (oversubscribed ranks) and,
+         * once nothing has moved for OFCCL_SPIN_US, naps. */
+        if (spins % 32 == 0)
+            ofccl__idle_poll(ctx, &idle);
     }
 }
 

@@ -18,8 +18,8 @@ int ofccl__win_create(ofccl_comm_t *comm, void *addr, size_t len, unsigned acces
     ofccl__win_t *win;
     int rc;
 
-    if (ofccl__comm_usable(comm))
-        return ofccl__comm_fail(comm, comm->sticky, "window: communicator unusable");
+    if ((rc = ofccl__comm_check(comm, "window")) != 0)
+        return rc;
     win = calloc(1, sizeof(*win));
     if (win == NULL)
         return ofccl__comm_fail(comm, OFCCL_ERR_NO_MEMORY, "window: no memory");

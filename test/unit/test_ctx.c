@@ -127,10 +127,18 @@ static void test_unknown_provider(void)
     char err[512];
     ofccl_ctx_t *ctx = NULL;
 
-    CU_ASSERT_EQUAL(create(settings, err, sizeof(err), &ctx), OFCCL_ERR_NOT_SUPPORTED);
+    const char *const known[] = {"PROVIDER=efa", NULL}; /* known to ofccl, absent here */
+
+    /* A name nobody knows is a mistake in the setting: CONFIG. */
+    CU_ASSERT_EQUAL(create(settings, err, sizeof(err), &ctx), OFCCL_ERR_CONFIG);
     CU_ASSERT_PTR_NULL(ctx);
     CU_ASSERT_PTR_NOT_NULL(strstr(err, "carrier-pigeon"));
     CU_ASSERT_PTR_NOT_NULL(strstr(err, "shm")); /* lists what is offered */
+    /* A known provider this machine lacks: NOT_SUPPORTED, with the list too. */
+    CU_ASSERT_EQUAL(create(known, err, sizeof(err), &ctx), OFCCL_ERR_NOT_SUPPORTED);
+    CU_ASSERT_PTR_NULL(ctx);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "efa"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "shm"));
 }
 
 /* libfabric's "net" provider has no 64-bit atomics: forcing the atomic signal

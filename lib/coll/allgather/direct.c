@@ -18,8 +18,8 @@ static int progress(ofccl__req_t *r)
         while (r->sent[p] < r->nchunks) {
             unsigned c = r->sent[p];
             size_t off = (size_t)c * r->chunk;
-            int rc =
-                ofccl__coll_put(r, p, src + off, r->src.mr, ofccl__chunk_len(r, c), mine + off, c);
+            int rc = ofccl__coll_put(r, p, src + off, r->src.mr, ofccl__chunk_len(r, c), mine + off,
+                                     ofccl__direct_unit_of(r, comm->rank, c));
             if (rc == OFCCL_ERR_AGAIN)
                 break;
             if (rc)
@@ -42,5 +42,13 @@ static int progress(ofccl__req_t *r)
     return 0;
 }
 
-const ofccl__algo_t ofccl__ag_direct = {sizeof(ofccl__algo_t), "direct",           OFCCL__AG,
-                                        OFCCL__ALGO_DIRECT,    ofccl__plan_direct, progress};
+const ofccl__algo_t ofccl__ag_direct = {
+    .size = sizeof(ofccl__algo_t),
+    .name = "direct",
+    .coll = OFCCL__AG,
+    .id = OFCCL__ALGO_DIRECT,
+    .plan = ofccl__plan_direct,
+    .progress = progress,
+    .writer_of = ofccl__direct_writer_of,
+    .unit_of = ofccl__direct_unit_of,
+};

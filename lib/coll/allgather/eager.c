@@ -34,5 +34,13 @@ static int progress(ofccl__req_t *r)
     return 0;
 }
 
-const ofccl__algo_t ofccl__ag_eager = {sizeof(ofccl__algo_t), "eager", OFCCL__AG,
-                                       OFCCL__ALGO_EAGER,     plan,    progress};
+const ofccl__algo_t ofccl__ag_eager = {
+    .size = sizeof(ofccl__algo_t),
+    .name = "eager",
+    .coll = OFCCL__AG,
+    .id = OFCCL__ALGO_EAGER,
+    .plan = plan,
+    .progress = progress,
+    .writer_of = ofccl__one_writer_of,
+    .unit_of = ofccl__one_unit_of,
+};

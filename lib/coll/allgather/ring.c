@@ -29,5 +29,13 @@ static int progress(ofccl__req_t *r)
     return 0;
 }
 
-const ofccl__algo_t ofccl__ag_ring = {sizeof(ofccl__algo_t), "ring",           OFCCL__AG,
-                                      OFCCL__ALGO_RING,      ofccl__plan_ring, progress};
+const ofccl__algo_t ofccl__ag_ring = {
+    .size = sizeof(ofccl__algo_t),
+    .name = "ring",
+    .coll = OFCCL__AG,
+    .id = OFCCL__ALGO_RING,
+    .plan = ofccl__plan_ring,
+    .progress = progress,
+    .writer_of = ofccl__ring_writer_of,
+    .unit_of = ofccl__ring_unit_of,
+};

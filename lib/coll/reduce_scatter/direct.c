@@ -10,7 +10,7 @@ static int reduce_ready(ofccl__req_t *r)
     const void **srcs = r->srcs;
     int ndiv = r->op.kind == OFCCL_OP_AVG ? comm->size : 0;
 
-    while (r->reduced < r->nchunks && r->unit_cnt[r->reduced] == (uint32_t)(comm->size - 1)) {
+    while (r->reduced < r->nchunks && ofccl__direct_chunk_in(r, r->reduced)) {
         unsigned c = r->reduced;
         size_t off = (size_t)c * r->chunk, k = 1;
         int rc;
@@ -41,7 +41,8 @@ static int progress(ofccl__req_t *r)
             unsigned c = r->sent[p];
             size_t off = (size_t)c * r->chunk;
             rc = ofccl__coll_put(r, p, src + (size_t)p * r->block + off, r->src.mr,
-                                 ofccl__chunk_len(r, c), mine + off, c);
+                                 ofccl__chunk_len(r, c), mine + off,
+                                 ofccl__direct_unit_of(r, comm->rank, c));
             if (rc == OFCCL_ERR_AGAIN)
                 break;
             if (rc)
@@ -56,5 +57,13 @@ static int progress(ofccl__req_t *r)
     return 0;
 }
 
-const ofccl__algo_t ofccl__rs_direct = {sizeof(ofccl__algo_t), "direct",           OFCCL__RS,
-                                        OFCCL__ALGO_DIRECT,    ofccl__plan_direct, progress};
+const ofccl__algo_t ofccl__rs_direct = {
+    .size = sizeof(ofccl__algo_t),
+    .name = "direct",
+    .coll = OFCCL__RS,
+    .id = OFCCL__ALGO_DIRECT,
+    .plan = ofccl__plan_direct,
+    .progress = progress,
+    .writer_of = ofccl__direct_writer_of,
+    .unit_of = ofccl__direct_unit_of,
+};

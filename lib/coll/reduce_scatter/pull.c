@@ -55,6 +55,7 @@ static int reduce_some(ofccl__req_t *r)
         if (rc)
             return ofccl__coll_fail(r, rc, "reducing chunk %u", c);
         r->reduced++;
+        ofccl__ctx_moved(comm->ctx);
     }
     return 0;
 }
@@ -82,7 +83,7 @@ static int progress(ofccl__req_t *r)
     for (int k = 1; k < comm->size; k++) {
         int p = (comm->rank + k) % comm->size;
         if (r->sent[p] == 0) {
-            rc = ofccl__coll_put(r, p, NULL, NULL, 0, 0, 0);
+            rc = ofccl__coll_put(r, p, NULL, NULL, 0, 0, (uint32_t)comm->rank);
             if (rc && rc != OFCCL_ERR_AGAIN)
                 return rc;
         }
@@ -92,5 +93,13 @@ static int progress(ofccl__req_t *r)
     return 0;
 }
 
-const ofccl__algo_t ofccl__rs_pull = {sizeof(ofccl__algo_t), "pull", OFCCL__RS,
-                                      OFCCL__ALGO_PULL,      plan,   progress};
+const ofccl__algo_t ofccl__rs_pull = {
+    .size = sizeof(ofccl__algo_t),
+    .name = "pull",
+    .coll = OFCCL__RS,
+    .id = OFCCL__ALGO_PULL,
+    .plan = plan,
+    .progress = progress,
+    .writer_of = ofccl__one_writer_of,
+    .unit_of = ofccl__one_unit_of,
+};

@@ -75,5 +75,13 @@ static int progress(ofccl__req_t *r)
     return 0;
 }
 
-const ofccl__algo_t ofccl__rs_ring = {sizeof(ofccl__algo_t), "ring",           OFCCL__RS,
-                                      OFCCL__ALGO_RING,      ofccl__plan_ring, progress};
+const ofccl__algo_t ofccl__rs_ring = {
+    .size = sizeof(ofccl__algo_t),
+    .name = "ring",
+    .coll = OFCCL__RS,
+    .id = OFCCL__ALGO_RING,
+    .plan = ofccl__plan_ring,
+    .progress = progress,
+    .writer_of = ofccl__ring_writer_of,
+    .unit_of = ofccl__ring_unit_of,
+};
