@@ -8,48 +8,37 @@
 #include "coll.h"
 #include "util.h"
 
-/* Append ", rank p on host h (what)" to buf; returns the new length. */
-static size_t add_rank(const ofccl_comm_t *comm, char *buf, size_t len, size_t used, int p,
-                       const char *what)
-{
-    if (used + 48 >= len)
-        return used;
-    return used + (size_t)snprintf(buf + used, len - used, "%srank %d on %s (%s)", used ? ", " : "",
-                                   p, ofccl__comm_host(comm, p), what);
-}
-
-/* Name the ranks a stuck request still waits for, and how much is missing
- * from each, for the timeout message: only ranks that really owe something. */
+/* Name the ranks a stuck request still waits for, and what is missing from
+ * each, for the timeout message: only ranks that really owe something. */
 void ofccl__coll_waiting_for(const ofccl__req_t *r, char *buf, size_t len)
 {
     const ofccl_comm_t *comm = r->comm;
     unsigned nwriters = 0, each;
     size_t used = 0;
-    char what[96];
 
     buf[0] = '\0';
     for (int p = 0; p < comm->size; p++)
         nwriters += r->writes_to_me[p] != 0;
     each = nwriters ? r->units_in / nwriters : 0;
-    for (int p = 0; p < comm->size; p++) {
+    for (int p = 0; p < comm->size && used + 64 < len; p++) {
+        char what[160] = "";
+        size_t w = 0;
+
         if (p == comm->rank)
             continue;
-        if (r->i_write_to[p] && !r->peer_ready[p]) {
-            used = add_rank(comm, buf, len, used, p, "its descriptor: not posted there yet");
-        } else if (r->i_write_to[p] && r->inflight[p]) {
-            snprintf(what, sizeof(what), "%u of our writes to it in flight", r->inflight[p]);
-            used = add_rank(comm, buf, len, used, p, what);
-        }
-        if (!r->writes_to_me[p])
-            continue;
-        if (r->algo->id == OFCCL__ALGO_EAGER) {
-            if (!ofccl__eager_from_in(r, p))
-                used = add_rank(comm, buf, len, used, p, "its eager data");
-        } else if (r->from_cnt[p] < each) {
-            snprintf(what, sizeof(what), "%u of %u data units missing", each - r->from_cnt[p],
-                     each);
-            used = add_rank(comm, buf, len, used, p, what);
-        }
+        if (r->i_write_to[p] && !r->peer_ready[p])
+            w += (size_t)snprintf(what + w, sizeof(what) - w, "; its descriptor: not posted there");
+        else if (r->i_write_to[p] && r->inflight[p])
+            w += (size_t)snprintf(what + w, sizeof(what) - w, "; %u of our writes to it in flight",
+                                  r->inflight[p]);
+        if (r->writes_to_me[p] && r->algo->id == OFCCL__ALGO_EAGER && !ofccl__eager_from_in(r, p))
+            w += (size_t)snprintf(what + w, sizeof(what) - w, "; its eager data");
+        else if (r->writes_to_me[p] && r->algo->id != OFCCL__ALGO_EAGER && r->from_cnt[p] < each)
+            w += (size_t)snprintf(what + w, sizeof(what) - w, "; %u of %u data units missing",
+                                  each - r->from_cnt[p], each);
+        if (w > 0)
+            used += (size_t)snprintf(buf + used, len - used, "%srank %d on %s (%s)",
+                                     used ? ", " : "", p, ofccl__comm_host(comm, p), what + 2);
     }
     if (used == 0)
         snprintf(buf, len, "no peer: this rank's own %s",

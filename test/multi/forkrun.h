@@ -1,5 +1,6 @@
 /*
- * Two ranks forked by the test itself and joined through the TCP bootstrap, so
+ * Ranks (two unless a test sets nranks, at most FORK_MAX) forked by the test
+ * itself and joined through the TCP bootstrap, so
  * a test can kill one or make it misbehave without a launcher tearing the job
  * down. Each child runs a scenario and exits 0 when it saw what it expected.
  */
@@ -13,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -21,9 +23,14 @@
 
 #include "ofccl.h"
 
+#define FORK_MAX 8
 static const char *provider = "tcp";
+static int nranks = 2;
 /* One extra "NAME=value" setting per rank (NULL = none), e.g. a fault spec. */
-static const char *rank_setting[2];
+static const char *rank_setting[FORK_MAX];
+/* Every rank's pid, shared by the ranks (each writes its own before joining),
+ * so a scenario can stop, continue or kill a peer. */
+static pid_t *fork_pid;
 
 static double now_s(void)
 {
@@ -50,9 +57,9 @@ typedef int (*scenario_fn)(int rank, ofccl_ctx_t *ctx, ofccl_comm_t *comm);
 /* Child: join the 2-rank job, run the scenario, tear down; exit code 0 = as expected. */
 static int child(int rank, int port, scenario_fn fn)
 {
-    char root[64], rk[32], prov[64], err[512] = "";
-    const char *settings[] = {
-        root, rk, "BOOT_SIZE=2", prov, "BOOT_TIMEOUT_MS=20000", rank_setting[rank], NULL};
+    char root[64], rk[32], sz[32], prov[64], err[512] = "";
+    const char *settings[] = {root, rk, sz, prov, "BOOT_TIMEOUT_MS=20000", rank_setting[rank],
+                              NULL};
     ofccl_ctx_params_t p = {
         .size = sizeof(p), .settings = settings, .errbuf = err, .errlen = sizeof(err)};
     ofccl_ctx_t *ctx;
@@ -60,7 +67,9 @@ static int child(int rank, int port, scenario_fn fn)
     int rc;
 
     snprintf(root, sizeof(root), "BOOT_ROOT=127.0.0.1:%d", port);
+    fork_pid[rank] = getpid();
     snprintf(rk, sizeof(rk), "BOOT_RANK=%d", rank);
+    snprintf(sz, sizeof(sz), "BOOT_SIZE=%d", nranks);
     snprintf(prov, sizeof(prov), "PROVIDER=%s", provider);
     if (ofccl_ctx_create(&p, &ctx) != 0) {
         fprintf(stderr, "rank %d: ctx: %s\n", rank, err);
@@ -77,7 +86,6 @@ static int child(int rank, int port, scenario_fn fn)
     return rc;
 }
 
-/* Run a scenario on two forked ranks; returns each rank's wait status. */
 /* A rank killed by a signal leaves its libfabric shm regions in /dev/shm
  * (named ofccl_<pid>_...): remove them, it is dead. */
 static void remove_shm_of(pid_t pid)
@@ -92,19 +100,23 @@ static void remove_shm_of(pid_t pid)
     globfree(&g);
 }
 
-static void run(scenario_fn fn, int status[2])
+/* Run a scenario on `nranks` forked ranks; status[r] gets each rank's wait status. */
+static void run(scenario_fn fn, int *status)
 {
     int port = free_port();
-    pid_t pid[2];
+    pid_t pid[FORK_MAX];
     double deadline = now_s() + 60;
 
+    if (fork_pid == NULL)
+        fork_pid = mmap(NULL, sizeof(pid_t) * FORK_MAX, PROT_READ | PROT_WRITE,
+                        MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     fflush(NULL);
-    for (int r = 0; r < 2; r++) {
+    for (int r = 0; r < nranks; r++) {
         pid[r] = fork();
         if (pid[r] == 0)
             exit(child(r, port, fn)); /* exit, not _exit: LeakSanitizer checks at exit */
     }
-    for (int r = 0; r < 2; r++) {
+    for (int r = 0; r < nranks; r++) {
         status[r] = -1;
         while (now_s() < deadline) {
             pid_t w = waitpid(pid[r], &status[r], WNOHANG);
@@ -121,19 +133,19 @@ static void run(scenario_fn fn, int status[2])
     }
 }
 
-static int exited_ok(int st)
+static inline int exited_ok(int st)
 {
     return WIFEXITED(st) && WEXITSTATUS(st) == 0;
 }
 
-static bool on_local(void)
+static inline bool on_local(void)
 {
     return strcmp(provider, "local") == 0;
 }
 
 /* The local provider watches its peers' processes through pidfds (Linux 5.3+),
  * so a rank that exits is noticed within milliseconds, not at the deadline. */
-static bool exits_seen_at_once(void)
+static inline bool exits_seen_at_once(void)
 {
     int fd;
 
