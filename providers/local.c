@@ -634,6 +634,21 @@ static int cma_write(int pid, const void *src, size_t len, uint64_t raddr)
     return 0;
 }
 
+static int cma_read(int pid, void *dst, size_t len, uint64_t raddr)
+{
+    size_t done = 0;
+
+    while (done < len) {
+        struct iovec l = {.iov_base = (char *)dst + done, .iov_len = len - done};
+        struct iovec r = {.iov_base = (void *)(uintptr_t)(raddr + done), .iov_len = len - done};
+        ssize_t n = process_vm_readv(pid, &l, 1, &r, 1, 0);
+        if (n <= 0)
+            return n == 0 ? EIO : errno;
+        done += (size_t)n;
+    }
+    return 0;
+}
+
 ssize_t ofccl__lx_post(ofccl__ep_t *ep, struct ofccl__op *op)
 {
     struct ofccl__lx *lx = ep->lx;
@@ -664,6 +679,15 @@ ssize_t ofccl__lx_post(ofccl__ep_t *ep, struct ofccl__op *op)
     case OFCCL__OP_ATOMIC_DC:
     case OFCCL__OP_ATOMIC_FETCH:
         break;
+    case OFCCL__OP_READ:
+        err = resolve(ep, op, OFCCL__ACC_REMOTE_READ, &dst, &cma, &what, &perrno);
+        if (err == 0 && dst != NULL && op->len > 0)
+            memcpy((void *)op->src, dst, op->len);
+        else if (err == 0 && dst == NULL &&
+                 (perrno = cma_read(lx->peers[op->peer].pid, (void *)op->src, op->len, cma)) != 0)
+            err = fail_at(&what, W_CMA, perrno == EPERM ? FI_EACCES : FI_EREMOTEIO);
+        complete(lx, cap, op, err, what, perrno);
+        return 0;
     default:
         complete(lx, cap, op, FI_ENOSYS, W_KIND, 0);
         return 0;

@@ -37,6 +37,8 @@ const char *ofccl__op_kind_name(int kind)
         return "RMA write (before its fencing read)";
     case OFCCL__OP_READ_FENCE:
         return "fencing read after RMA write";
+    case OFCCL__OP_READ:
+        return "RMA read";
     default:
         return "operation";
     }
@@ -102,6 +104,8 @@ ssize_t ofccl__op_post(ofccl__ep_t *ep, struct ofccl__op *op)
         /* Posted only once the write completed locally; the target answers it
          * after the write on the same path, so its completion means placed. */
         return fi_read(ep->ep, NULL, 0, NULL, dest, op->raddr, op->key, op);
+    case OFCCL__OP_READ:
+        return fi_read(ep->ep, (void *)op->src, op->len, op->desc, dest, op->raddr, op->key, op);
     default:
         return -FI_EINVAL;
     }
@@ -324,6 +328,18 @@ int ofccl__ep_write_dc(ofccl__ep_t *ep, int peer, const void *src, size_t len,
     /* Without FI_DELIVERY_COMPLETE: write, then (from its completion) a
      * zero-length read of the same region; needs remote read access there. */
     t.kind = ep->prov->caps.delivery_complete ? OFCCL__OP_WRITE_DC : OFCCL__OP_WRITE_STAGE;
+    return submit(ep, &t, op_ctx, e);
+}
+
+int ofccl__ep_read(ofccl__ep_t *ep, int peer, void *dst, size_t len, const ofccl__mr_t *lmr,
+                   const ofccl__rkey_t *rk, uint64_t roff, void *op_ctx, ofccl__err_t *e)
+{
+    struct ofccl__op t;
+    int ret = check_rma(ep, "RMA read", peer, dst, len, lmr, rk, roff, &t, e);
+
+    if (ret != 0)
+        return ret;
+    t.kind = OFCCL__OP_READ;
     return submit(ep, &t, op_ctx, e);
 }
 

@@ -211,6 +211,11 @@ int ofccl__ep_writedata(ofccl__ep_t *ep, int peer, const void *src, size_t len,
 int ofccl__ep_write_dc(ofccl__ep_t *ep, int peer, const void *src, size_t len,
                        const ofccl__mr_t *lmr, const ofccl__rkey_t *rk, uint64_t roff, void *op_ctx,
                        ofccl__err_t *e);
+/* Read `len` bytes at `roff` of the peer's region into local `dst` (inside
+ * `lmr` where caps.mr_local). The region must grant OFCCL__ACC_REMOTE_READ.
+ * Used off the data path (diagnosing a mismatch). */
+int ofccl__ep_read(ofccl__ep_t *ep, int peer, void *dst, size_t len, const ofccl__mr_t *lmr,
+                   const ofccl__rkey_t *rk, uint64_t roff, void *op_ctx, ofccl__err_t *e);
 /* 64-bit unsigned atomic add of `value` at the 8-byte-aligned remote offset.
  * Its completion means the add has been applied at the target (delivery
  * complete, or a fetching atomic where that is not available). */

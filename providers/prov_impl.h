@@ -71,6 +71,7 @@ enum ofccl__op_kind {
     OFCCL__OP_WRITE_DC,     /* fi_writemsg + FI_DELIVERY_COMPLETE */
     OFCCL__OP_WRITE_STAGE,  /* write whose completion posts a READ_FENCE (no callback) */
     OFCCL__OP_READ_FENCE,   /* zero-length read after it: its completion is the write's */
+    OFCCL__OP_READ,         /* RMA read into a local buffer (op->src is the destination) */
 };
 
 /* One in-flight (or queued) operation. libfabric owns `fctx` while posted,

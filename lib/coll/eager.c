@@ -41,7 +41,11 @@ int ofccl__eager_land(ofccl__req_t *r)
 
     for (int p = 0; p < comm->size; p++) {
         const uint64_t *h = (const uint64_t *)ofccl__eager_in(comm, r->seq, p);
-        ofccl__desc_expect_t x = {r->seq, r->fingerprint, r->count, 0, p, comm->rank};
+        ofccl__desc_expect_t x = {.seq = r->seq,
+                                  .fingerprint = r->fingerprint,
+                                  .count = r->count,
+                                  .from = p,
+                                  .me = comm->rank};
         char why[256];
         int rc;
         if (p == comm->rank)

@@ -157,6 +157,8 @@ static int bucket_setup(ofccl_comm_t *comm, const char *what, const ofccl_tensor
     if (ntensors > 0)
         memcpy(r->tensors, tensors, sizeof(*tensors) * (size_t)ntensors);
     r->ntensors = ntensors;
+    r->layout_hash = ofccl__layout_hash(tensors, ntensors);
+    r->layout = NULL; /* published into staging when posted */
     r->bucket = 1;
     r->dtype = dtype;
     r->esize = esize;

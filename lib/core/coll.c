@@ -242,19 +242,26 @@ static int pump_signals(ofccl__req_t *r)
 }
 
 /* ---- descriptors ---- */
+/* The premul scalar's bits (0 unless the op uses it). */
+static uint64_t scalar_bits(const ofccl__req_t *r)
+{
+    uint64_t bits = 0;
+
+    if (r->coll == OFCCL__RS && r->op.kind == OFCCL_OP_PREMUL_SUM)
+        memcpy(&bits, &r->op.scalar, sizeof(bits));
+    return bits;
+}
+
+/* {operation:4, dtype:4, op:4, algorithm:4, bucket:1, ..., scalar folded:32}.
+ * Descriptors also carry the exact scalar (for messages); eager headers only
+ * this fold, which differs for any two scalars that differ in practice. */
 static uint64_t fingerprint(const ofccl__req_t *r)
 {
-    uint64_t scalar = 0;
+    uint64_t s = scalar_bits(r);
 
-    if (r->coll == OFCCL__RS && r->op.kind == OFCCL_OP_PREMUL_SUM) {
-        float f = (float)r->op.scalar;
-        uint32_t bits;
-        memcpy(&bits, &f, sizeof(bits));
-        scalar = bits;
-    }
     return (uint64_t)r->coll | (uint64_t)r->dtype << 4 |
            (uint64_t)(r->coll == OFCCL__RS ? r->op.kind : 0) << 8 | (uint64_t)r->algo->id << 12 |
-           scalar << 32;
+           (uint64_t)(r->bucket != 0) << 16 | (uint64_t)(uint32_t)(s ^ (s >> 32)) << 32;
 }
 
 /* An eager header is {from, fingerprint, count, seq + 1}: the last word marks
@@ -364,6 +371,10 @@ static int send_descriptors(ofccl__req_t *r)
     d[5] = r->dst.mr ? r->dst.mr->len : 0;
     d[6] = r->dst.mr ? (uint64_t)((char *)r->dst.ptr - (char *)r->dst.mr->addr) : 0;
     d[7] = (uint64_t)comm->rank;
+    d[8] = scalar_bits(r);
+    d[9] = r->bucket ? r->layout_hash : 0;
+    d[10] = r->bucket ? (uint64_t)r->ntensors : 0;
+    d[11] = r->bucket && r->dst.mr ? (uint64_t)((char *)r->layout - (char *)r->dst.mr->addr) : 0;
     for (int p = (int)r->descs_sent; p < comm->size; p++, r->descs_sent++) {
         ofccl__wop_t *w;
         int rc;
@@ -430,6 +441,8 @@ static const char *field_name(uint64_t a, uint64_t b)
         return "reduction op";
     if (((a >> 12) & 0xf) != ((b >> 12) & 0xf))
         return "algorithm (OFCCL_ALGO_* differs)";
+    if (((a >> 16) & 1) != ((b >> 16) & 1))
+        return "call (a bucket collective on one rank, a flat one on the other)";
     return "premul scalar";
 }
 
@@ -451,7 +464,8 @@ static int check_ident(uint64_t from, uint64_t seq, uint64_t fingerprint, uint64
         return snprintf(why, len, "rank %d posted it with a different %s than rank %d", x->from,
                         field_name(fingerprint, x->fingerprint), x->me),
                OFCCL_ERR_MISMATCH;
-    if (count != x->count)
+    /* A bucket's flat count is padded: its layout is compared instead. */
+    if (count != x->count && !x->bucket)
         return snprintf(why, len, "rank %d posted it with count %llu, rank %d with count %llu",
                         x->from, (unsigned long long)count, x->me, (unsigned long long)x->count),
                OFCCL_ERR_MISMATCH;
@@ -467,11 +481,39 @@ int ofccl__eager_check(const uint64_t h[OFCCL__EAGER_WORDS], const ofccl__desc_e
 int ofccl__desc_check(const uint64_t d[OFCCL__DESC_WORDS], const ofccl__desc_expect_t *x, char *why,
                       size_t len)
 {
-    /* A descriptor is written by a peer: every field is checked before use. */
-    int rc = check_ident(d[7], d[0], d[1], d[2], x, why, len);
+    /* A descriptor is written by a peer: every field is checked before use.
+     * Same collective, only the premul scalar differs: name both values. */
+    int rc =
+        d[7] == (uint64_t)x->from && d[0] == x->seq && (uint32_t)d[1] == (uint32_t)x->fingerprint
+            ? 0
+            : check_ident(d[7], d[0], d[1], d[2], x, why, len);
 
     if (rc)
         return rc;
+    if (d[8] != x->scalar_bits) {
+        double a, b;
+        memcpy(&a, &d[8], sizeof(a));
+        memcpy(&b, &x->scalar_bits, sizeof(b));
+        return snprintf(why, len, "rank %d posted it with premul scalar %.17g, rank %d with %.17g",
+                        x->from, a, x->me, b),
+               OFCCL_ERR_MISMATCH;
+    }
+    rc = check_ident(d[7], d[0], d[1], d[2], x, why, len);
+    if (rc)
+        return rc;
+    if (x->bucket && d[10] != x->ntensors)
+        return snprintf(why, len,
+                        "rank %d posted a bucket of %llu tensors, rank %d one of %llu: buckets "
+                        "must list the same tensors in the same order on every rank",
+                        x->from, (unsigned long long)d[10], x->me, (unsigned long long)x->ntensors),
+               OFCCL_ERR_MISMATCH;
+    if (x->bucket && d[9] != x->layout_hash)
+        return snprintf(why, len,
+                        "rank %d posted a bucket of %llu tensors whose sizes differ from rank "
+                        "%d's (layout hash %016llx vs %016llx)",
+                        x->from, (unsigned long long)d[10], x->me, (unsigned long long)d[9],
+                        (unsigned long long)x->layout_hash),
+               OFCCL__LAYOUT_DIFFERS;
     /* The region must hold what we will write; a short one is a lie, not a mismatch. */
     if (d[6] > d[5] || d[5] - d[6] < x->need)
         return snprintf(why, len,
@@ -498,7 +540,16 @@ static int take_descriptors(ofccl__req_t *r)
 
     for (int p = 0; p < comm->size; p++) {
         size_t idx = (size_t)r->slot * (size_t)comm->size + (size_t)p;
-        ofccl__desc_expect_t x = {r->seq, r->fingerprint, r->count, dst_need(r), p, comm->rank};
+        ofccl__desc_expect_t x = {.seq = r->seq,
+                                  .fingerprint = r->fingerprint,
+                                  .count = r->count,
+                                  .need = dst_need(r),
+                                  .from = p,
+                                  .me = comm->rank,
+                                  .scalar_bits = scalar_bits(r),
+                                  .bucket = r->bucket,
+                                  .ntensors = r->bucket ? (uint64_t)r->ntensors : 0,
+                                  .layout_hash = r->bucket ? r->layout_hash : 0};
         const uint64_t *d;
         char why[256];
         int rc;
@@ -521,6 +572,9 @@ static int take_descriptors(ofccl__req_t *r)
         }
         d = (const uint64_t *)&comm->ctrl[desc_in_word(comm->size, r->slot, p)];
         rc = ofccl__desc_check(d, &x, why, sizeof(why));
+        if (rc == OFCCL__LAYOUT_DIFFERS)
+            return ofccl__coll_fail(r, OFCCL_ERR_MISMATCH, "%s",
+                                    ofccl__layout_diff(r, p, d, why, sizeof(why)));
         if (rc)
             return ofccl__coll_fail(r, rc, "%s", why);
         r->peer_rk[p] = (ofccl__rkey_t){d[3], d[4], d[5]};
@@ -730,6 +784,7 @@ static void req_reset(ofccl__req_t *r)
     r->reduced = 0;
     r->descs_sent = 0;
     r->ops_out = 0;
+    r->flush_ns = 0;
     r->copy_out = NULL;
     r->own_dst = NULL;
     r->own_done = 0;
@@ -872,6 +927,30 @@ static int signals_owed(const ofccl__req_t *r)
     return 0;
 }
 
+/* After a mismatch the peers are alive and wait for our descriptors: deliver
+ * them (within a second) before the request completes, so that each peer finds
+ * the difference itself and names it rather than timing out or seeing this
+ * rank leave. 1 while that is still going on. */
+static bool flush_descriptors(ofccl__req_t *r)
+{
+    ofccl_comm_t *comm = r->comm;
+    uint64_t now = ofccl__coarse_ns();
+    bool pending =
+        r->descs_sent < (unsigned)comm->size || r->ops_out > 0 || ofccl__layout_busy(comm);
+
+    for (int p = 0; p < comm->size && !pending; p++)
+        pending = (r->sig_mask[p] >> 63) != 0;
+    if (r->status != OFCCL_ERR_MISMATCH || !pending)
+        return false;
+    if (r->flush_ns == 0)
+        r->flush_ns = now + 1000000000ull;
+    if (now > r->flush_ns)
+        return false;
+    if (send_descriptors(r) == 0 && comm->signal_mode == OFCCL__SIGNAL_ATOMIC)
+        pump_desc(r);
+    return true;
+}
+
 static int req_progress(ofccl__req_t *r, bool check_clock)
 {
     ofccl_comm_t *comm = r->comm;
@@ -930,6 +1009,8 @@ static int req_progress(ofccl__req_t *r, bool check_clock)
             ofccl__coll_dump_history(r);
         }
     }
+    if (r->status != 0 && flush_descriptors(r))
+        return 0;
     /* A failed request completes once its own ops are back (or the comm is dead). */
     if (r->status != 0 && (r->ops_out == 0 || comm->sticky))
         complete(r);

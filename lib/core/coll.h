@@ -25,7 +25,7 @@
 #define OFCCL__SLOTS 8 /* collectives outstanding per communicator */
 #define OFCCL__SLOT_BITS 3
 #define OFCCL__MAX_UNITS 16384 /* units (chunk x step) one collective may signal */
-#define OFCCL__DESC_WORDS 8
+#define OFCCL__DESC_WORDS 12
 #define OFCCL__EAGER_WORDS 4 /* eager header: from, fingerprint, count, seq + 1 (the mark) */
 #define OFCCL__EAGER_HDR (OFCCL__EAGER_WORDS * sizeof(uint64_t))
 
@@ -109,6 +109,10 @@ struct ofccl_req {
     int bucket;              /* 1: bucket request, copy-in/out to tensors (bucket.c) */
     ofccl_tensor_t *tensors; /* bucket: copy of the caller's list (grow-only, per slot) */
     int ntensors, tcap;
+    uint64_t layout_hash; /* bucket: hash of the tensors' element counts */
+    /* bucket: the counts, published in r->dst's registration for a peer that
+     * needs to name a difference, then as many words of room to read its own */
+    uint64_t *layout;
 
     /* plan */
     size_t chunk;
@@ -123,6 +127,7 @@ struct ofccl_req {
     ofccl__rkey_t *peer_rk; /* [size] */
     uint64_t *peer_off;     /* [size] offset of their destination in their region */
     unsigned descs_sent;
+    uint64_t flush_ns; /* failed by a mismatch: deliver descriptors until then */
 
     /* counters: the whole state of the pipeline */
     uint32_t *unit_cnt;      /* [MAX_UNITS] arrivals per unit */
@@ -181,14 +186,36 @@ int ofccl__post_reduce_scatter(ofccl__req_t *r);
 typedef struct ofccl__desc_expect {
     uint64_t seq, fingerprint, count, need;
     int from, me;
+    uint64_t scalar_bits;           /* premul scalar (0 when unused) */
+    int bucket;                     /* a bucket: compare its layout, not the padded count */
+    uint64_t ntensors, layout_hash; /* buckets */
 } ofccl__desc_expect_t;
+/* ofccl__desc_check: the bucket layouts differ in some tensor's size; which
+ * one only the peer's published layout can tell (a positive code: not an error
+ * to return to a caller). */
+#define OFCCL__LAYOUT_DIFFERS 1
 /* Validate a descriptor written by a peer (untrusted): 0, OFCCL_ERR_MISMATCH
- * (the peer posted something else) or OFCCL_ERR_CORRUPT; `why` says which. */
+ * (the peer posted something else), OFCCL__LAYOUT_DIFFERS or OFCCL_ERR_CORRUPT;
+ * `why` says which. A descriptor is {seq, fingerprint, count, base, key, len,
+ * offset, rank, premul scalar bits, layout hash, tensors, layout offset}. */
 int ofccl__desc_check(const uint64_t d[OFCCL__DESC_WORDS], const ofccl__desc_expect_t *x, char *why,
                       size_t len);
 /* The same for an eager header (x->need unused). */
 int ofccl__eager_check(const uint64_t h[OFCCL__EAGER_WORDS], const ofccl__desc_expect_t *x,
                        char *why, size_t len);
+
+/* Bucket layouts (layout.c): the hash of the tensors' counts; the bytes a
+ * bucket request adds to its staging (its counts, and room for a peer's); where
+ * they are published (inside r->dst's registration); and, when a peer's hash
+ * differs, a message naming the first tensor that differs (read from the peer;
+ * `why`, the hash message, when that cannot be done). */
+uint64_t ofccl__layout_hash(const ofccl_tensor_t *t, int n);
+size_t ofccl__layout_bytes(const ofccl__req_t *r);
+void ofccl__layout_publish(ofccl__req_t *r, void *area);
+const char *ofccl__layout_diff(ofccl__req_t *r, int p, const uint64_t d[OFCCL__DESC_WORDS],
+                               char *why, size_t len);
+/* Our layout is still on its way to a peer that will name the difference. */
+bool ofccl__layout_busy(const ofccl_comm_t *comm);
 
 /* Plans shared by the twins (lib/coll/plan.c), and their unit numbering:
  * direct: writer w's chunk c is unit w * nchunks + c; ring: the left
@@ -261,6 +288,12 @@ typedef struct ofccl__hist {
     uint64_t start_ns, end_ns;
 } ofccl__hist_t;
 
+/* A diagnostic read or write of a bucket layout (layout.c). */
+typedef struct ofccl__layout_op {
+    ofccl__op_t op; /* first: the provider hands back &op */
+    int busy, status;
+} ofccl__layout_op_t;
+
 typedef struct ofccl__coll_state {
     ofccl__hist_t hist[OFCCL__HISTORY];    /* the last collectives, for timeout reports */
     uint8_t all_pairs[OFCCL__SLOTS];       /* was collective seq (by seq % SLOTS) all-pairs? */
@@ -269,7 +302,8 @@ typedef struct ofccl__coll_state {
     uint8_t *eager_seen;                   /* [EAGER_RING * size]: who sent them */
     size_t eager_bytes, eager_slot;        /* OFCCL_EAGER_BYTES; bytes per eager slot */
     ofccl__req_t reqs[OFCCL__SLOTS];
-    uint64_t next_seq;     /* sequence number of the next collective */
+    uint64_t next_seq; /* sequence number of the next collective */
+    ofccl__layout_op_t layout_read, layout_write;
     int pull_staged_noted; /* the reduce-scatter pull staged a source: logged once */
     uint8_t *desc_flag;    /* [SLOTS * size] cqdata path: descriptor from rank has landed */
     uint64_t *desc_seen;   /* [SLOTS * size] atomic path: per slot/rank counter folded */

@@ -11,7 +11,7 @@
 #include "pool.h"
 #include "util.h"
 
-ofccl__op_t ofccl__comm_op_plain = {NULL};
+ofccl__op_t ofccl__comm_op_plain = {NULL, 0};
 
 /* The setup blob's payload, little-endian on the wire: fixed words, the
  * provider and host names, the control region, the values of every setting
@@ -192,7 +192,8 @@ static void on_error(void *arg, void *op_ctx, int peer, int status, const char *
 
     comm->ops_pending--;
     ofccl__ctx_moved(comm->ctx);
-    ofccl__comm_fail(comm, status, "%s", msg);
+    if (op == NULL || !op->quiet)
+        ofccl__comm_fail(comm, status, "%s", msg);
     if (op != NULL && op->cb != NULL)
         op->cb(op, status, msg);
 }

@@ -148,6 +148,9 @@ typedef struct ofccl__win {
  * (may be NULL) runs once when the op completes or fails. */
 typedef struct ofccl__op {
     void (*cb)(struct ofccl__op *op, int status, const char *msg);
+    /* A failure goes to `cb` only; it does not fail the communicator (ops
+     * whose failure the caller handles, e.g. a diagnostic read). */
+    int quiet;
 } ofccl__op_t;
 
 /* ---- context internals ---- */

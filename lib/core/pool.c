@@ -93,14 +93,11 @@ static int alloc_registered(ofccl_comm_t *comm, size_t bytes, void **ptr, ofccl_
                                 "pool: cannot allocate %zu bytes (%zu requested, rounded up to "
                                 "pages)",
                                 len, bytes);
-    /* Remote read only where the provider must order a write with a read, or
-     * where peers read sources in place (caps.peer_map: reduce-scatter pull). */
-    rc = ofccl__mr_reg(comm->ep, p, len,
-                       STAGE_ACCESS | (ofccl__ep_caps(comm->ep)->delivery_complete &&
-                                               !ofccl__ep_caps(comm->ep)->peer_map
-                                           ? 0u
-                                           : (unsigned)OFCCL__ACC_REMOTE_READ),
-                       mr, &comm->err);
+    /* Peers also read: where the provider orders a write with a read, where
+     * they read sources in place (caps.peer_map: reduce-scatter pull), and a
+     * bucket's published layout when theirs differs. They see nothing a
+     * collective would not give them anyway. */
+    rc = ofccl__mr_reg(comm->ep, p, len, STAGE_ACCESS | OFCCL__ACC_REMOTE_READ, mr, &comm->err);
     if (rc) {
         ofccl__prov_mem_free(p);
         return ofccl__comm_fail(comm, rc, "pool: %s", comm->err.msg);

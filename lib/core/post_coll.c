@@ -10,6 +10,11 @@
 
 static const char *const dtype_names[] = {"f32", "f64", "bf16", "f16"};
 
+static size_t round8(size_t v)
+{
+    return (v + 7) & ~(size_t)7;
+}
+
 static int overlaps(const void *a, size_t alen, const void *b, size_t blen)
 {
     const char *x = a, *y = b;
@@ -102,10 +107,13 @@ int ofccl__post_allgather(ofccl__req_t *r)
         return ofccl__coll_start(r);
     }
     if (r->bucket) {
-        /* The flat bucket lives in staging; own shards are packed into our region. */
-        rc = ofccl__stage_acquire(comm, OFCCL__AG, total, &r->staging_idx, &r->dst);
+        /* The flat bucket lives in staging (its layout after it); own shards
+         * are packed into our region. */
+        rc = ofccl__stage_acquire(comm, OFCCL__AG, round8(total) + ofccl__layout_bytes(r),
+                                  &r->staging_idx, &r->dst);
         if (rc)
             return rc;
+        ofccl__layout_publish(r, (char *)r->dst.ptr + round8(total));
         r->sendbuf = (char *)r->dst.ptr + (size_t)comm->rank * r->block;
         ofccl__bucket_copy_in(r, (void *)r->sendbuf);
     } else {
@@ -157,10 +165,12 @@ static int post_rs_pull(ofccl__req_t *r, const ofccl__mr_t *smr)
 
     r->algo = &ofccl__rs_pull;
     if (r->bucket) {
-        size_t need = ofccl__bucket_extra(r);
-        rc = ofccl__stage_acquire(comm, OFCCL__RS, need ? need : 1, &r->staging_idx, &r->src);
+        size_t need = round8(ofccl__bucket_extra(r));
+        rc = ofccl__stage_acquire(comm, OFCCL__RS, need + ofccl__layout_bytes(r) + 1,
+                                  &r->staging_idx, &r->src);
         if (rc)
             return rc;
+        ofccl__layout_publish(r, (char *)r->src.ptr + need);
         r->out = (char *)r->src.ptr + total;
         ofccl__bucket_copy_in(r, r->src.ptr);
     } else if (smr != NULL && smr->shared && (smr->access & OFCCL__ACC_REMOTE_READ)) {
@@ -221,11 +231,14 @@ int ofccl__post_reduce_scatter(ofccl__req_t *r)
         fwd_bytes = total - r->block;
     dst_bytes = (dst_bytes + 63) & ~(size_t)63;
     fwd_bytes = (fwd_bytes + 63) & ~(size_t)63;
-    need =
-        dst_bytes + fwd_bytes + (copy_src ? total : 0) + (r->bucket ? ofccl__bucket_extra(r) : 0);
-    rc = ofccl__stage_acquire(comm, OFCCL__RS, need, &r->staging_idx, &stage);
+    need = round8(dst_bytes + fwd_bytes + (copy_src ? total : 0) +
+                  (r->bucket ? ofccl__bucket_extra(r) : 0));
+    rc = ofccl__stage_acquire(comm, OFCCL__RS, need + ofccl__layout_bytes(r), &r->staging_idx,
+                              &stage);
     if (rc)
         return rc;
+    if (r->bucket)
+        ofccl__layout_publish(r, (char *)stage.ptr + need);
     r->dst = stage;
     r->fwd = (ofccl__mem_ref_t){(char *)stage.ptr + dst_bytes, stage.mr};
     if (r->bucket) {

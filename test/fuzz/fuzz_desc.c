@@ -1,6 +1,7 @@
 /* Fuzz target: what peers write into our control region — signal words and
- * collective descriptors. Input: a 64-byte descriptor, then 8 bytes of the
- * expectation (seq, count), then signal words. */
+ * collective descriptors. Input: a descriptor (OFCCL__DESC_WORDS words), then
+ * 8 bytes of the expectation (seq, fingerprint, count, need, bucket layout),
+ * then signal words. */
 #include <stdint.h>
 #include <string.h>
 
@@ -16,14 +17,26 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     memcpy(d, data, sizeof(d));
     memcpy(&seq, data + sizeof(d), 8);
     for (int from = 0; from < 3; from++) {
-        ofccl__desc_expect_t x = {seq & 0xffff,         seq >> 16, seq & 0xfff,
-                                  (seq >> 24) & 0xffff, from,      3};
+        ofccl__desc_expect_t x = {.seq = seq & 0xffff,
+                                  .fingerprint = seq >> 16,
+                                  .count = seq & 0xfff,
+                                  .need = (seq >> 24) & 0xffff,
+                                  .from = from,
+                                  .me = 3,
+                                  .bucket = (int)((seq >> 40) & 1),
+                                  .ntensors = (seq >> 41) & 0xff,
+                                  .layout_hash = seq >> 49};
         int rc = ofccl__desc_check(d, &x, why, sizeof(why));
-        /* Accepted means: addressed from `from`, this collective, region big enough. */
+        /* Accepted means: addressed from `from`, this collective, region big enough,
+         * and for a bucket the same number of tensors and layout. */
         if (rc == 0 &&
-            (d[7] != (uint64_t)from || d[0] != x.seq || d[6] > d[5] || d[5] - d[6] < x.need))
+            (d[7] != (uint64_t)from || d[0] != x.seq || d[6] > d[5] || d[5] - d[6] < x.need ||
+             (x.bucket && (d[10] != x.ntensors || d[9] != x.layout_hash))))
             __builtin_trap();
-        if (rc != 0 && rc != OFCCL_ERR_MISMATCH && rc != OFCCL_ERR_CORRUPT)
+        if (rc == OFCCL__LAYOUT_DIFFERS && (!x.bucket || d[9] == x.layout_hash))
+            __builtin_trap();
+        if (rc != 0 && rc != OFCCL_ERR_MISMATCH && rc != OFCCL_ERR_CORRUPT &&
+            rc != OFCCL__LAYOUT_DIFFERS)
             __builtin_trap();
     }
     for (size_t off = sizeof(d) + 8; off + 8 <= size; off += 8) {
