@@ -157,13 +157,20 @@ int ofccl__mr_dereg(ofccl__mr_t *mr)
     return 0;
 }
 
-void *ofccl__prov_mem_alloc(const ofccl__ep_t *ep, size_t len)
+void *ofccl__prov_mem_alloc_on(const ofccl__prov_t *prov, size_t len)
 {
     size_t n = (len ? len : 1) + 4095;
 
-    if (ep->prov->local)
+    if (len > SIZE_MAX - 4096)
+        return NULL;
+    if (prov->local)
         return ofccl__lx_mem_alloc(len);
     return aligned_alloc(4096, n - n % 4096);
+}
+
+void *ofccl__prov_mem_alloc(const ofccl__ep_t *ep, size_t len)
+{
+    return ofccl__prov_mem_alloc_on(ep->prov, len);
 }
 
 void ofccl__prov_mem_free(void *ptr)

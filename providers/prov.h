@@ -188,6 +188,8 @@ int ofccl__mr_dereg(ofccl__mr_t *mr);
  * peers map, so their writes are plain stores; elsewhere ordinary memory.
  * Free with ofccl__prov_mem_free (which needs no endpoint: it may outlive it). */
 void *ofccl__prov_mem_alloc(const ofccl__ep_t *ep, size_t len);
+/* The same, for memory every endpoint of the provider handle may register. */
+void *ofccl__prov_mem_alloc_on(const ofccl__prov_t *prov, size_t len);
 void ofccl__prov_mem_free(void *ptr);
 
 /* ---- posting; every call is non-blocking ----

@@ -126,8 +126,8 @@ static int bucket_setup(ofccl_comm_t *comm, const char *what, const ofccl_tensor
 
     if (esize == 0)
         return ofccl__comm_fail(comm, OFCCL_ERR_INVALID_ARG,
-                                "%s: unsupported dtype %d (supported: f32, f64, bf16, f16)", what,
-                                (int)dtype);
+                                "%s: unsupported dtype %d (supported: f32, f64, bf16, f16, u8)",
+                                what, (int)dtype);
     if (ntensors < 0 || (ntensors > 0 && tensors == NULL))
         return ofccl__comm_fail(comm, OFCCL_ERR_INVALID_ARG, "%s: %d tensors at %p", what, ntensors,
                                 (const void *)tensors);
@@ -215,9 +215,8 @@ static int ofccl_bucket_reduce_scatter_unlocked(ofccl_comm_t *comm, const ofccl_
     if (req == NULL)
         return ofccl__comm_fail(comm, OFCCL_ERR_INVALID_ARG,
                                 "ofccl_bucket_reduce_scatter: req is NULL");
-    if ((unsigned)op.kind >= OFCCL_OP_COUNT)
-        return ofccl__comm_fail(comm, OFCCL_ERR_INVALID_ARG,
-                                "ofccl_bucket_reduce_scatter: unsupported op %d", (int)op.kind);
+    if ((rc = ofccl__check_redop(comm, "ofccl_bucket_reduce_scatter", dtype, op)) != 0)
+        return rc;
     rc = ofccl__coll_begin(comm, OFCCL__RS, &r);
     if (rc)
         return rc;

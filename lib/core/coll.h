@@ -182,6 +182,10 @@ void ofccl__bucket_copy_out(ofccl__req_t *r);
 int ofccl__post_allgather(ofccl__req_t *r);
 int ofccl__post_reduce_scatter(ofccl__req_t *r);
 
+/* Reduce-scatter's dtype and op: NOT_SUPPORTED for u8, INVALID_ARG for an
+ * unknown op or a non-finite premul scalar (post_coll.c). */
+int ofccl__check_redop(ofccl_comm_t *comm, const char *what, ofccl_dtype_t dtype, ofccl_redop_t op);
+
 /* What a descriptor from rank `from` must say for the collective we posted. */
 typedef struct ofccl__desc_expect {
     uint64_t seq, fingerprint, count, need;

@@ -233,6 +233,8 @@ static void ctx_close(ofccl_ctx_t *ctx)
     while (ctx->memreg != NULL) { /* registrations the caller never released */
         ofccl_mem_t *m = ctx->memreg;
         ctx->memreg = m->next;
+        if (m->owned) /* ofccl_mem_alloc memory the caller never freed */
+            ofccl__prov_mem_free(m->addr);
         ofccl__handle_remove(m);
         free(m);
     }

@@ -301,6 +301,57 @@ static int ofccl_mem_deregister_unlocked(ofccl_mem_t *mh)
     return 0;
 }
 
+static int ofccl_mem_alloc_unlocked(ofccl_ctx_t *ctx, size_t bytes, void **ptr)
+{
+    ofccl_mem_t *m;
+    void *p;
+    int rc;
+
+    if (ptr == NULL || bytes == 0)
+        return ofccl__fail(&ctx->log, OFCCL__SUB_MEM, &ctx->err, OFCCL_ERR_INVALID_ARG,
+                           "ofccl_mem_alloc: %s", ptr ? "zero bytes" : "ptr is NULL");
+    p = ofccl__prov_mem_alloc_on(ctx->prov, bytes);
+    if (p == NULL)
+        return ofccl__fail(&ctx->log, OFCCL__SUB_MEM, &ctx->err, OFCCL_ERR_NO_MEMORY,
+                           "ofccl_mem_alloc: cannot allocate %zu bytes", bytes);
+    rc = ofccl_mem_register_unlocked(ctx, p, bytes, &m);
+    if (rc) {
+        ofccl__prov_mem_free(p);
+        return rc;
+    }
+    m->owned = 1;
+    ctx->stats.pool_bytes += bytes;
+    *ptr = p;
+    return 0;
+}
+
+static int ofccl_mem_free_unlocked(ofccl_ctx_t *ctx, void *ptr)
+{
+    ofccl_mem_t *m;
+    size_t bytes;
+    int rc;
+
+    for (m = ctx->memreg; m != NULL && !(m->owned && m->addr == ptr); m = m->next)
+        ;
+    if (m == NULL)
+        return ofccl__fail(&ctx->log, OFCCL__SUB_MEM, &ctx->err, OFCCL_ERR_INVALID_ARG,
+                           "ofccl_mem_free: %p was not allocated by ofccl_mem_alloc on this "
+                           "context",
+                           ptr);
+    if (m->refs > 1)
+        return ofccl__fail(&ctx->log, OFCCL__SUB_MEM, &ctx->err, OFCCL_ERR_BUSY,
+                           "ofccl_mem_free: %p is still registered by %d ofccl_mem_register "
+                           "call(s); deregister them first",
+                           ptr, m->refs - 1);
+    bytes = m->len;
+    rc = ofccl_mem_deregister_unlocked(m);
+    if (rc)
+        return rc;
+    ctx->stats.pool_bytes -= bytes;
+    ofccl__prov_mem_free(ptr);
+    return 0;
+}
+
 const ofccl__mr_t *ofccl__mem_find(ofccl_comm_t *comm, const void *ptr, size_t len)
 {
     const char *p = ptr;
@@ -384,6 +435,18 @@ int ofccl_mem_register(ofccl_ctx_t *ctx, void *ptr, size_t len, ofccl_mem_t **mh
 {
     OFCCL__CHECK_HANDLE(ctx);
     OFCCL__LOCKED(ctx, ofccl_mem_register_unlocked(ctx, ptr, len, mh));
+}
+
+int ofccl_mem_alloc(ofccl_ctx_t *ctx, size_t bytes, void **ptr)
+{
+    OFCCL__CHECK_HANDLE(ctx);
+    OFCCL__LOCKED(ctx, ofccl_mem_alloc_unlocked(ctx, bytes, ptr));
+}
+
+int ofccl_mem_free(ofccl_ctx_t *ctx, void *ptr)
+{
+    OFCCL__CHECK_HANDLE(ctx);
+    OFCCL__LOCKED(ctx, ofccl_mem_free_unlocked(ctx, ptr));
 }
 
 int ofccl_mem_deregister(ofccl_mem_t *mh)

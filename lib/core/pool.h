@@ -37,6 +37,7 @@ struct ofccl_mem {
     char *addr;
     size_t len;
     int refs;
+    int owned; /* allocated by ofccl_mem_alloc: ofccl_mem_free releases the memory */
     struct {
         ofccl_comm_t *comm;
         ofccl__mr_t *mr;

@@ -8,7 +8,7 @@
 #include "pool.h"
 #include "util.h"
 
-static const char *const dtype_names[] = {"f32", "f64", "bf16", "f16"};
+static const char *const dtype_names[] = {"f32", "f64", "bf16", "f16", "u8"};
 
 static size_t round8(size_t v)
 {
@@ -31,8 +31,8 @@ static int check_args(ofccl_comm_t *comm, const char *what, const void *sendbuf,
         return ofccl__comm_fail(comm, OFCCL_ERR_INVALID_ARG, "%s: req is NULL", what);
     if (esize == 0)
         return ofccl__comm_fail(comm, OFCCL_ERR_INVALID_ARG,
-                                "%s: unsupported dtype %d (supported: f32, f64, bf16, f16)", what,
-                                (int)dtype);
+                                "%s: unsupported dtype %d (supported: f32, f64, bf16, f16, u8)",
+                                what, (int)dtype);
     if (count > SIZE_MAX / esize / (size_t)comm->size)
         return ofccl__comm_fail(comm, OFCCL_ERR_INVALID_ARG,
                                 "%s: count %zu of %s overflows the address space with %d ranks",
@@ -59,16 +59,20 @@ static int check_room(ofccl_comm_t *comm, const char *what, const char *name, co
     return 0;
 }
 
-static int check_op(ofccl_comm_t *comm, ofccl_redop_t op)
+int ofccl__check_redop(ofccl_comm_t *comm, const char *what, ofccl_dtype_t dtype, ofccl_redop_t op)
 {
+    if (dtype == OFCCL_U8)
+        return ofccl__comm_fail(comm, OFCCL_ERR_NOT_SUPPORTED,
+                                "%s: u8 is raw bytes, which have no sum: reduce a typed dtype "
+                                "(f32, f64, bf16, f16)",
+                                what);
     if ((unsigned)op.kind >= OFCCL_OP_COUNT)
         return ofccl__comm_fail(comm, OFCCL_ERR_INVALID_ARG,
-                                "ofccl_reduce_scatter: unsupported op %d (supported: sum, avg, "
-                                "premul-sum)",
+                                "%s: unsupported op %d (supported: sum, avg, premul-sum)", what,
                                 (int)op.kind);
     if (op.kind == OFCCL_OP_PREMUL_SUM && !isfinite(op.scalar))
-        return ofccl__comm_fail(comm, OFCCL_ERR_INVALID_ARG,
-                                "ofccl_reduce_scatter: premul scalar must be finite");
+        return ofccl__comm_fail(comm, OFCCL_ERR_INVALID_ARG, "%s: premul scalar must be finite",
+                                what);
     return 0;
 }
 
@@ -317,7 +321,7 @@ static int ofccl_reduce_scatter_unlocked(ofccl_comm_t *comm, const void *sendbuf
         check_args(comm, "ofccl_reduce_scatter", sendbuf, recvbuf, recvcount, dtype, req, &block);
 
     if (rc == 0)
-        rc = check_op(comm, op);
+        rc = ofccl__check_redop(comm, "ofccl_reduce_scatter", dtype, op);
     if (rc == 0)
         rc = check_room(comm, "ofccl_reduce_scatter", "sendbuf", sendbuf,
                         block * (size_t)comm->size);

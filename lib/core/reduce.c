@@ -82,6 +82,8 @@ size_t ofccl_dtype_size(ofccl_dtype_t dtype)
     case OFCCL_BF16:
     case OFCCL_F16:
         return 2;
+    case OFCCL_U8:
+        return 1;
     default:
         return 0;
     }
@@ -528,6 +530,8 @@ static int reduce_with(const red_fn_t (*table)[2], ofccl_dtype_t dtype, ofccl_re
 
     if (esize == 0 || (unsigned)op.kind >= OFCCL_OP_COUNT || nsrc < 1 || ndiv < 0)
         return OFCCL_ERR_INVALID_ARG;
+    if (table[dtype][0] == NULL) /* bytes (u8) are moved, never reduced */
+        return OFCCL_ERR_NOT_SUPPORTED;
     if (count == 0)
         return 0;
     if (dst == NULL || srcs == NULL || count > SIZE_MAX / esize)

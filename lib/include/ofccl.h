@@ -65,12 +65,15 @@ OFCCL_API const char *ofccl_strerror(int code);
 OFCCL_API void ofccl_version(int *major, int *minor, int *patch);
 OFCCL_API const char *ofccl_version_string(void);
 
-/* Element types. bf16 and f16 are reduced with f32 accumulation. */
+/* Element types. bf16 and f16 are reduced with f32 accumulation. U8 is raw
+ * bytes: moved by all-gather, broadcast and push (mixed-dtype buckets travel
+ * as bytes), never reduced (reduce-scatter on it is OFCCL_ERR_NOT_SUPPORTED). */
 typedef enum ofccl_dtype {
     OFCCL_F32 = 0,
     OFCCL_F64 = 1,
     OFCCL_BF16 = 2,
     OFCCL_F16 = 3,
+    OFCCL_U8 = 4,
     OFCCL_DTYPE_COUNT
 } ofccl_dtype_t;
 
@@ -205,6 +208,13 @@ OFCCL_API int ofccl_buffer_free(ofccl_comm_t *comm, void *ptr);
 typedef struct ofccl_mem ofccl_mem_t;
 OFCCL_API int ofccl_mem_register(ofccl_ctx_t *ctx, void *ptr, size_t len, ofccl_mem_t **mh);
 OFCCL_API int ofccl_mem_deregister(ofccl_mem_t *mh);
+/* Allocate `bytes` (page-aligned) that every communicator of the context uses
+ * with no registration call and no staging copy: registered like
+ * ofccl_mem_register memory, and on the local transport shared memory that
+ * peers map, as pool buffers are. Free with ofccl_mem_free (BUSY while a
+ * collective uses it). */
+OFCCL_API int ofccl_mem_alloc(ofccl_ctx_t *ctx, size_t bytes, void **ptr);
+OFCCL_API int ofccl_mem_free(ofccl_ctx_t *ctx, void *ptr);
 
 /* Counters for tests and tuning (bytes and counts since context creation). */
 typedef struct ofccl_stats {

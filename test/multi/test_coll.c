@@ -1,10 +1,9 @@
 /*
  * Multi-rank collectives: all-gather and reduce-scatter (flat and bucketed) for
- * f32, f64, bf16, f16 and sum, avg, premul, on random shapes from a seeded
- * generator, with poisoned outputs, checked element by element against a
- * reference computed independently in double precision on every rank.
- * Provider, strict mode, signal path and algorithm come from OFCCL_* variables.
- * Usage: test_coll [seed] [rounds]
+ * f32, f64, bf16, f16 (and u8 bytes for all-gather) and sum, avg, premul, on random shapes from a
+ * seeded generator, with poisoned outputs, checked element by element against a reference computed
+ * independently in double precision on every rank. Provider, strict mode, signal path and algorithm
+ * come from OFCCL_* variables. Usage: test_coll [seed] [rounds]
  */
 #include <math.h>
 #include <stdio.h>
@@ -37,7 +36,7 @@ static void rng_seed(unsigned s, unsigned salt)
 }
 
 /* ---- element encoding, written independently of the library ---- */
-static const size_t esz[] = {4, 8, 2, 2};
+static const size_t esz[] = {4, 8, 2, 2, 1};
 
 /* Inputs are multiples of 1/8 in [-32, 32): exact in every dtype, so the only
  * rounding the check has to allow for is the library's. */
@@ -61,10 +60,18 @@ static void store(ofccl_dtype_t dt, void *buf, size_t i, double v)
         uint32_t bits;
         memcpy(&bits, &f, 4);
         ((uint16_t *)buf)[i] = (uint16_t)(bits >> 16);
+    } else if (dt == OFCCL_U8) {
+        ((uint8_t *)buf)[i] = (uint8_t)((int)(v * 8) & 0xff); /* raw bytes */
     } else {
         _Float16 h = (_Float16)v;
         memcpy((uint16_t *)buf + i, &h, 2);
     }
+}
+
+/* What load() reads back after store(): v itself, except for bytes. */
+static double as_stored(ofccl_dtype_t dt, double v)
+{
+    return dt == OFCCL_U8 ? (double)((int)(v * 8) & 0xff) : v;
 }
 
 static double load(ofccl_dtype_t dt, const void *buf, size_t i)
@@ -79,6 +86,8 @@ static double load(ofccl_dtype_t dt, const void *buf, size_t i)
         memcpy(&f, &bits, 4);
         return f;
     }
+    if (dt == OFCCL_U8)
+        return ((const uint8_t *)buf)[i];
     _Float16 h;
     memcpy(&h, (const uint16_t *)buf + i, 2);
     return (double)h;
@@ -156,7 +165,7 @@ static void run_allgather(ofccl_dtype_t dt, size_t count, int kind, int in_place
     CU_ASSERT_EQUAL_FATAL(wait_ok(req, "allgather"), 0);
     for (int r = 0; r < size; r++)
         for (size_t j = 0; j < count; j++)
-            wrong += load(dt, rb.p, (size_t)r * count + j) != input(r, 0, j, salt);
+            wrong += load(dt, rb.p, (size_t)r * count + j) != as_stored(dt, input(r, 0, j, salt));
     if (wrong)
         fprintf(stderr, "rank %d: allgather dt %d count %zu %s%s: %zu wrong\n", rank, dt, count,
                 mem_names[kind], in_place ? " in place" : "", wrong);
@@ -242,7 +251,7 @@ static void test_reduce_scatter(void)
     for (unsigned it = 0; it < rounds; it++) {
         rng_seed(seed, 100 + it);
         for (int dt = 0; dt < OFCCL_DTYPE_COUNT; dt++)
-            for (size_t o = 0; o < 4; o++)
+            for (size_t o = 0; o < 4 && dt != OFCCL_U8; o++)
                 run_reduce_scatter((ofccl_dtype_t)dt, ops[o], random_count(),
                                    (int)(rng() % MEM_KINDS), (int)(rng() % 3 == 0),
                                    it * 31 + (unsigned)dt * 4 + (unsigned)o);
@@ -293,7 +302,8 @@ static void test_buckets(void)
             for (int r = 0; r < size; r++) {
                 size_t first, len = shard_of(t[k].count, r, &first);
                 for (size_t j = 0; j < len; j++)
-                    wrong += load(dt, t[k].full, first + j) != input(r, (size_t)k, first + j, it);
+                    wrong += load(dt, t[k].full, first + j) !=
+                             as_stored(dt, input(r, (size_t)k, first + j, it));
             }
         CU_ASSERT_EQUAL(wrong, 0);
 
@@ -303,6 +313,17 @@ static void test_buckets(void)
             for (size_t j = 0; j < t[k].count; j++)
                 store(dt, t[k].full, j, input(rank, 1000 + (size_t)k, j, it));
             memset(t[k].shard, 0xA5, len * esz[dt]);
+        }
+        if (dt == OFCCL_U8) { /* bytes are never reduced; the communicator stays usable */
+            CU_ASSERT_EQUAL(
+                ofccl_bucket_reduce_scatter(comm, t, n, dt, (ofccl_redop_t){OFCCL_OP_SUM, 1}, &req),
+                OFCCL_ERR_NOT_SUPPORTED);
+            CU_ASSERT_PTR_NOT_NULL(strstr(ofccl_comm_last_error(comm), "u8"));
+            for (int k = 0; k < n; k++) {
+                free(t[k].full);
+                free(t[k].shard);
+            }
+            continue;
         }
         CU_ASSERT_EQUAL_FATAL(
             ofccl_bucket_reduce_scatter(comm, t, n, dt, (ofccl_redop_t){OFCCL_OP_SUM, 1}, &req), 0);
