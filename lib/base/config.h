@@ -75,7 +75,10 @@ typedef enum ofccl__cfg_type {
       "fail the Nth registration, turn the Nth completion into an error, SIGKILL this rank when "  \
       "it posts collective N; @rank limits an item to one rank")                                   \
     X(PROGRESS_THREAD, BOOL, "0", "0|1", 0, 0,                                                     \
-      "Run a progress thread (pinned away from the caller's cores when possible)")
+      "Run a progress thread (pinned away from the caller's cores when possible)")                 \
+    X(HOST_ID, STRING, "", "<text>", 0, 0,                                                         \
+      "Identity of this rank's host for transport choice and locality; empty = boot id + "         \
+      "network, mount and PID namespace identities (tests that simulate hosts set it)")
 
 enum ofccl__cfg_id {
 #define OFCCL__X_ID(id, type, def, allowed, min, max, help) OFCCL__CFG_##id,

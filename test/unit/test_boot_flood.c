@@ -17,6 +17,7 @@
 #define JOIN_BOUND 5000    /* ms: what a rank's bootstrap may take, flood or not */
 
 static int more_every_ms; /* 0 = only the first NIDLE; else one more every so often */
+static int watch_expiry;  /* the flooder checks that the root closes its connections */
 static int ready_pipe[2]; /* flooder -> parent: the first NIDLE are connected */
 static int stop_pipe[2];  /* parent -> flooder: closed when the ranks are done */
 
@@ -39,6 +40,38 @@ static int connect_root(const char *root, int ms)
         return fd;
     close(fd);
     return -1;
+}
+
+/* The root must close idle connections after its hello deadline (2 s, or a
+ * quarter of the timeout): every one of fds[n] must see EOF between 1.5 and
+ * 4 s from now. Returns 0 or an exit code. */
+static int idle_closed_in_time(const int *fds, int n)
+{
+    uint64_t t0 = ofccl__now_ns(), first = 0, last = 0;
+    int closed = 0, open[NIDLE];
+    char sink[16];
+
+    for (int i = 0; i < n; i++)
+        open[i] = 1;
+    while (closed < n && ms_since(t0) < 6000) {
+        struct pollfd pfd[NIDLE];
+        for (int i = 0; i < n; i++)
+            pfd[i] = (struct pollfd){.fd = open[i] ? fds[i] : -1, .events = POLLIN};
+        if (poll(pfd, (nfds_t)n, 100) <= 0)
+            continue;
+        for (int i = 0; i < n; i++) {
+            if (!open[i] || pfd[i].revents == 0 || recv(fds[i], sink, sizeof(sink), 0) > 0)
+                continue;
+            open[i] = 0;
+            last = ms_since(t0);
+            first = closed++ == 0 ? last : first;
+        }
+    }
+    fprintf(stderr, "  flooder: the root closed %d of %d idle connections after %llu to %llu ms\n",
+            closed, n, (unsigned long long)first, (unsigned long long)last);
+    if (closed < n)
+        return 4;
+    return first >= 1500 && last <= 4000 ? 0 : 5;
 }
 
 /* Opens NIDLE idle connections (retrying until the root listens), says so on
@@ -65,6 +98,8 @@ static int flooder(const job_t *j)
         rc = 2;
     else if (write(ready_pipe[1], "r", 1) != 1)
         rc = 3;
+    if (rc == 0 && watch_expiry)
+        rc = idle_closed_in_time(fds, n);
     while (rc == 0 && ms_since(t0) < 30000) {
         struct pollfd pfd = {.fd = stop_pipe[0], .events = POLLIN};
         if (poll(&pfd, 1, more_every_ms > 0 ? more_every_ms : 100) != 0)
@@ -111,7 +146,7 @@ static int flood_rank(const job_t *j)
     return 0;
 }
 
-static void run_flood(int every_ms, const int delays[NRANKS])
+static void run_flood(int every_ms, int expiry, const int delays[NRANKS])
 {
     char root[64], c;
     job_t jobs[NRANKS], fj;
@@ -121,6 +156,7 @@ static void run_flood(int every_ms, const int delays[NRANKS])
 
     make_root(root, sizeof(root), AF_INET);
     more_every_ms = every_ms;
+    watch_expiry = expiry;
     CU_ASSERT_FATAL(pipe(ready_pipe) == 0);
     CU_ASSERT_FATAL(pipe(stop_pipe) == 0);
     fj = (job_t){.root = root};
@@ -156,7 +192,7 @@ static void run_flood(int every_ms, const int delays[NRANKS])
 static void test_idle_before_start(void)
 {
     static const int delays[NRANKS] = {0, 0, 0, 0};
-    run_flood(0, delays);
+    run_flood(0, 0, delays);
 }
 
 static void test_idle_keep_arriving(void)
@@ -164,7 +200,15 @@ static void test_idle_keep_arriving(void)
     /* Ranks join one after another while a new idle connection arrives every
      * 2 ms: the pending table stays full the whole time. */
     static const int delays[NRANKS] = {0, 0, 300, 600};
-    run_flood(2, delays);
+    run_flood(2, 0, delays);
+}
+
+static void test_idle_expire(void)
+{
+    /* The ranks come after the hello deadline: by then the root has closed
+     * every idle connection on its own (none was evicted to make room). */
+    static const int delays[NRANKS] = {0, 2600, 2600, 2600};
+    run_flood(0, 1, delays);
 }
 
 int main(void)
@@ -172,6 +216,7 @@ int main(void)
     static const cu_test_t tests[] = {
         {"tcp: 64 idle connections before the ranks start", test_idle_before_start},
         {"tcp: idle connections keep arriving while ranks join", test_idle_keep_arriving},
+        {"tcp: idle connections are closed after the hello deadline", test_idle_expire},
         {NULL, NULL},
     };
 
