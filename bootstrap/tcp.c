@@ -152,7 +152,7 @@ static int down_step(ofccl__boot_t *b, ofccl__tcp_conn_t *c, void *arg, ofccl__e
         uint32_t size = ofccl__get_le32(c->hdr + 16), blen = ofccl__get_le32(c->hdr + 20);
 
         if (magic != d->magic || (status == OFCCL__TCP_ST_OK && seq != d->seq) ||
-            status > OFCCL__TCP_ST_ABORT)
+            status > OFCCL__TCP_ST_RETRY)
             return ofccl__fail(b->log, OFCCL__SUB_BOOT, e, OFCCL_ERR_CORRUPT,
                                "rank 0 (the bootstrap root) sent a bad frame header during %s "
                                "(magic 0x%08x, status %u, seq %llu)",
@@ -221,8 +221,9 @@ static int adopt_table(ofccl__boot_t *b, ofccl__tcp_boot_t *t, const uint8_t *bo
     return 0;
 }
 
-/* Hello out, host table back. */
-static int rank_rendezvous(ofccl__boot_t *b, ofccl__tcp_boot_t *t, uint64_t deadline,
+/* Hello out, host table back; *retry = 1 when the root asks for a new
+ * connection instead. */
+static int rank_rendezvous(ofccl__boot_t *b, ofccl__tcp_boot_t *t, uint64_t deadline, int *retry,
                            ofccl__err_t *e)
 {
     ofccl__tcp_conn_t *c = &t->conns[0];
@@ -253,7 +254,13 @@ static int rank_rendezvous(ofccl__boot_t *b, ofccl__tcp_boot_t *t, uint64_t dead
     c->stage = 1;
     rc = ofccl__tcp_io_run(b, c, 1, deadline, down_step, &d, d.what, e);
     c->out = NULL;
-    if (rc == OFCCL_ERR_TIMEOUT)
+    *retry = rc == 0 && d.status == OFCCL__TCP_ST_RETRY;
+    if (*retry)
+        OFCCL__INFO(b->log, OFCCL__SUB_BOOT,
+                    "rank %d: the bootstrap root at %s closed this rank's connection before "
+                    "reading its hello (%s): connecting again",
+                    b->rank, t->root, d.reason);
+    else if (rc == OFCCL_ERR_TIMEOUT)
         rc = ofccl__fail(b->log, OFCCL__SUB_BOOT, e, OFCCL_ERR_TIMEOUT,
                          "rank %d reached the bootstrap root at %s, but the rendezvous did not "
                          "complete within %llu ms: some other rank did not connect",
@@ -269,9 +276,28 @@ static int rank_rendezvous(ofccl__boot_t *b, ofccl__tcp_boot_t *t, uint64_t dead
         rc = ofccl__fail(b->log, OFCCL__SUB_BOOT, e, OFCCL_ERR_CORRUPT,
                          "the bootstrap root at %s sent a %zu-byte host table, expected %zu",
                          t->root, d.body_len, d.max_body);
-    if (rc == 0)
+    if (rc == 0 && !*retry)
         rc = adopt_table(b, t, d.body, e);
     free(d.body);
+    return rc;
+}
+
+/* Connect and join, again as often as the root asks, until the deadline. */
+static int rank_join(ofccl__boot_t *b, ofccl__tcp_boot_t *t, const struct addrinfo *ai,
+                     uint64_t deadline, ofccl__err_t *e)
+{
+    int retry = 1, rc = 0;
+
+    while (rc == 0 && retry) {
+        ofccl__tcp_conn_close(&t->conns[0]);
+        rc = connect_root(b, t, ai, deadline, &t->conns[0].fd, e);
+        if (rc != 0)
+            break;
+        ofccl__tcp_set_nodelay(t->conns[0].fd);
+        rc = rank_rendezvous(b, t, deadline, &retry, e);
+        if (rc == 0 && retry)
+            ofccl__tcp_sleep_ms(OFCCL__MIN(BACKOFF_MIN_MS, ofccl__tcp_ms_left(deadline)));
+    }
     return rc;
 }
 
@@ -633,11 +659,7 @@ int ofccl__boot_tcp_open(const ofccl__boot_params_t *p, ofccl__boot_t *b, ofccl_
         if (b->rank == 0) {
             rc = ofccl__tcp_root_open(b, t, ai, deadline, e);
         } else {
-            rc = connect_root(b, t, ai, deadline, &t->conns[0].fd, e);
-            if (rc == 0) {
-                ofccl__tcp_set_nodelay(t->conns[0].fd);
-                rc = rank_rendezvous(b, t, deadline, e);
-            }
+            rc = rank_join(b, t, ai, deadline, e);
         }
         freeaddrinfo(ai);
     }

@@ -13,6 +13,9 @@
  *                          body (status OK: the rendezvous's u32 host_of[size], or
  *                          an exchange's u32 lens[size] + bytes; otherwise the
  *                          reason as text)
+ * A rendezvous answer with status RETRY means the root closed the connection
+ * before it read a complete hello (its table of pending connections was full,
+ * or the hello was late): the rank connects again, until its deadline.
  * Version 1 hellos (no identity; the table held hostnames) are rejected with
  * a reason naming both versions.
  */
@@ -37,7 +40,12 @@ _Static_assert(OFCCL__TCP_HELLO_LEN <= OFCCL__TCP_HDR_MAX, "a hello's header fit
 #define OFCCL__TCP_MAX_FRAME (64u << 20) /* no bootstrap frame is ever legitimately larger */
 #define OFCCL__TCP_MAX_REASON 400
 
-enum { OFCCL__TCP_ST_OK = 0, OFCCL__TCP_ST_REJECT = 1, OFCCL__TCP_ST_ABORT = 2 };
+enum {
+    OFCCL__TCP_ST_OK = 0,
+    OFCCL__TCP_ST_REJECT = 1,
+    OFCCL__TCP_ST_ABORT = 2,
+    OFCCL__TCP_ST_RETRY = 3,
+};
 
 typedef struct ofccl__tcp_boot {
     ofccl__tcp_conn_t *conns; /* root: one per rank ([0] unused); others: [0] = the root */

@@ -107,13 +107,14 @@ static int root_listen(ofccl__boot_t *b, ofccl__tcp_boot_t *t, struct addrinfo *
                        hint);
 }
 
-static void send_reject(ofccl__tcp_conn_t *c, int size, const char *why)
+/* A rendezvous answer other than the host table: REJECT or RETRY. */
+static void send_status(ofccl__tcp_conn_t *c, int size, uint32_t status, const char *why)
 {
     uint8_t frame[OFCCL__TCP_FRAME_HDR + OFCCL__TCP_MAX_REASON];
     size_t len = OFCCL__MIN(strlen(why), (size_t)OFCCL__TCP_MAX_REASON);
 
     ofccl__put_le32(frame, OFCCL__TCP_TABLE_MAGIC);
-    ofccl__put_le32(frame + 4, OFCCL__TCP_ST_REJECT);
+    ofccl__put_le32(frame + 4, status);
     ofccl__put_le64(frame + 8, 0);
     ofccl__put_le32(frame + 16, (uint32_t)size);
     ofccl__put_le32(frame + 20, (uint32_t)len);
@@ -174,8 +175,21 @@ static void pending_reject(rdv_t *v, pending_t *p, const char *why)
 {
     OFCCL__WARN(v->b->log, OFCCL__SUB_BOOT, "TCP bootstrap: rejecting a hello from %s: %s",
                 p->c.addr, why);
-    send_reject(&p->c, v->b->size, why);
+    send_status(&p->c, v->b->size, OFCCL__TCP_ST_REJECT, why);
     pending_close(p);
+}
+
+/* Close `p` without its hello; should it be a rank after all, it is told to
+ * connect again. What it sent is drained first (bounded), so that the close
+ * is a FIN the rank reads after the answer, not a reset that discards it. */
+static void pending_evict(rdv_t *v, pending_t *p, const char *why)
+{
+    char sink[512];
+
+    (void)recv(p->c.fd, sink, sizeof(sink), MSG_DONTWAIT);
+    send_status(&p->c, v->b->size, OFCCL__TCP_ST_RETRY, why);
+    pending_close(p);
+    v->evicted++;
 }
 
 /* A complete hello arrived on `p`: adopt it as its rank, or reject it. */
@@ -250,41 +264,59 @@ static int pending_read(rdv_t *v, pending_t *p, ofccl__err_t *e)
     }
 }
 
-/* Close the pending connections whose time for a hello is up. */
-static void expire_idle(rdv_t *v, uint64_t now)
+/* Close the pending connections whose time for a hello is up, unless the
+ * hello has just arrived. */
+static int expire_idle(rdv_t *v, uint64_t now, ofccl__err_t *e)
 {
     for (int i = 0; i < MAX_PENDING; i++) {
         pending_t *p = &v->pend[i];
+        int rc;
+
         if (p->c.fd < 0 || now < p->deadline)
+            continue;
+        rc = pending_read(v, p, e);
+        if (rc != 0)
+            return rc;
+        if (p->c.fd < 0)
             continue;
         OFCCL__INFO(v->b->log, OFCCL__SUB_BOOT,
                     "TCP bootstrap: closing the connection from %s: no complete ofccl hello "
                     "within %llu ms",
                     p->c.addr, (unsigned long long)(v->hello_ns / 1000000));
-        pending_close(p);
-        v->evicted++;
+        pending_evict(v, p, "no complete hello in time");
     }
+    return 0;
 }
 
-/* A free slot, or the oldest pending connection evicted to make one. */
-static pending_t *pending_slot(rdv_t *v, uint64_t now)
+/* A free slot, or the oldest pending connection's, evicted to make room
+ * (unless its hello has just arrived). */
+static int pending_slot(rdv_t *v, uint64_t now, pending_t **out, ofccl__err_t *e)
 {
     pending_t *oldest = NULL;
+    int rc;
 
     for (int i = 0; i < MAX_PENDING; i++) {
         pending_t *p = &v->pend[i];
-        if (p->c.fd < 0)
-            return p;
+        if (p->c.fd < 0) {
+            *out = p;
+            return 0;
+        }
         if (oldest == NULL || p->since < oldest->since)
             oldest = p;
     }
-    OFCCL__INFO(v->b->log, OFCCL__SUB_BOOT,
-                "TCP bootstrap: evicting the connection from %s (open %llu ms without a complete "
-                "hello): %d connections are waiting for a hello",
-                oldest->c.addr, (unsigned long long)((now - oldest->since) / 1000000), MAX_PENDING);
-    pending_close(oldest);
-    v->evicted++;
-    return oldest;
+    rc = pending_read(v, oldest, e);
+    if (rc != 0)
+        return rc;
+    if (oldest->c.fd >= 0) {
+        OFCCL__INFO(v->b->log, OFCCL__SUB_BOOT,
+                    "TCP bootstrap: evicting the connection from %s (open %llu ms without a "
+                    "complete hello): %d connections are waiting for a hello",
+                    oldest->c.addr, (unsigned long long)((now - oldest->since) / 1000000),
+                    MAX_PENDING);
+        pending_evict(v, oldest, "too many connections without a hello");
+    }
+    *out = oldest;
+    return 0;
 }
 
 static int accept_some(rdv_t *v, int lfd, ofccl__err_t *e)
@@ -298,7 +330,11 @@ static int accept_some(rdv_t *v, int lfd, ofccl__err_t *e)
 
         if (fd < 0)
             return 0; /* EAGAIN, or a connection that died while queued */
-        p = pending_slot(v, now);
+        rc = pending_slot(v, now, &p, e);
+        if (rc != 0) {
+            close(fd);
+            return rc;
+        }
         memset(p, 0, sizeof(*p));
         p->c.fd = fd;
         p->c.rank = -1;
@@ -339,7 +375,9 @@ static int rendezvous(rdv_t *v, int lfd, uint64_t deadline, ofccl__err_t *e)
                              v->t->root, (unsigned long long)b->timeout_ms);
             break;
         }
-        expire_idle(v, now);
+        rc = expire_idle(v, now, e);
+        if (rc != 0)
+            break;
         pfd[0] = (struct pollfd){.fd = lfd, .events = POLLIN};
         for (int i = 0; i < MAX_PENDING; i++) {
             pending_t *p = &v->pend[i];

@@ -3,7 +3,10 @@
  * never complete a hello are open at the root before any other rank starts
  * (half send nothing, half a few bytes of a hello), and in the second case
  * more keep arriving while the ranks join. Every rank must still join with
- * its rank and size, within a bound well under the bootstrap timeout.
+ * its rank and size, within a bound well under the bootstrap timeout. The
+ * root closes idle connections after its hello deadline, answering RETRY,
+ * and a rank that gets that answer connects again (checked against a
+ * stand-in root).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -43,16 +46,20 @@ static int connect_root(const char *root, int ms)
 }
 
 /* The root must close idle connections after its hello deadline (2 s, or a
- * quarter of the timeout): every one of fds[n] must see EOF between 1.5 and
- * 4 s from now. Returns 0 or an exit code. */
+ * quarter of the timeout), each with a RETRY answer (should it be a rank):
+ * every one of fds[n] must read that answer and then EOF, between 1.5 and 4 s
+ * from now. Returns 0 or an exit code. */
 static int idle_closed_in_time(const int *fds, int n)
 {
     uint64_t t0 = ofccl__now_ns(), first = 0, last = 0;
-    int closed = 0, open[NIDLE];
-    char sink[16];
+    int closed = 0, told = 0, open[NIDLE];
+    uint8_t got[NIDLE][8];
+    size_t have[NIDLE];
 
-    for (int i = 0; i < n; i++)
+    for (int i = 0; i < n; i++) {
         open[i] = 1;
+        have[i] = 0;
+    }
     while (closed < n && ms_since(t0) < 6000) {
         struct pollfd pfd[NIDLE];
         for (int i = 0; i < n; i++)
@@ -60,16 +67,31 @@ static int idle_closed_in_time(const int *fds, int n)
         if (poll(pfd, (nfds_t)n, 100) <= 0)
             continue;
         for (int i = 0; i < n; i++) {
-            if (!open[i] || pfd[i].revents == 0 || recv(fds[i], sink, sizeof(sink), 0) > 0)
+            uint8_t sink[256];
+            ssize_t k;
+
+            if (!open[i] || pfd[i].revents == 0)
                 continue;
+            k = recv(fds[i], sink, sizeof(sink), 0);
+            if (k > 0) {
+                size_t take = OFCCL__MIN((size_t)k, sizeof(got[i]) - have[i]);
+                memcpy(got[i] + have[i], sink, take);
+                have[i] += take;
+                continue;
+            }
             open[i] = 0;
             last = ms_since(t0);
             first = closed++ == 0 ? last : first;
+            /* A rendezvous answer ("OFBT") with status 3: connect again. */
+            told += have[i] == 8 && ofccl__get_le32(got[i]) == 0x54424F4Fu &&
+                    ofccl__get_le32(got[i] + 4) == 3;
         }
     }
-    fprintf(stderr, "  flooder: the root closed %d of %d idle connections after %llu to %llu ms\n",
-            closed, n, (unsigned long long)first, (unsigned long long)last);
-    if (closed < n)
+    fprintf(stderr,
+            "  flooder: the root closed %d of %d idle connections after %llu to %llu ms, %d with "
+            "a RETRY answer\n",
+            closed, n, (unsigned long long)first, (unsigned long long)last, told);
+    if (closed < n || told < n)
         return 4;
     return first >= 1500 && last <= 4000 ? 0 : 5;
 }
@@ -211,12 +233,113 @@ static void test_idle_expire(void)
     run_flood(0, 1, delays);
 }
 
+/* ---- a rank told to connect again -------------------------------------- */
+
+/* Reads one version-2 hello from fd (bounded by 5 s). Returns its rank or -1. */
+static int read_hello(int fd)
+{
+    uint8_t h[80 + 256];
+    size_t got = 0, want = 80;
+    uint64_t t0 = ofccl__now_ns();
+
+    while (got < want && ms_since(t0) < 5000) {
+        struct pollfd pfd = {.fd = fd, .events = POLLIN};
+        ssize_t k;
+        if (poll(&pfd, 1, 100) <= 0)
+            continue;
+        k = recv(fd, h + got, want - got, 0);
+        if (k <= 0)
+            return -1;
+        got += (size_t)k;
+        if (got == 80)
+            want = 80 + ofccl__get_le16(h + 6);
+    }
+    if (got < want || ofccl__get_le32(h) != 0x48424F4Fu || ofccl__get_le16(h + 4) != 2)
+        return -1;
+    return (int)ofccl__get_le32(h + 8);
+}
+
+static void put_answer(uint8_t *f, uint32_t status, uint32_t len)
+{
+    ofccl__put_le32(f, 0x54424F4Fu);
+    ofccl__put_le32(f + 4, status);
+    ofccl__put_le64(f + 8, 0);
+    ofccl__put_le32(f + 16, 2);
+    ofccl__put_le32(f + 20, len);
+}
+
+/* A stand-in root for 2 ranks: answers rank 1's first hello with RETRY and
+ * its second with the host table, then waits for it to hang up. */
+static int fake_root(const job_t *j)
+{
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    int one = 1, lfd = socket(AF_INET, SOCK_STREAM, 0);
+    uint8_t f[24 + 8];
+    char sink[16];
+
+    a.sin_port = htons((uint16_t)atoi(strrchr(j->root, ':') + 1));
+    setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (bind(lfd, (struct sockaddr *)&a, sizeof(a)) != 0 || listen(lfd, 4) != 0)
+        return 2;
+    for (int round = 0; round < 2; round++) {
+        struct pollfd pfd = {.fd = lfd, .events = POLLIN};
+        int fd;
+        if (poll(&pfd, 1, 5000) != 1 || (fd = accept(lfd, NULL, NULL)) < 0)
+            return 3;
+        if (read_hello(fd) != 1)
+            return 4 + round;
+        if (round == 0) {
+            put_answer(f, 3, 4);
+            memcpy(f + 24, "busy", 4);
+            (void)send(fd, f, 28, MSG_NOSIGNAL);
+        } else {
+            put_answer(f, 0, 8);
+            ofccl__put_le32(f + 24, 0); /* host_of = {0, 0} */
+            ofccl__put_le32(f + 28, 0);
+            (void)send(fd, f, 32, MSG_NOSIGNAL);
+            pfd = (struct pollfd){.fd = fd, .events = POLLIN};
+            (void)poll(&pfd, 1, 5000); /* until the rank closes */
+            (void)recv(fd, sink, sizeof(sink), 0);
+        }
+        close(fd);
+    }
+    close(lfd);
+    return 0;
+}
+
+static void test_rank_retries(void)
+{
+    char root[64];
+    job_t fj;
+    pid_t pid;
+    ofccl__boot_params_t p;
+    ofccl__boot_t *b = NULL;
+    ofccl__err_t e;
+
+    make_root(root, sizeof(root), AF_INET);
+    fj = (job_t){.root = root};
+    pid = spawn(fake_root, &fj);
+    p = params("tcp", root, 1, 2, 10000, "");
+    ofccl__err_clear(&e);
+    CU_ASSERT_EQUAL(ofccl__boot_open(&p, &b, &e), 0);
+    if (b != NULL) {
+        CU_ASSERT_EQUAL(b->nhosts, 1);
+        CU_ASSERT_EQUAL(b->local_rank, 1);
+        CU_ASSERT_EQUAL(b->local_size, 2);
+        ofccl__boot_close(b);
+    } else {
+        fprintf(stderr, "  %s\n", e.msg);
+    }
+    CU_ASSERT_EQUAL(reap(&pid, 1, 10000), 1);
+}
+
 int main(void)
 {
     static const cu_test_t tests[] = {
         {"tcp: 64 idle connections before the ranks start", test_idle_before_start},
         {"tcp: idle connections keep arriving while ranks join", test_idle_keep_arriving},
         {"tcp: idle connections are closed after the hello deadline", test_idle_expire},
+        {"tcp: a rank told to retry connects again", test_rank_retries},
         {NULL, NULL},
     };
 
