@@ -1,8 +1,8 @@
 /*
- * The TCP bootstrap's wire protocol and state, shared by its two halves:
- * tcp.c (parameters, the ranks' side, the exchanges) and tcp_root.c (rank
- * 0's rendezvous: accepting, vetting and evicting connections). Private to
- * bootstrap/.
+ * The TCP bootstrap's wire protocol and state, shared by its files: tcp.c
+ * (parameters, the ranks' side of the rendezvous), tcp_root.c (rank 0's side:
+ * accepting, vetting and evicting connections) and tcp_exchange.c (allgather
+ * and barrier). Private to bootstrap/.
  *
  * Frames (little-endian), protocol version 2:
  *   hello, rank r -> root: u32 magic, u16 version, u16 id_len, u32 rank, u32 size,
@@ -53,6 +53,25 @@ typedef struct ofccl__tcp_boot {
     char root[128];
     int broken; /* an exchange failed: the streams are out of step for good */
 } ofccl__tcp_boot_t;
+
+typedef struct ofccl__tcp_down {
+    uint32_t magic; /* expected frame */
+    uint64_t seq;
+    size_t max_body; /* largest acceptable body (status OK) */
+    uint8_t *body;   /* received body (malloc'd; the caller frees) */
+    size_t body_len;
+    int status;
+    char reason[OFCCL__TCP_MAX_REASON + 1];
+    const char *what;
+} ofccl__tcp_down_t;
+
+/* Receive stages of every root -> rank frame (an ofccl__tcp_step_fn over an
+ * ofccl__tcp_down_t): header, then the body or the reason text. */
+int ofccl__tcp_down_step(ofccl__boot_t *b, ofccl__tcp_conn_t *c, void *arg, ofccl__err_t *e);
+/* The ops table's allgather and barrier (tcp_exchange.c). */
+int ofccl__tcp_allgather(ofccl__boot_t *b, const void *in, size_t len, void *out, size_t slot,
+                         size_t *lens, ofccl__err_t *e);
+int ofccl__tcp_barrier(ofccl__boot_t *b, ofccl__err_t *e);
 
 /* Rank 0: listen on `ai`, gather every rank's hello, fill b->host_of and the
  * local rank, and send every rank the host table, all by `deadline`. On
