@@ -338,8 +338,8 @@ int ofccl__boot_tcp_open(const ofccl__boot_params_t *p, ofccl__boot_t *b, ofccl_
     b->impl = t;
     b->ops = &tcp_ops;
     OFCCL__INFO(b->log, OFCCL__SUB_BOOT,
-                "TCP rendezvous at %s complete: rank %d of %d, %d ranks on this host of %d",
-                t->root, b->rank, b->size, b->local_size, b->nhosts);
+                "TCP rendezvous at %s complete: rank %d of %d, on host %d of %d with %d ranks",
+                t->root, b->rank, b->size, b->host_of[b->rank], b->nhosts, b->local_size);
     return 0;
 
 err_free:
