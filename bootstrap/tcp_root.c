@@ -156,7 +156,7 @@ static int hello_step(ofccl__boot_t *b, ofccl__tcp_conn_t *c, void *arg, ofccl__
     p->id[c->in_len] = '\0';
     p->verdict = V_HELLO;
     for (size_t i = 0; i < c->in_len; i++) {
-        if (p->id[i] < 0x20 || p->id[i] > 0x7e) {
+        if ((unsigned char)p->id[i] < 0x20 || (unsigned char)p->id[i] > 0x7e) {
             p->verdict = V_REJECT;
             snprintf(p->why, sizeof(p->why), "its host identity has a non-printable byte");
             break;
