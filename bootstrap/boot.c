@@ -111,6 +111,11 @@ int ofccl__boot_open(const ofccl__boot_params_t *p, ofccl__boot_t **out, ofccl__
      * registry never passes 0 (its minimum is 1). */
     b->timeout_ms = p->timeout_ms != 0 ? p->timeout_ms : DEFAULT_TIMEOUT_MS;
     b->local_size = 1;
+    rc = ofccl__boot_host_id(p->host_id, p->log, b->host_id, e);
+    if (rc != 0) {
+        free(b);
+        return rc;
+    }
 
     if (strcmp(method, "tcp") == 0 ||
         (strcmp(method, "auto") == 0 && p->root != NULL && p->root[0] != '\0'))
@@ -126,14 +131,22 @@ int ofccl__boot_open(const ofccl__boot_params_t *p, ofccl__boot_t **out, ofccl__
                          "unknown bootstrap method OFCCL_BOOT=%.64s: use auto, pmix, tcp or "
                          "singleton",
                          method);
+    if (rc == 0 && (b->host_of == NULL || b->nhosts < 1)) {
+        rc = ofccl__fail(p->log, OFCCL__SUB_BOOT, e, OFCCL_ERR_INTERNAL,
+                         "bootstrap %s filled no host table", b->ops->name);
+        ofccl__boot_close(b);
+        return rc;
+    }
     if (rc != 0) {
+        free(b->host_of);
         free(b);
         return rc;
     }
     OFCCL__INFO(b->log, OFCCL__SUB_BOOT,
-                "bootstrap %s (OFCCL_BOOT=%s): rank %d of %d, local %d of %d on %s, job %s",
+                "bootstrap %s (OFCCL_BOOT=%s): rank %d of %d, local %d of %d on %s (host %d of "
+                "%d, identity %s), job %s",
                 b->ops->name, method, b->rank, b->size, b->local_rank, b->local_size, b->hostname,
-                b->job);
+                b->host_of[b->rank], b->nhosts, b->host_id, b->job);
     *out = b;
     return 0;
 }
@@ -144,5 +157,6 @@ void ofccl__boot_close(ofccl__boot_t *b)
         return;
     if (b->ops != NULL && b->ops->finalize != NULL)
         b->ops->finalize(b);
+    free(b->host_of);
     free(b);
 }

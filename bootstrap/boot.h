@@ -12,6 +12,9 @@
 #include "err.h"
 #include "log.h"
 
+/* Bytes of a host identity (see host.c), without the terminating NUL. */
+#define OFCCL__HOST_ID_MAX 255
+
 typedef struct ofccl__boot ofccl__boot_t;
 
 typedef struct ofccl__boot_ops {
@@ -31,7 +34,10 @@ struct ofccl__boot {
     const ofccl__boot_ops_t *ops;
     int rank, size;
     int local_rank, local_size;
-    char hostname[64];
+    int nhosts;
+    int *host_of;      /* [size]: host index of each rank, hosts numbered by their lowest rank */
+    char hostname[64]; /* for messages; hosts are told apart by host_id */
+    char host_id[OFCCL__HOST_ID_MAX + 1];
     char job[64]; /* PMIx namespace, "tcp:<root>", or "singleton" */
     uint64_t timeout_ms;
     const ofccl__log_t *log;
@@ -46,6 +52,7 @@ typedef struct ofccl__boot_params {
     int rank;                  /* TCP rendezvous rank (-1 = unset) */
     int size;                  /* TCP rendezvous size (0 = unset) */
     const char *launcher_vars; /* launcher variables seen in the environment ("" = none) */
+    const char *host_id;       /* OFCCL_HOST_ID: this host's identity ("" or NULL = detect) */
     const ofccl__log_t *log;
 } ofccl__boot_params_t;
 
@@ -65,7 +72,18 @@ static inline int ofccl__boot_barrier(ofccl__boot_t *b, ofccl__err_t *e)
     return b->ops->barrier(b, e);
 }
 
-/* Backends (each in its own file). */
+/* Host identity (host.c): `override` when set (printable, at most
+ * OFCCL__HOST_ID_MAX bytes, else OFCCL_ERR_CONFIG), otherwise
+ * "<boot id>/net:<ino>.<dev>/mnt:<ino>.<dev>/pid:<ino>.<dev>" of the calling
+ * process. Writes at most OFCCL__HOST_ID_MAX + 1 bytes to `out`. */
+int ofccl__boot_host_id(const char *override, const ofccl__log_t *lg, char *out, ofccl__err_t *e);
+/* Fill b->host_of and b->nhosts from every rank's identity (ids[size]):
+ * equal identities share a host, hosts are numbered by their lowest rank. */
+int ofccl__boot_hosts_from_ids(ofccl__boot_t *b, const char *const *ids, ofccl__err_t *e);
+/* local_rank / local_size from b->host_of: the ranks on this rank's host. */
+void ofccl__boot_local_from_hosts(ofccl__boot_t *b);
+
+/* Backends (each in its own file); each fills host_of / nhosts. */
 int ofccl__boot_pmix_open(const ofccl__boot_params_t *p, ofccl__boot_t *b, int *unreachable,
                           ofccl__err_t *e);
 int ofccl__boot_tcp_open(const ofccl__boot_params_t *p, ofccl__boot_t *b, ofccl__err_t *e);

@@ -2,6 +2,7 @@
  * Singleton bootstrap: one rank, nobody to talk to. Used when a program is
  * started by hand with no launcher, so that a one-rank job needs no setup.
  */
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -38,6 +39,11 @@ static const ofccl__boot_ops_t singleton_ops = {
 
 int ofccl__boot_singleton_open(const ofccl__boot_params_t *p, ofccl__boot_t *b, ofccl__err_t *e)
 {
+    b->host_of = calloc(1, sizeof(*b->host_of));
+    if (b->host_of == NULL)
+        return ofccl__fail(b->log, OFCCL__SUB_BOOT, e, OFCCL_ERR_NO_MEMORY,
+                           "out of memory opening the singleton bootstrap");
+    b->nhosts = 1;
     b->ops = &singleton_ops;
     b->rank = 0;
     b->size = 1;

@@ -81,8 +81,11 @@ typedef enum ofccl__cfg_type {
       "Run a progress thread (pinned away from the caller's cores when possible)")                 \
     X(SPIN_US, INT, LOCAL, "10000", "", 0, 60000000,                                               \
       "A waiting call (or the progress thread) polls without pause for this long after the last "  \
-      "sign of progress, then naps 20-250 us between polls: a rank waiting on a slow or stopped "  \
-      "peer costs little CPU")
+      "sign of progress, then naps between polls for 1/16 of the time waited (20 us to 1 ms): a "  \
+      "rank waiting on a slow or stopped peer costs little CPU")                                   \
+    X(HOST_ID, STRING, LOCAL, "", "<text>", 0, 0,                                                  \
+      "Identity of this rank's host for transport choice and locality; empty = boot id + "         \
+      "network, mount and PID namespace identities (tests that simulate hosts set it)")
 
 enum ofccl__cfg_id {
 #define OFCCL__X_ID(id, type, scope, def, allowed, min, max, help) OFCCL__CFG_##id,

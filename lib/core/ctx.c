@@ -190,6 +190,7 @@ static int ctx_open(ofccl_ctx_t *ctx, const ofccl_ctx_params_t *params)
         .rank = (int)ofccl__cfg_int(&ctx->cfg, OFCCL__CFG_BOOT_RANK),
         .size = (int)ofccl__cfg_int(&ctx->cfg, OFCCL__CFG_BOOT_SIZE),
         .launcher_vars = launcher,
+        .host_id = ofccl__cfg_str(&ctx->cfg, OFCCL__CFG_HOST_ID),
         .log = &ctx->log,
     };
     rc = ofccl__boot_open(&bp, &ctx->boot, e);

@@ -213,6 +213,41 @@ static void test_two_at_once(void)
     ofccl__boot_close(a);
 }
 
+/* Every rank holds the same host table, hosts numbered by their lowest rank,
+ * and its own host's ranks are PMIx's local ranks (all here: one machine). */
+static void test_host_table(void)
+{
+    ofccl__boot_params_t p = params(30000);
+    ofccl__boot_t *b = NULL;
+    ofccl__err_t e;
+    int *all, here = 0, next = 0;
+    size_t *lens;
+
+    CU_ASSERT_EQUAL_FATAL(ofccl__boot_open(&p, &b, &e), 0);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(b->host_of);
+    CU_ASSERT_EQUAL(b->nhosts, 1);
+    for (int r = 0; r < b->size; r++) {
+        CU_ASSERT(b->host_of[r] >= 0 && b->host_of[r] <= next);
+        next += b->host_of[r] == next;
+        here += b->host_of[r] == b->host_of[b->rank];
+    }
+    CU_ASSERT_EQUAL(next, b->nhosts);
+    CU_ASSERT_EQUAL(here, b->local_size);
+    all = calloc((size_t)b->size * (size_t)b->size, sizeof(*all));
+    lens = calloc((size_t)b->size, sizeof(*lens));
+    CU_ASSERT_FATAL(all != NULL && lens != NULL);
+    CU_ASSERT_EQUAL(ofccl__boot_allgather(b, b->host_of, (size_t)b->size * sizeof(int), all,
+                                          (size_t)b->size * sizeof(int), lens, &e),
+                    0);
+    for (int r = 0; r < b->size; r++)
+        CU_ASSERT_EQUAL(
+            memcmp(all + (size_t)r * (size_t)b->size, b->host_of, (size_t)b->size * sizeof(int)),
+            0);
+    free(all);
+    free(lens);
+    ofccl__boot_close(b);
+}
+
 int main(int argc, char **argv)
 {
     static const cu_test_t tests[] = {
@@ -220,6 +255,7 @@ int main(int argc, char **argv)
         {"local ranks consistent", test_local_ranks_consistent},
         {"oversized contribution", test_oversized_contribution},
         {"two bootstraps at once", test_two_at_once},
+        {"host table", test_host_table},
         {NULL, NULL},
     };
 
