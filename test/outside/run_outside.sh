@@ -6,9 +6,11 @@
 #   full: every rank count on every transport
 # The sequence seed is OFCCL_OUTSIDE_SEED, or the time; each run prints it, and
 # `outside SEED` under mpirun replays a failure.
-# Usage: run_outside.sh MESON BUILD_DIR OUTSIDE_C ci|full
+# A build with sanitizers (b_sanitize) installs an instrumented library: the
+# program is then built with the same -fsanitize, as its users would have to.
+# Usage: run_outside.sh MESON BUILD_DIR OUTSIDE_C ci|full [SANITIZERS]
 set -u
-meson=$1 build=$2 src=$3 mode=$4
+meson=$1 build=$2 src=$3 mode=$4 san=${5:-none}
 command -v mpirun >/dev/null 2>&1 || { echo "mpirun not found: skipped"; exit 77; }
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/ofccl-outside.XXXXXX") || exit 1
 trap 'rm -rf "$tmp"' EXIT INT TERM
@@ -26,6 +28,7 @@ export PKG_CONFIG_PATH PKG_CONFIG_SYSROOT_DIR
 libdir=$(pkg-config --variable=libdir ofccl) || exit 1
 case $libdir in "$tmp/root"/*) ;; *) libdir=$tmp/root$libdir ;; esac
 flags=$(pkg-config --cflags --libs ofccl) || exit 1
+[ "$san" = none ] || [ -z "$san" ] || flags="-fsanitize=$san -fno-omit-frame-pointer $flags"
 echo "cc $flags"
 # shellcheck disable=SC2086
 ${CC:-cc} -std=c11 -O2 -Wall -Wextra -o "$tmp/outside" "$src" $flags -lm -Wl,-rpath,"$libdir" ||
