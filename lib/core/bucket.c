@@ -167,6 +167,38 @@ static int bucket_setup(ofccl_comm_t *comm, const char *what, const ofccl_tensor
     return 0;
 }
 
+/* One rank: the shard is the whole tensor, so the collective is a copy (or a
+ * one-source reduction) done here. The request completes before the call
+ * returns and runs no algorithm: r->algo is cleared so that nothing mistakes
+ * the slot's previous algorithm for this request's (wait.c). */
+static int one_rank(ofccl__req_t *r)
+{
+    int rc = 0, t;
+
+    for (t = 0; t < r->ntensors && rc == 0; t++) {
+        const ofccl_tensor_t *x = &r->tensors[t];
+        const void *src = x->full;
+        if (x->count == 0)
+            continue;
+        if (r->coll == OFCCL__AG && x->full != x->shard)
+            memmove(x->full, x->shard, x->count * r->esize);
+        else if (r->coll == OFCCL__RS)
+            rc = ofccl__reduce(r->dtype, r->op, x->shard, &src, 1, x->count,
+                               r->op.kind == OFCCL_OP_AVG ? 1 : 0);
+    }
+    if (rc) /* the only way a one-source reduction fails on checked arguments */
+        return ofccl__comm_fail(r->comm, rc,
+                                "ofccl_bucket_reduce_scatter: tensor %d: shard overlaps full but "
+                                "is not its first element (in place at one rank means shard == "
+                                "full)",
+                                t - 1);
+    r->algo = NULL;
+    r->seq = r->comm->coll->next_seq++;
+    r->status = 0;
+    r->state = OFCCL__REQ_DONE;
+    return 0;
+}
+
 static int ofccl_bucket_allgather_unlocked(ofccl_comm_t *comm, const ofccl_tensor_t *tensors, int n,
                                            ofccl_dtype_t dtype, ofccl_req_t **req)
 {
@@ -183,17 +215,7 @@ static int ofccl_bucket_allgather_unlocked(ofccl_comm_t *comm, const ofccl_tenso
     rc = bucket_setup(comm, "ofccl_bucket_allgather", tensors, n, dtype, r);
     if (rc == 0) {
         r->op = (ofccl_redop_t){OFCCL_OP_SUM, 1.0};
-        if (comm->size == 1) {
-            /* One rank: the shard is the whole tensor. */
-            for (int t = 0; t < n; t++)
-                if (tensors[t].count && tensors[t].full != tensors[t].shard)
-                    memmove(tensors[t].full, tensors[t].shard, tensors[t].count * r->esize);
-            r->seq = comm->coll->next_seq++;
-            r->state = OFCCL__REQ_DONE;
-            *req = r;
-            return 0;
-        }
-        rc = ofccl__post_allgather(r);
+        rc = comm->size == 1 ? one_rank(r) : ofccl__post_allgather(r);
     }
     if (rc) {
         r->state = OFCCL__REQ_FREE;
@@ -223,20 +245,7 @@ static int ofccl_bucket_reduce_scatter_unlocked(ofccl_comm_t *comm, const ofccl_
     rc = bucket_setup(comm, "ofccl_bucket_reduce_scatter", tensors, n, dtype, r);
     if (rc == 0) {
         r->op = op;
-        if (comm->size == 1) {
-            for (int t = 0; t < n && rc == 0; t++) {
-                const void *src = tensors[t].full;
-                if (tensors[t].count)
-                    rc = ofccl__reduce(dtype, op, tensors[t].shard, &src, 1, tensors[t].count,
-                                       op.kind == OFCCL_OP_AVG ? 1 : 0);
-            }
-            r->seq = comm->coll->next_seq++;
-            r->state = rc ? OFCCL__REQ_FREE : OFCCL__REQ_DONE;
-            if (rc == 0)
-                *req = r;
-            return rc;
-        }
-        rc = ofccl__post_reduce_scatter(r);
+        rc = comm->size == 1 ? one_rank(r) : ofccl__post_reduce_scatter(r);
     }
     if (rc) {
         r->state = OFCCL__REQ_FREE;

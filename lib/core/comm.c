@@ -371,14 +371,21 @@ static int comm_setup(ofccl_comm_t *comm)
         rc = ofccl__comm_fail(comm, rc, "%s", comm->err.msg);
         goto out;
     }
+    /* Every peer registered its control region before publishing its record,
+     * and none returns (so none can destroy and deregister it) before the
+     * barrier below, which waits for this rank too: map before it, not after. */
+    if (caps->peer_map) {
+        rc = map_peer_ctrl(comm);
+        if (rc)
+            goto out;
+    }
     /* No fabric traffic before every rank has its peers in its AV: a provider
      * that learns a peer from its first message (shm 1.17) must never see a
-     * peer it has not been told about yet. */
+     * peer it has not been told about yet. And no rank returns before every
+     * rank holds all it needs from its peers. */
     rc = ofccl__boot_barrier(ctx->boot, &comm->err);
     if (rc)
         rc = ofccl__comm_fail(comm, rc, "%s", comm->err.msg);
-    if (rc == 0 && caps->peer_map)
-        rc = map_peer_ctrl(comm);
 out:
     free(all);
     free(lens);

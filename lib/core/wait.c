@@ -41,10 +41,13 @@ static int ofccl_test_unlocked(ofccl_req_t *req, int *done)
 }
 
 /* Mapped eager requests store their data when posted and complete on the
- * peers' marks alone: fixed when the request was posted. */
+ * peers' marks alone: fixed when the request was posted. A request completed
+ * when posted (one rank) ran no algorithm: r->algo may be NULL or left over
+ * from the slot's previous use, so it is read only for running requests. */
 static bool eager_mapped(const ofccl__req_t *r)
 {
-    return r->comm->peer_ctrl_at != NULL && r->algo->id == OFCCL__ALGO_EAGER;
+    return r->state == OFCCL__REQ_ACTIVE && r->algo != NULL && r->comm->peer_ctrl_at != NULL &&
+           r->algo->id == OFCCL__ALGO_EAGER;
 }
 
 int ofccl_wait(ofccl_req_t *req)
