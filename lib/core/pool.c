@@ -411,7 +411,8 @@ void ofccl__memreg_forget_comm(ofccl_comm_t *comm)
 
 int ofccl_ctx_stats(const ofccl_ctx_t *ctx, ofccl_stats_t *stats)
 {
-    if (ctx == NULL || stats == NULL || stats->size < sizeof(*stats))
+    OFCCL__CHECK_HANDLE(ctx);
+    if (stats == NULL || stats->size < sizeof(*stats))
         return OFCCL_ERR_INVALID_ARG;
     *stats = ctx->stats;
     stats->size = sizeof(*stats);

@@ -169,7 +169,9 @@ OFCCL_API int ofccl_reduce_scatter(ofccl_comm_t *comm, const void *sendbuf, void
 OFCCL_API int ofccl_test(ofccl_req_t *req, int *done);
 /* Progress until the request completes (bounded by OFCCL_TIMEOUT_MS). */
 OFCCL_API int ofccl_wait(ofccl_req_t *req);
-/* Advance every communicator of the context once; never blocks. */
+/* Advance every communicator of the context once; never blocks. Returns 0 (or
+ * an argument error): a communicator's failure reaches the caller through its
+ * own requests and calls, not through the context's progress. */
 OFCCL_API int ofccl_progress(ofccl_ctx_t *ctx);
 /* Release a completed request. OFCCL_ERR_BUSY while it is still running. */
 OFCCL_API int ofccl_req_free(ofccl_req_t *req);

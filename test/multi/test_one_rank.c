@@ -702,8 +702,9 @@ int main(int argc, char **argv)
     if (ofccl_comm_destroy(comm) != 0 || ofccl_ctx_destroy(ctx) != 0)
         rc = 1;
     /* Stale handles after destruction. */
-    if (ofccl_ctx_destroy(ctx) != OFCCL_ERR_STATE || ofccl_progress(ctx) != OFCCL_ERR_STATE ||
-        ofccl_comm_world(ctx, &comm) != OFCCL_ERR_STATE) {
+    ofccl_stats_t st = {.size = sizeof(st)};
+    if (ofccl_ctx_stats(ctx, &st) != OFCCL_ERR_STATE || ofccl_ctx_destroy(ctx) != OFCCL_ERR_STATE ||
+        ofccl_progress(ctx) != OFCCL_ERR_STATE || ofccl_comm_world(ctx, &comm) != OFCCL_ERR_STATE) {
         fprintf(stderr, "calls on a destroyed context do not return OFCCL_ERR_STATE\n");
         rc = 1;
     }
