@@ -15,7 +15,7 @@ int ofccl__eager_send(ofccl__req_t *r, size_t stride)
         int rc;
         if (r->sent[p])
             continue;
-        if (comm->peer_ctrl_at != NULL) {
+        if (ofccl__eager_mapped(comm, p)) {
             ofccl__eager_store(r, p, (const char *)r->sendbuf + (size_t)p * stride);
             r->sent[p]++;
             continue;

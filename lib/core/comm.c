@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "blob.h"
-#include "coll.h"
+#include "engine_impl.h"
 #include "core.h"
 #include "pool.h"
 #include "util.h"

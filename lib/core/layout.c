@@ -11,7 +11,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "coll.h"
+#include "engine_impl.h"
 #include "util.h"
 
 #define DIFF_READ_NS 2000000000ull /* how long naming the tensor may take */

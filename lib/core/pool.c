@@ -2,6 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine_impl.h"
 #include "pool.h"
 #include "util.h"
 

@@ -7,7 +7,7 @@
 #ifndef OFCCL_CORE_POOL_H
 #define OFCCL_CORE_POOL_H
 
-#include "coll.h"
+#include "engine.h"
 
 typedef struct ofccl__stage {
     void *ptr;

@@ -8,7 +8,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "coll.h"
+#include "engine_impl.h"
 #include "util.h"
 
 void ofccl__ctx_lock(ofccl_ctx_t *ctx)

@@ -5,7 +5,7 @@
  */
 #include <stdio.h>
 
-#include "coll.h"
+#include "engine_impl.h"
 #include "util.h"
 
 /* Name the ranks a stuck request still waits for, and what is missing from
@@ -31,9 +31,11 @@ void ofccl__coll_waiting_for(const ofccl__req_t *r, char *buf, size_t len)
         else if (r->i_write_to[p] && r->inflight[p])
             w += (size_t)snprintf(what + w, sizeof(what) - w, "; %u of our writes to it in flight",
                                   r->inflight[p]);
-        if (r->writes_to_me[p] && r->algo->id == OFCCL__ALGO_EAGER && !ofccl__eager_from_in(r, p))
+        if (r->writes_to_me[p] && (r->algo->flags & OFCCL__ALGO_EAGER) &&
+            !ofccl__eager_from_in(r, p))
             w += (size_t)snprintf(what + w, sizeof(what) - w, "; its eager data");
-        else if (r->writes_to_me[p] && r->algo->id != OFCCL__ALGO_EAGER && r->from_cnt[p] < each)
+        else if (r->writes_to_me[p] && !(r->algo->flags & OFCCL__ALGO_EAGER) &&
+                 r->from_cnt[p] < each)
             w += (size_t)snprintf(what + w, sizeof(what) - w, "; %u of %u data units missing",
                                   each - r->from_cnt[p], each);
         if (w > 0)
@@ -51,7 +53,7 @@ void ofccl__coll_history(const ofccl__req_t *r, int done)
     ofccl__hist_t *h = &r->comm->coll->hist[r->seq % OFCCL__HISTORY];
 
     if (!done)
-        *h = (ofccl__hist_t){r->seq, r->coll, r->algo->id, r->block, 0, 0, r->start_ns, 0};
+        *h = (ofccl__hist_t){r->seq, r->coll, r->algo->name, r->block, 0, 0, r->start_ns, 0};
     else if (h->seq == r->seq) {
         h->status = r->status;
         h->done = 1;
@@ -71,12 +73,7 @@ void ofccl__coll_dump_history(const ofccl__req_t *stuck)
         if (h->start_ns == 0 || h->seq > stuck->seq)
             continue;
         OFCCL__WARN(lg, OFCCL__SUB_COLL, "  #%llu %s (%s) %zu B/rank: %s after %.1f ms",
-                    (unsigned long long)h->seq, ofccl__coll_name(h->coll),
-                    h->algo == OFCCL__ALGO_RING    ? "ring"
-                    : h->algo == OFCCL__ALGO_PULL  ? "pull"
-                    : h->algo == OFCCL__ALGO_EAGER ? "eager"
-                                                   : "direct",
-                    h->block,
+                    (unsigned long long)h->seq, ofccl__coll_name(h->coll), h->algo, h->block,
                     !h->done    ? "running"
                     : h->status ? ofccl_strerror(h->status)
                                 : "done",

@@ -3,7 +3,7 @@
  * ofccl_req_free — over the engine in coll.c.
  */
 
-#include "coll.h"
+#include "engine_impl.h"
 #include "util.h"
 
 /* A communicator's failure is its own: it reaches the caller through that
@@ -37,23 +37,13 @@ static int ofccl_test_unlocked(ofccl_req_t *req, int *done)
     return *done ? req->status : 0;
 }
 
-/* Mapped eager requests store their data when posted and complete on the
- * peers' marks alone: fixed when the request was posted. A request completed
- * when posted (one rank) ran no algorithm: r->algo may be NULL or left over
- * from the slot's previous use, so it is read only for running requests. */
-static bool eager_mapped(const ofccl__req_t *r)
-{
-    return r->state == OFCCL__REQ_ACTIVE && r->algo != NULL && r->comm->peer_ctrl_at != NULL &&
-           r->algo->id == OFCCL__ALGO_EAGER;
-}
-
 int ofccl_wait(ofccl_req_t *req)
 {
     if (req == NULL || req->state == OFCCL__REQ_FREE)
         return OFCCL_ERR_INVALID_ARG;
     /* Bounded: every request carries a deadline that progress enforces. One
      * pass per lock hold, so a progress thread can interleave. */
-    bool mapped = eager_mapped(req);
+    bool mapped = ofccl__coll_lockfree_watch(req);
     ofccl_ctx_t *ctx = req->comm->ctx;
     ofccl__idle_t idle = {0};
 

@@ -5,7 +5,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "coll.h"
+#include "engine.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

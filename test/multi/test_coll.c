@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "coll.h"
+#include "engine.h"
 #include "cu.h"
 #include "util.h"
 

@@ -10,6 +10,15 @@ static int plan(ofccl__req_t *r)
     return 0;
 }
 
+/* Where peers' control regions are mapped, the data is stored at once, so a
+ * wait can watch the marks from its first pass without the lock (stores
+ * cannot fail: the rest is sent from progress). */
+static int start(ofccl__req_t *r)
+{
+    int rc = ofccl__eager_send(r, r->block);
+    return rc < 0 ? rc : 0;
+}
+
 static int progress(ofccl__req_t *r)
 {
     ofccl_comm_t *comm = r->comm;
@@ -40,8 +49,10 @@ const ofccl__algo_t ofccl__rs_eager = {
     .size = sizeof(ofccl__algo_t),
     .name = "eager",
     .coll = OFCCL__RS,
-    .id = OFCCL__ALGO_EAGER,
+    .wire_id = OFCCL__WIRE_EAGER,
+    .flags = OFCCL__ALGO_ALL_PAIRS | OFCCL__ALGO_EAGER,
     .plan = plan,
+    .start = start,
     .progress = progress,
     .writer_of = ofccl__one_writer_of,
     .unit_of = ofccl__one_unit_of,

@@ -16,19 +16,16 @@ static int map_peers(ofccl__req_t *r)
     ofccl_comm_t *comm = r->comm;
 
     for (int p = 0; p < comm->size; p++) {
-        void *at;
-        ofccl__err_t e;
+        const void *at;
         int rc;
 
         if (p == comm->rank || r->peer_at[p] != NULL)
             continue;
         if (!r->peer_ready[p])
             return 0;
-        rc = ofccl__ep_peer_map(comm->ep, p, &r->peer_rk[p],
-                                r->peer_off[p] + (uint64_t)comm->rank * r->block, r->block,
-                                OFCCL__ACC_REMOTE_READ, &at, &e);
+        rc = ofccl__coll_map_peer(r, p, (uint64_t)comm->rank * r->block, r->block, &at);
         if (rc)
-            return ofccl__coll_fail(r, rc, "reading rank %d's source in place: %s", p, e.msg);
+            return rc;
         r->peer_at[p] = at;
     }
     return 1;
@@ -97,7 +94,8 @@ const ofccl__algo_t ofccl__rs_pull = {
     .size = sizeof(ofccl__algo_t),
     .name = "pull",
     .coll = OFCCL__RS,
-    .id = OFCCL__ALGO_PULL,
+    .wire_id = OFCCL__WIRE_PULL,
+    .flags = OFCCL__ALGO_ALL_PAIRS,
     .plan = plan,
     .progress = progress,
     .writer_of = ofccl__one_writer_of,

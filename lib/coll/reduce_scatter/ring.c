@@ -25,6 +25,15 @@ static int combine(ofccl__req_t *r, void *out, const void *own, const void *part
     return rc;
 }
 
+/* Peers write (n-1) partials of a block here, one per step. */
+static int plan(ofccl__req_t *r)
+{
+    int rc = ofccl__plan_ring(r);
+
+    r->dst_need = (uint64_t)(r->comm->size - 1) * r->block;
+    return rc;
+}
+
 static int progress(ofccl__req_t *r)
 {
     ofccl_comm_t *comm = r->comm;
@@ -79,8 +88,9 @@ const ofccl__algo_t ofccl__rs_ring = {
     .size = sizeof(ofccl__algo_t),
     .name = "ring",
     .coll = OFCCL__RS,
-    .id = OFCCL__ALGO_RING,
-    .plan = ofccl__plan_ring,
+    .wire_id = OFCCL__WIRE_RING,
+    .flags = 0,
+    .plan = plan,
     .progress = progress,
     .writer_of = ofccl__ring_writer_of,
     .unit_of = ofccl__ring_unit_of,

@@ -89,7 +89,8 @@ void ofccl__bucket_copy_in(ofccl__req_t *r, void *area)
     comm->ctx->stats.staged_bytes += r->block * (size_t)n;
 }
 
-void ofccl__bucket_copy_out(ofccl__req_t *r)
+/* The request's finish step: scatter the flat result into the tensors. */
+static void copy_out(ofccl__req_t *r)
 {
     const ofccl_comm_t *comm = r->comm;
     int n = comm->size;
@@ -160,6 +161,7 @@ static int bucket_setup(ofccl_comm_t *comm, const char *what, const ofccl_tensor
     r->layout_hash = ofccl__layout_hash(tensors, ntensors);
     r->layout = NULL; /* published into staging when posted */
     r->bucket = 1;
+    r->finish = copy_out;
     r->dtype = dtype;
     r->esize = esize;
     r->block = total;
@@ -192,10 +194,7 @@ static int one_rank(ofccl__req_t *r)
                                 "is not its first element (in place at one rank means shard == "
                                 "full)",
                                 t - 1);
-    r->algo = NULL;
-    r->seq = r->comm->coll->next_seq++;
-    r->status = 0;
-    r->state = OFCCL__REQ_DONE;
+    ofccl__coll_done_now(r, 0);
     return 0;
 }
 

@@ -1,0 +1,79 @@
+/*
+ * Private to lib/coll: the algorithms, their shared plans, the one chooser,
+ * and the steps the public entry points share (checking arguments, resolving
+ * memory, packing buckets).
+ */
+#ifndef OFCCL_COLL_COLL_H
+#define OFCCL_COLL_COLL_H
+
+#include "engine.h"
+
+/* Identities of the algorithms in fingerprints: ranks must agree on them. */
+enum ofccl__algo_wire_id {
+    OFCCL__WIRE_DIRECT = 1,
+    OFCCL__WIRE_RING = 2,
+    OFCCL__WIRE_EAGER = 3,
+    OFCCL__WIRE_PULL = 4,
+};
+
+extern const ofccl__algo_t ofccl__ag_direct, ofccl__ag_ring, ofccl__ag_eager;
+extern const ofccl__algo_t ofccl__rs_direct, ofccl__rs_ring, ofccl__rs_eager;
+/* Reduce-scatter where the provider maps peers' memory (caps.peer_map): each
+ * rank announces its source (r->dst is it), reads the peers' blocks for it in
+ * place and reduces them in one pass, then tells each peer it is done reading
+ * (one zero-length signal, the only unit it expects from each). */
+extern const ofccl__algo_t ofccl__rs_pull;
+
+/* The one place an algorithm is chosen (select.c): OFCCL_ALGO_* first, then
+ * size and rank count, then what the memory and provider allow (eager slots
+ * for small all-pairs collectives, pull where peers' memory maps). */
+const ofccl__algo_t *ofccl__choose(ofccl_comm_t *comm, int coll, size_t block, int bucket);
+
+/* Plans shared by the twins (plan.c), and their unit numbering: direct:
+ * writer w's chunk c is unit w * nchunks + c; ring: the left neighbour's j-th
+ * write is unit j; one unit per writer: unit = writer. */
+int ofccl__plan_direct(ofccl__req_t *r);
+int ofccl__plan_ring(ofccl__req_t *r);
+int ofccl__direct_writer_of(const ofccl__req_t *r, uint32_t unit);
+uint32_t ofccl__direct_unit_of(const ofccl__req_t *r, int p, uint32_t k);
+int ofccl__ring_writer_of(const ofccl__req_t *r, uint32_t unit);
+uint32_t ofccl__ring_unit_of(const ofccl__req_t *r, int p, uint32_t k);
+int ofccl__one_writer_of(const ofccl__req_t *r, uint32_t unit);
+uint32_t ofccl__one_unit_of(const ofccl__req_t *r, int p, uint32_t k);
+/* Direct: has chunk c arrived from every writer? */
+bool ofccl__direct_chunk_in(const ofccl__req_t *r, unsigned c);
+
+/* Eager algorithms (eager.c): send {header, payload} to every peer (peer p's
+ * payload at sendbuf + p * stride); 1 when all are posted, 0 when some must
+ * wait, <0 on error. Then, once all have arrived, check every writer's header. */
+int ofccl__eager_send(ofccl__req_t *r, size_t stride);
+int ofccl__eager_land(ofccl__req_t *r);
+
+/* Posting (post.c, allgather.c, reduce_scatter.c): argument checks shared by
+ * the calls, and the memory each collective moves. */
+int ofccl__check_args(ofccl_comm_t *comm, const char *what, const void *sendbuf, void *recvbuf,
+                      size_t count, ofccl_dtype_t dtype, ofccl_req_t **req, size_t *block);
+int ofccl__check_room(ofccl_comm_t *comm, const char *what, const char *name, const void *buf,
+                      size_t need);
+int ofccl__check_redop(ofccl_comm_t *comm, const char *what, ofccl_dtype_t dtype, ofccl_redop_t op);
+bool ofccl__overlaps(const void *a, size_t alen, const void *b, size_t blen);
+const char *ofccl__dtype_name(ofccl_dtype_t dtype);
+/* One rank: the collective is a local copy or a local reduction. */
+int ofccl__post_local(ofccl__req_t *r);
+int ofccl__post_allgather(ofccl__req_t *r);
+/* Claim a slot, fill in the arguments and post (all-gather or reduce-scatter);
+ * the slot is released on failure. */
+int ofccl__post(ofccl_comm_t *comm, int coll, const void *sendbuf, void *recvbuf, size_t count,
+                ofccl_dtype_t dtype, ofccl_redop_t op, size_t block, ofccl_req_t **req);
+/* ofccl__comm_note_once bits. */
+enum { OFCCL__NOTE_PULL_STAGED = 0 };
+int ofccl__post_reduce_scatter(ofccl__req_t *r);
+
+/* Buckets (bucket.c): extra staging bytes a bucket reduce-scatter needs (flat
+ * input + flat output), and packing the tensors into the flat buffer (`area`:
+ * the flat input for reduce-scatter; for all-gather the own region of r->dst);
+ * the results are scattered back by r->finish. */
+size_t ofccl__bucket_extra(const ofccl__req_t *r);
+void ofccl__bucket_copy_in(ofccl__req_t *r, void *area);
+
+#endif

@@ -1,0 +1,151 @@
+/*
+ * ofccl_reduce_scatter: check the arguments, resolve the memory (peers write
+ * into staging, or read the source in place where their memory maps), choose
+ * the algorithm and start the request.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "coll.h"
+#include "pool.h"
+#include "util.h"
+
+static size_t round8(size_t v)
+{
+    return (v + 7) & ~(size_t)7;
+}
+
+/* Reduce-scatter on a provider that maps peers' memory: peers read our source
+ * in place, so it must be memory they can map; anything else is copied into
+ * staging first (logged once per communicator: it costs a copy). A bucket's
+ * flat input is packed into staging anyway, its flat output after it. */
+static int post_rs_pull(ofccl__req_t *r, const ofccl__mr_t *smr)
+{
+    ofccl_comm_t *comm = r->comm;
+    size_t total = r->block * (size_t)comm->size;
+    int rc;
+
+    if (r->bucket) {
+        size_t need = round8(ofccl__bucket_extra(r));
+        rc = ofccl__stage_acquire(comm, OFCCL__RS, need + ofccl__layout_bytes(r) + 1,
+                                  &r->staging_idx, &r->src);
+        if (rc)
+            return rc;
+        ofccl__layout_publish(r, (char *)r->src.ptr + need);
+        r->out = (char *)r->src.ptr + total;
+        ofccl__bucket_copy_in(r, r->src.ptr);
+    } else if (smr != NULL && smr->shared && (smr->access & OFCCL__ACC_REMOTE_READ)) {
+        r->src = (ofccl__mem_ref_t){(void *)r->sendbuf, smr};
+    } else {
+        rc = ofccl__stage_acquire(comm, OFCCL__RS, total ? total : 1, &r->staging_idx, &r->src);
+        if (rc)
+            return rc;
+        if (total)
+            memcpy(r->src.ptr, r->sendbuf, total);
+        comm->ctx->stats.staged_bytes += total;
+        if (ofccl__comm_note_once(comm, OFCCL__NOTE_PULL_STAGED))
+            OFCCL__INFO(&comm->ctx->log, OFCCL__SUB_COLL,
+                        "rank %d: reduce-scatter sendbuf %p is not an ofccl_buffer_alloc buffer: "
+                        "peers cannot read it in place, so it is copied to staging first (noted "
+                        "once per communicator)",
+                        comm->rank, r->sendbuf);
+    }
+    r->dst = r->src; /* what the descriptor announces: the region peers read */
+    rc = ofccl__coll_start(r);
+    if (rc && r->staging_idx >= 0)
+        ofccl__stage_release(comm, OFCCL__RS, r->staging_idx);
+    return rc;
+}
+
+int ofccl__post_reduce_scatter(ofccl__req_t *r)
+{
+    ofccl_comm_t *comm = r->comm;
+    const ofccl__prov_caps_t *caps = ofccl__comm_caps(comm);
+    size_t n = (size_t)comm->size, total = r->block * n, need, dst_bytes, fwd_bytes = 0;
+    const ofccl__mr_t *smr;
+    ofccl__mem_ref_t stage;
+    int copy_src, rc;
+
+    r->algo = ofccl__choose(comm, OFCCL__RS, r->block, r->bucket);
+    r->out = r->recvbuf;
+    if (r->algo->flags & OFCCL__ALGO_EAGER) /* straight into the peers' control regions */
+        return ofccl__coll_start(r);
+    if (r->algo == &ofccl__rs_pull)
+        return post_rs_pull(r, r->bucket ? NULL : ofccl__mem_find(comm, r->sendbuf, total));
+    if (r->bucket) {
+        copy_src = 0;
+    } else {
+        smr = ofccl__mem_find(comm, r->sendbuf, total);
+        /* Unregistered sources are fine unless the provider (or strict mode)
+         * demands registered local buffers: then they are staged. */
+        copy_src = smr == NULL && caps->mr_local;
+        r->src = (ofccl__mem_ref_t){(void *)r->sendbuf, smr};
+    }
+    dst_bytes = r->algo == &ofccl__rs_ring ? total - r->block : total;
+    if (r->algo == &ofccl__rs_ring)
+        fwd_bytes = total - r->block;
+    dst_bytes = (dst_bytes + 63) & ~(size_t)63;
+    fwd_bytes = (fwd_bytes + 63) & ~(size_t)63;
+    need = round8(dst_bytes + fwd_bytes + (copy_src ? total : 0) +
+                  (r->bucket ? ofccl__bucket_extra(r) : 0));
+    rc = ofccl__stage_acquire(comm, OFCCL__RS, need + ofccl__layout_bytes(r), &r->staging_idx,
+                              &stage);
+    if (rc)
+        return rc;
+    if (r->bucket)
+        ofccl__layout_publish(r, (char *)stage.ptr + need);
+    r->dst = stage;
+    r->fwd = (ofccl__mem_ref_t){(char *)stage.ptr + dst_bytes, stage.mr};
+    if (r->bucket) {
+        /* Flat input (packed from the tensors) then the flat output. */
+        char *flat = (char *)stage.ptr + dst_bytes + fwd_bytes;
+        r->src = (ofccl__mem_ref_t){flat, stage.mr};
+        r->out = flat + total;
+        ofccl__bucket_copy_in(r, flat);
+    }
+    if (copy_src) {
+        void *copy = (char *)stage.ptr + dst_bytes + fwd_bytes;
+        if (total) /* count 0 may come with NULL buffers */
+            memcpy(copy, r->sendbuf, total);
+        comm->ctx->stats.staged_bytes += total;
+        r->src = (ofccl__mem_ref_t){copy, stage.mr};
+    }
+    rc = ofccl__coll_start(r);
+    if (rc)
+        ofccl__stage_release(comm, OFCCL__RS, r->staging_idx);
+    return rc;
+}
+
+static int ofccl_reduce_scatter_unlocked(ofccl_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                         size_t recvcount, ofccl_dtype_t dtype, ofccl_redop_t op,
+                                         ofccl_req_t **req)
+{
+    size_t block;
+    int rc = ofccl__check_args(comm, "ofccl_reduce_scatter", sendbuf, recvbuf, recvcount, dtype,
+                               req, &block);
+
+    if (rc == 0)
+        rc = ofccl__check_redop(comm, "ofccl_reduce_scatter", dtype, op);
+    if (rc == 0)
+        rc = ofccl__check_room(comm, "ofccl_reduce_scatter", "sendbuf", sendbuf,
+                               block * (size_t)comm->size);
+    if (rc == 0)
+        rc = ofccl__check_room(comm, "ofccl_reduce_scatter", "recvbuf", recvbuf, block);
+    if (rc)
+        return rc;
+    if (recvbuf != (const char *)sendbuf + (size_t)comm->rank * block &&
+        ofccl__overlaps(sendbuf, block * (size_t)comm->size, recvbuf, block))
+        return ofccl__comm_fail(comm, OFCCL_ERR_INVALID_ARG,
+                                "ofccl_reduce_scatter: recvbuf overlaps sendbuf but is not this "
+                                "rank's block (in place means recvbuf == sendbuf + rank * "
+                                "recvcount)");
+    return ofccl__post(comm, OFCCL__RS, sendbuf, recvbuf, recvcount, dtype, op, block, req);
+}
+
+int ofccl_reduce_scatter(ofccl_comm_t *comm, const void *sendbuf, void *recvbuf, size_t recvcount,
+                         ofccl_dtype_t dtype, ofccl_redop_t op, ofccl_req_t **req)
+{
+    OFCCL__CHECK_HANDLE(comm);
+    OFCCL__LOCKED(comm->ctx,
+                  ofccl_reduce_scatter_unlocked(comm, sendbuf, recvbuf, recvcount, dtype, op, req));
+}

@@ -1,0 +1,404 @@
+/*
+ * The request engine: a collective is a state machine (post -> progress ->
+ * complete) advanced only from counters. Claiming a slot, planning and
+ * announcing, the per-request progress loop with its deadline and dead-peer
+ * checks, and completion. Algorithms (lib/coll) plug in through
+ * ofccl__algo_t; the engine runs what they hand it and never names one.
+ */
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine_impl.h"
+#include "util.h"
+#include "pool.h"
+
+const char *ofccl__coll_name(int coll)
+{
+    return coll == OFCCL__AG ? "all-gather" : "reduce-scatter";
+}
+
+int ofccl__coll_fail(ofccl__req_t *r, int code, const char *fmt, ...)
+{
+    char msg[OFCCL__ERRMSG_LEN - 96];
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    if (r->status == 0)
+        r->status = code;
+    return ofccl__comm_fail(r->comm, code, "%s #%llu (%s): %s", ofccl__coll_name(r->coll),
+                            (unsigned long long)r->seq, r->algo ? r->algo->name : "?", msg);
+}
+
+/* ---- init ---- */
+int ofccl__coll_init(ofccl_comm_t *comm)
+{
+    ofccl__coll_state_t *cs = calloc(1, sizeof(*cs));
+    size_t n = (size_t)comm->size;
+    unsigned depth = (unsigned)ofccl__cfg_int(&comm->ctx->cfg, OFCCL__CFG_DEPTH);
+
+    if (cs == NULL)
+        return OFCCL_ERR_NO_MEMORY;
+    comm->coll = cs;
+    cs->desc_flag = calloc(OFCCL__SLOTS * n, 1);
+    cs->desc_seen = calloc(OFCCL__SLOTS * n, sizeof(uint64_t));
+    cs->eager_seen = calloc(OFCCL__EAGER_RING * n, 1);
+    if (!cs->desc_flag || !cs->desc_seen || !cs->eager_seen)
+        return OFCCL_ERR_NO_MEMORY;
+    /* Everything a request needs is allocated here, once: none on the data path. */
+    for (int s = 0; s < OFCCL__SLOTS; s++) {
+        ofccl__req_t *r = &cs->reqs[s];
+        r->comm = comm;
+        r->slot = (unsigned)s;
+        /* The per-peer state a new collective starts from zero, in one
+         * block so that posting clears it with one memset. */
+        r->peer_state_bytes = n * (sizeof(*r->sig_mask) + 4 * sizeof(uint32_t) + 3);
+        r->sig_mask = calloc(1, r->peer_state_bytes);
+        if (r->sig_mask != NULL) {
+            r->sent = (uint32_t *)(r->sig_mask + n);
+            r->inflight = r->sent + n;
+            r->sig_next = r->inflight + n;
+            r->from_cnt = r->sig_next + n;
+            r->writes_to_me = (uint8_t *)(r->from_cnt + n);
+            r->i_write_to = r->writes_to_me + n;
+            r->peer_ready = r->i_write_to + n;
+        }
+        r->peer_rk = calloc(n, sizeof(*r->peer_rk));
+        r->peer_off = calloc(n, sizeof(*r->peer_off));
+        r->unit_cnt = calloc(OFCCL__MAX_UNITS, sizeof(*r->unit_cnt));
+        r->seen = calloc(2 * n, sizeof(*r->seen));
+        r->nwops = (unsigned)n * (depth * 2 + 2);
+        r->wops = calloc(r->nwops, sizeof(*r->wops));
+        r->srcs = calloc(n, sizeof(*r->srcs));
+        r->peer_at = calloc(n, sizeof(*r->peer_at));
+        if (!r->sig_mask || !r->peer_rk || !r->peer_off || !r->unit_cnt || !r->seen || !r->wops ||
+            !r->srcs || !r->peer_at)
+            return OFCCL_ERR_NO_MEMORY;
+    }
+    cs->eager_bytes = (size_t)ofccl__cfg_int(&comm->ctx->cfg, OFCCL__CFG_EAGER_BYTES);
+    cs->eager_slot = ofccl__ctrl_eager_slot_bytes(comm->size, cs->eager_bytes);
+    ofccl__comm_set_sink(comm, OFCCL__SIG_COLL, ofccl__on_coll_signal, comm);
+    ofccl__comm_set_sink(comm, OFCCL__SIG_DESC, ofccl__on_desc_signal, comm);
+    ofccl__comm_set_sink(comm, OFCCL__SIG_EAGER, ofccl__on_eager_signal, comm);
+    return 0;
+}
+
+void ofccl__coll_fini(ofccl_comm_t *comm)
+{
+    ofccl__coll_state_t *cs = comm->coll;
+
+    if (cs == NULL)
+        return;
+    for (int s = 0; s < OFCCL__SLOTS; s++) {
+        ofccl__req_t *r = &cs->reqs[s];
+        free(r->sig_mask); /* and the rest of the per-peer state block */
+        free(r->peer_rk);
+        free(r->peer_off);
+        free(r->unit_cnt);
+        free(r->seen);
+        free(r->wops);
+        free(r->srcs);
+        free(r->peer_at);
+        free(r->tensors);
+    }
+    free(cs->desc_flag);
+    free(cs->desc_seen);
+    free(cs->eager_seen);
+    free(cs);
+    comm->coll = NULL;
+}
+
+/* ---- posting ---- */
+static void req_reset(ofccl__req_t *r)
+{
+    memset(r->sig_mask, 0, r->peer_state_bytes);
+    r->status = 0;
+    r->finished = 0;
+    r->arrived = 0;
+    r->reduced = 0;
+    r->descs_sent = 0;
+    r->ops_out = 0;
+    r->flush_ns = 0;
+    r->copy_out = NULL;
+    r->finish = NULL;
+    r->own_dst = NULL;
+    r->own_done = 0;
+    r->out = NULL;
+    r->staging_idx = -1;
+    r->bucket = 0;
+    r->src = r->dst = r->fwd = (ofccl__mem_ref_t){NULL, NULL};
+}
+
+/* Claim the next sequence number's slot. */
+int ofccl__coll_begin(ofccl_comm_t *comm, int coll, ofccl__req_t **out)
+{
+    ofccl__coll_state_t *cs = comm->coll;
+    ofccl__req_t *r = &cs->reqs[cs->next_seq % OFCCL__SLOTS];
+
+    int rc = ofccl__comm_check(comm, ofccl__coll_name(coll));
+
+    if (rc)
+        return rc;
+    if (r->state != OFCCL__REQ_FREE)
+        return ofccl__comm_fail(comm, OFCCL_ERR_AGAIN,
+                                "%s: %d collectives already outstanding (request of #%llu not "
+                                "freed); complete and free one first",
+                                ofccl__coll_name(coll), OFCCL__SLOTS, (unsigned long long)r->seq);
+    req_reset(r);
+    r->coll = coll;
+    *out = r;
+    return 0;
+}
+
+/* Plan, announce and activate a prepared request. */
+int ofccl__coll_start(ofccl__req_t *r)
+{
+    ofccl_comm_t *comm = r->comm;
+    /* Unit numbers identify their writer (direct: writer * nchunks + chunk). */
+    size_t max_units = OFCCL__MAX_UNITS / (size_t)comm->size;
+    int rc;
+
+    r->seq = comm->coll->next_seq;
+#ifdef OFCCL_FAULT_INJECTION
+    if (comm->ctx->kill_at != 0 && r->seq + 1 == comm->ctx->kill_at) {
+        OFCCL__WARN(&comm->ctx->log, OFCCL__SUB_COLL,
+                    "OFCCL_FAULT: killing this rank at collective #%llu",
+                    (unsigned long long)r->seq);
+        raise(SIGKILL);
+    }
+#endif
+    r->dst_need = (uint64_t)comm->size * r->block;
+    if (r->algo->flags & OFCCL__ALGO_EAGER) {
+        /* One {header, block} per writer, counted per ring slot, not per unit. */
+        r->depth = 1;
+        r->chunk = r->block;
+        r->nchunks = 1;
+    } else {
+        r->depth = (unsigned)ofccl__cfg_int(&comm->ctx->cfg, OFCCL__CFG_DEPTH);
+        r->chunk = (size_t)ofccl__cfg_int(&comm->ctx->cfg, OFCCL__CFG_CHUNK_BYTES);
+        r->chunk -= r->chunk % r->esize;
+        r->nchunks = r->block ? (unsigned)((r->block + r->chunk - 1) / r->chunk) : 0;
+        if (r->nchunks > max_units) { /* keep unit numbers within the signal's bits */
+            r->nchunks = (unsigned)max_units;
+            r->chunk = (r->block + max_units - 1) / max_units;
+            r->chunk += (r->esize - r->chunk % r->esize) % r->esize;
+            r->nchunks = (unsigned)((r->block + r->chunk - 1) / r->chunk);
+        }
+        /* Unit numbers are step * nchunks + chunk, with fewer steps than
+         * ranks: clear only those (the whole table is 64 KiB, longer than a
+         * small collective). Numbers beyond them are never read. */
+        memset(r->unit_cnt, 0,
+               sizeof(*r->unit_cnt) * OFCCL__MIN((size_t)OFCCL__MAX_UNITS,
+                                                 (size_t)comm->size * OFCCL__MAX(r->nchunks, 1u)));
+    }
+    rc = r->algo->plan(r);
+    if (rc)
+        return rc;
+    r->fingerprint = ofccl__fingerprint(r);
+    for (int p = 0; p < comm->size && comm->signal_mode == OFCCL__SIGNAL_ATOMIC; p++) {
+        /* Atomic path: counters are monotonic, remember where we start. */
+        r->seen[p] = atomic_load_explicit(&comm->ctrl[ofccl__ctrl_arr_cnt(comm->size, r->slot, p)],
+                                          memory_order_acquire);
+        r->seen[comm->size + p] = r->seen[p];
+    }
+    /* Deadlines are seconds and the history reports milliseconds: the coarse
+     * clock (a memory read) is precise enough and costs no timer read. */
+    r->start_ns = ofccl__coarse_ns();
+    r->deadline_ns = ofccl__comm_deadline(comm, r->start_ns);
+    r->state = OFCCL__REQ_ACTIVE;
+    ofccl__coll_history(r, 0);
+    comm->coll->all_pairs[r->seq % OFCCL__SLOTS] = (r->algo->flags & OFCCL__ALGO_ALL_PAIRS) != 0;
+    comm->coll->next_seq++;
+    if (r->algo->flags & OFCCL__ALGO_EAGER) {
+        /* No descriptors: every destination is a known slot of a control region. */
+        for (int p = 0; p < comm->size; p++)
+            if (r->i_write_to[p]) {
+                r->peer_ready[p] = 1;
+                r->peer_rk[p] = comm->peer_ctrl[p];
+                r->peer_off[p] = ofccl__eager_in_offset(comm, r->seq, comm->rank);
+            }
+        r->descs_sent = (unsigned)comm->size;
+    } else if ((rc = ofccl__desc_send(r)) != 0) {
+        return rc;
+    }
+    if (r->algo->start != NULL && (rc = r->algo->start(r)) < 0)
+        return rc;
+    OFCCL__DEBUG(&comm->ctx->log, OFCCL__SUB_COLL,
+                 "%s #%llu posted: %s, %zu bytes per rank, %u chunks of %zu, depth %u",
+                 ofccl__coll_name(r->coll), (unsigned long long)r->seq, r->algo->name, r->block,
+                 r->nchunks, r->chunk, r->depth);
+    return 0;
+}
+
+static void complete(ofccl__req_t *r)
+{
+    ofccl__ctx_moved(r->comm->ctx);
+    ofccl__coll_history(r, 1);
+    if (r->status == 0 && r->finish != NULL)
+        r->finish(r);
+    if (r->staging_idx >= 0) {
+        ofccl__stage_release(r->comm, r->coll, r->staging_idx);
+        r->staging_idx = -1;
+    }
+    r->state = OFCCL__REQ_DONE;
+}
+
+/* Not complete while a delivered write's signal (atomic path) is not posted yet,
+ * or while a descriptor we are owed has not arrived: even a collective with
+ * nothing to send must consume it, or it would be mistaken for the next
+ * collective's on this slot. */
+static int signals_owed(const ofccl__req_t *r)
+{
+    for (int p = 0; p < r->comm->size; p++)
+        if (r->sig_mask[p] || (r->i_write_to[p] && !r->peer_ready[p]))
+            return 1;
+    return 0;
+}
+
+/* After a mismatch the peers are alive and wait for our descriptors: deliver
+ * them (within a second) before the request completes, so that each peer finds
+ * the difference itself and names it rather than timing out or seeing this
+ * rank leave. 1 while that is still going on. */
+static bool flush_descriptors(ofccl__req_t *r)
+{
+    ofccl_comm_t *comm = r->comm;
+    uint64_t now = ofccl__coarse_ns();
+    bool pending =
+        r->descs_sent < (unsigned)comm->size || r->ops_out > 0 || ofccl__layout_busy(comm);
+
+    for (int p = 0; p < comm->size && !pending; p++)
+        pending = (r->sig_mask[p] >> 63) != 0;
+    if (r->status != OFCCL_ERR_MISMATCH || !pending)
+        return false;
+    if (r->flush_ns == 0)
+        r->flush_ns = now + 1000000000ull;
+    if (now > r->flush_ns)
+        return false;
+    if (ofccl__desc_send(r) == 0 && comm->signal_mode == OFCCL__SIGNAL_ATOMIC)
+        ofccl__desc_pump(r);
+    return true;
+}
+
+static int req_progress(ofccl__req_t *r, bool check_clock)
+{
+    ofccl_comm_t *comm = r->comm;
+    int rc;
+
+    if (r->state != OFCCL__REQ_ACTIVE)
+        return 0;
+    if (r->status == 0 && comm->sticky)
+        r->status = comm->sticky;
+    if (r->status == 0 && !(r->algo->flags & OFCCL__ALGO_EAGER) && comm->size > 1) {
+        int from = ofccl__eager_sender(comm, r->seq);
+        if (from >= 0)
+            ofccl__coll_fail(r, OFCCL_ERR_MISMATCH,
+                             "rank %d posted it on the eager path, rank %d on the descriptor one: "
+                             "the count (or OFCCL_EAGER_BYTES) differs",
+                             from, comm->rank);
+    }
+    if (r->status == 0) {
+        rc = 0;
+        if (!(r->algo->flags & OFCCL__ALGO_EAGER)) { /* eager: no descriptors (coll_start) */
+            rc = ofccl__desc_send(r);
+            if (rc == 0)
+                rc = ofccl__desc_take(r);
+        }
+        if (rc == 0 && comm->signal_mode == OFCCL__SIGNAL_ATOMIC) {
+            ofccl__arrivals_fold(r);
+            rc = ofccl__desc_pump(r);
+        }
+        if (rc == 0 && !r->finished)
+            rc = r->algo->progress(r);
+        if (rc == 0 && comm->signal_mode == OFCCL__SIGNAL_ATOMIC)
+            rc = ofccl__sig_pump(r);
+        if (rc && rc != OFCCL_ERR_AGAIN && r->status == 0)
+            r->status = rc;
+    }
+    if (r->status == 0 && r->finished && r->ops_out == 0 && !signals_owed(r) &&
+        r->descs_sent == (unsigned)comm->size) {
+        complete(r);
+        return 0;
+    }
+    /* Deadlines are seconds and a dead peer is polled per millisecond: a
+     * clock read on every pass of a spinning wait would be most of its cost. */
+    if (check_clock && r->status == 0) {
+        int pid, gone = ofccl__ep_peer_gone(comm->ep, &pid);
+        /* A gone peer's writes, if any, were read above: what is still
+         * missing will never come, so it fails now rather than at the deadline. */
+        if (gone >= 0 || ofccl__coarse_ns() > r->deadline_ns) {
+            char cause[64] = "", who[256];
+            if (gone >= 0)
+                snprintf(cause, sizeof(cause), "rank %d (pid %d) has exited; ", gone, pid);
+            ofccl__coll_waiting_for(r, who, sizeof(who));
+            ofccl__coll_fail(r, gone >= 0 ? OFCCL_ERR_REMOTE_ERROR : OFCCL_ERR_TIMEOUT,
+                             "%snot complete after %llu ms; waiting for %s", cause,
+                             (unsigned long long)((ofccl__coarse_ns() - r->start_ns) / 1000000),
+                             who);
+            ofccl__coll_dump_history(r);
+        }
+    }
+    if (r->status != 0 && flush_descriptors(r))
+        return 0;
+    /* A failed request completes once its own ops are back (or the comm is dead). */
+    if (r->status != 0 && (r->ops_out == 0 || comm->sticky))
+        complete(r);
+    return 0;
+}
+
+void ofccl__coll_progress_req(ofccl__req_t *r)
+{
+    req_progress(r, false);
+}
+
+int ofccl__coll_progress(ofccl_comm_t *comm, bool check_clock)
+{
+    int rc = ofccl__comm_progress(comm);
+
+    for (int s = 0; s < OFCCL__SLOTS; s++)
+        req_progress(&comm->coll->reqs[s], check_clock);
+    return rc;
+}
+
+void ofccl__coll_done_now(ofccl__req_t *r, int status)
+{
+    r->seq = r->comm->coll->next_seq++;
+    r->algo = NULL;
+    r->status = status;
+    r->state = OFCCL__REQ_DONE;
+}
+
+bool ofccl__coll_lockfree_watch(const ofccl__req_t *r)
+{
+    return r->state == OFCCL__REQ_ACTIVE && r->algo != NULL &&
+           (r->algo->flags & OFCCL__ALGO_EAGER) && r->comm->peer_ctrl_at != NULL;
+}
+
+int ofccl__coll_map_peer(ofccl__req_t *r, int p, uint64_t off, size_t len, const void **at)
+{
+    ofccl__err_t e;
+    void *ptr = NULL;
+    int rc = ofccl__ep_peer_map(r->comm->ep, p, &r->peer_rk[p], r->peer_off[p] + off, len,
+                                OFCCL__ACC_REMOTE_READ, &ptr, &e);
+
+    if (rc)
+        return ofccl__coll_fail(r, rc, "reading rank %d's source in place: %s", p, e.msg);
+    *at = ptr;
+    return 0;
+}
+
+const ofccl__prov_caps_t *ofccl__comm_caps(const ofccl_comm_t *comm)
+{
+    return ofccl__ep_caps(comm->ep);
+}
+
+bool ofccl__comm_note_once(ofccl_comm_t *comm, unsigned bit)
+{
+    bool first = !(comm->coll->notes & (1u << bit));
+
+    comm->coll->notes |= 1u << bit;
+    return first;
+}

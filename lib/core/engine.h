@@ -1,0 +1,258 @@
+/*
+ * The request engine, as the collective layer (lib/coll) sees it: a request is
+ * a state machine (post -> progress -> complete) advanced only from counters.
+ * Algorithms plug in through ofccl__algo_t; the engine runs the steps they hand
+ * it and never names one.
+ *
+ * Protocol of one collective, sequence number `seq`, request slot seq % SLOTS:
+ *  1. Every rank that will be written to announces its destination buffer to
+ *     the ranks that write into it: a descriptor (desc.c) written into the
+ *     writer's control region with a signal. The descriptor is also the
+ *     credit: a buffer is announced only when it is free.
+ *  2. Writers check it (operation, count, dtype, op, algorithm, layout): a
+ *     mismatch fails the request with OFCCL_ERR_MISMATCH naming the field.
+ *  3. Data moves in units (a chunk of a block at a step), each signalled to the
+ *     receiver with 4 bytes of CQ data {kind, comm, slot, unit}, or — on the
+ *     atomic path — by an in-order 64-bit add on a per-writer counter posted
+ *     once the write is delivery-complete. The receiver counts; it never relies
+ *     on the order of writes.
+ * Small collectives of an all-pairs algorithm may skip step 1 (eager slots).
+ */
+#ifndef OFCCL_CORE_ENGINE_H
+#define OFCCL_CORE_ENGINE_H
+
+#include "core.h"
+#include "reduce.h"
+
+#define OFCCL__SLOTS 8 /* collectives outstanding per communicator */
+#define OFCCL__SLOT_BITS 3
+#define OFCCL__MAX_UNITS 16384 /* units (chunk x step) one collective may signal */
+#define OFCCL__DESC_WORDS 12
+#define OFCCL__EAGER_WORDS 4 /* eager header: from, fingerprint, count, seq + 1 (the mark) */
+#define OFCCL__EAGER_HDR (OFCCL__EAGER_WORDS * sizeof(uint64_t))
+#define OFCCL__EAGER_RING 16 /* eager slots per writer (eager_slots.c says why 16) */
+
+/* The operation: names it in messages, picks its staging set, and is part of
+ * what ranks must agree on. */
+enum ofccl__coll_kind { OFCCL__AG = 1, OFCCL__RS = 2 };
+enum ofccl__req_state { OFCCL__REQ_FREE = 0, OFCCL__REQ_ACTIVE, OFCCL__REQ_DONE };
+
+typedef struct ofccl_req ofccl__req_t;
+
+/* A write in flight: the op context handed to the provider. */
+typedef struct ofccl__wop {
+    ofccl__op_t op; /* first: the provider hands back &op */
+    ofccl__req_t *req;
+    int peer;
+    uint32_t unit; /* data: the k-th write to the peer; UINT32_MAX: a descriptor */
+    int atomic;    /* 1 for a signal add on the atomic path */
+} ofccl__wop_t;
+
+/* A memory area: where it is locally, and the registration covering it. */
+typedef struct ofccl__mem_ref {
+    void *ptr;
+    const ofccl__mr_t *mr; /* NULL: unregistered */
+} ofccl__mem_ref_t;
+
+/* What an algorithm is, for the engine. */
+enum ofccl__algo_flag {
+    /* Every rank exchanges with every other: a later collective may go
+     * through the eager slots after it (eager_slots.c). */
+    OFCCL__ALGO_ALL_PAIRS = 1u << 0,
+    /* Data goes into the peers' eager slots: no descriptors; one {header,
+     * data} per writer, counted per ring slot. */
+    OFCCL__ALGO_EAGER = 1u << 1,
+};
+
+typedef struct ofccl__algo {
+    size_t size; /* sizeof(ofccl__algo_t) */
+    const char *name;
+    int coll;
+    int wire_id;    /* identifies the algorithm in fingerprints (ranks must agree) */
+    unsigned flags; /* enum ofccl__algo_flag */
+    /* After arguments and buffers are set: fill the plan (units expected,
+     * who writes to this rank). Must not post. */
+    int (*plan)(ofccl__req_t *r);
+    /* Once the request is active (may be NULL): what it can do at once. */
+    int (*start)(ofccl__req_t *r);
+    /* Advance: post what is ready, reduce what has arrived. Bounded work.
+     * Sets r->finished when everything this rank owes and expects is done. */
+    int (*progress)(ofccl__req_t *r);
+    /* Unit numbers are the receiver's and say who wrote them: the writer of
+     * unit u (for per-writer accounting and messages), and, for the atomic
+     * signal path (which counts each writer's writes in order), the unit of
+     * writer p's k-th write here. */
+    int (*writer_of)(const ofccl__req_t *r, uint32_t unit);
+    uint32_t (*unit_of)(const ofccl__req_t *r, int p, uint32_t k);
+} ofccl__algo_t;
+
+struct ofccl_req {
+    ofccl_comm_t *comm;
+    int state; /* enum ofccl__req_state */
+    int status;
+    int finished; /* set by the algorithm */
+    uint64_t seq;
+    unsigned slot;
+    const ofccl__algo_t *algo;
+    uint64_t deadline_ns;
+    uint64_t start_ns;
+
+    /* arguments */
+    int coll;
+    const void *sendbuf;
+    void *recvbuf;
+    size_t count; /* elements per rank block */
+    ofccl_dtype_t dtype;
+    ofccl_redop_t op;
+    size_t esize;
+    size_t block; /* bytes per rank block */
+    uint64_t fingerprint;
+
+    /* memory: source of what this rank sends, destination peers write into */
+    ofccl__mem_ref_t src; /* AG: own block; RS: n blocks */
+    ofccl__mem_ref_t dst; /* AG: n blocks (final or staged); RS: staging for peers */
+    ofccl__mem_ref_t fwd; /* RS ring: reduced partials forwarded to the right */
+    void *out;            /* RS: where the reduced block goes (user recvbuf) */
+    void *copy_out;       /* AG staged: user recvbuf to copy dst into at completion */
+    char *own_dst;        /* AG direct sending from sendbuf: where our block goes */
+    unsigned own_done;    /* chunks of it copied there so far */
+    int staging_idx;      /* staging set held, -1 if none */
+    /* Run when the request completes successfully, before its staging is
+     * released: copying staged results out (set by lib/coll). */
+    void (*finish)(ofccl__req_t *r);
+    int bucket;              /* 1: bucket request, copy-in/out to tensors */
+    ofccl_tensor_t *tensors; /* bucket: copy of the caller's list (grow-only, per slot) */
+    int ntensors, tcap;
+    uint64_t layout_hash; /* bucket: hash of the tensors' element counts */
+    /* bucket: the counts, published in r->dst's registration for a peer that
+     * needs to name a difference, then as many words of room to read its own */
+    uint64_t *layout;
+
+    /* plan */
+    size_t chunk;
+    unsigned nchunks;
+    unsigned depth;
+    unsigned units_in;     /* units this rank expects to receive */
+    uint64_t dst_need;     /* bytes writers may put into a destination (n * block unless
+                              the plan says otherwise) */
+    uint8_t *writes_to_me; /* [size] 1 if that rank writes into this rank */
+    uint8_t *i_write_to;   /* [size] 1 if this rank writes into that rank */
+
+    /* descriptors received from the ranks this rank writes to */
+    uint8_t *peer_ready;    /* [size] */
+    ofccl__rkey_t *peer_rk; /* [size] */
+    uint64_t *peer_off;     /* [size] offset of their destination in their region */
+    unsigned descs_sent;
+    uint64_t flush_ns; /* failed by a mismatch: deliver descriptors until then */
+
+    /* counters: the whole state of the pipeline */
+    uint32_t *unit_cnt;      /* [MAX_UNITS] arrivals per unit */
+    uint64_t arrived;        /* total arrivals */
+    uint64_t *seen;          /* [size] atomic path: per-writer counter already folded */
+    uint32_t *sent;          /* [size] units posted to that peer */
+    uint32_t *inflight;      /* [size] writes in flight to that peer */
+    uint32_t *sig_next;      /* [size] atomic path: next write (k) to signal */
+    uint32_t *from_cnt;      /* [size] units arrived from that writer */
+    uint64_t *sig_mask;      /* [size] atomic path: delivered, unsignalled units */
+    size_t peer_state_bytes; /* sig_mask, sent, inflight, sig_next, from_cnt, writes_to_me,
+                                i_write_to and peer_ready: one block, in this order */
+    uint32_t reduced;        /* RS: units reduced */
+    unsigned ops_out;        /* ops of this request not yet completed */
+    ofccl__wop_t *wops;      /* [size * (depth * 2 + 2)] */
+    const void **srcs;       /* [size] reduction sources */
+    const char **peer_at;    /* [size] pull: peer p's block for this rank, mapped here */
+    unsigned nwops;
+};
+
+/* ---- for algorithms ---- */
+static inline unsigned ofccl__unit(const ofccl__req_t *r, unsigned step, unsigned chunk)
+{
+    return step * r->nchunks + chunk;
+}
+static inline size_t ofccl__chunk_len(const ofccl__req_t *r, unsigned chunk)
+{
+    size_t off = (size_t)chunk * r->chunk;
+    return off + r->chunk <= r->block ? r->chunk : r->block - off;
+}
+/* Post a write of `len` bytes from local `src` (inside r->src/dst/fwd's
+ * registration `mr`) to `peer`'s destination at `dst_off` bytes, signalled as
+ * `unit`. Returns 0 posted, OFCCL_ERR_AGAIN (try later), or an error. */
+int ofccl__coll_put(ofccl__req_t *r, int peer, const void *src, const ofccl__mr_t *mr, size_t len,
+                    uint64_t dst_off, uint32_t unit);
+/* Fail request r: record `code` as its status and a message naming the
+ * collective, its sequence number and algorithm on the communicator. */
+int ofccl__coll_fail(ofccl__req_t *r, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Where bytes [off, off+len) of peer p's announced region (r->peer_rk[p]) are
+ * mapped here, for reading in place (caps.peer_map). */
+int ofccl__coll_map_peer(ofccl__req_t *r, int p, uint64_t off, size_t len, const void **at);
+/* "all-gather" or "reduce-scatter", for messages. */
+const char *ofccl__coll_name(int coll);
+
+/* ---- for the collective entry points ---- */
+/* Claim the slot of the next sequence number (no side effect on failure). */
+int ofccl__coll_begin(ofccl_comm_t *comm, int coll, ofccl__req_t **out);
+/* Plan, announce and activate a request whose arguments, memory and algorithm
+ * are set. */
+int ofccl__coll_start(ofccl__req_t *r);
+/* Complete a claimed request at once, with `status` (one rank: nothing to
+ * exchange); it takes its sequence number like any other. */
+void ofccl__coll_done_now(ofccl__req_t *r, int status);
+/* The provider capabilities of the communicator's endpoint. */
+const ofccl__prov_caps_t *ofccl__comm_caps(const ofccl_comm_t *comm);
+/* True the first time it is called with `bit` on this communicator (logging
+ * a costly fallback once). */
+bool ofccl__comm_note_once(ofccl_comm_t *comm, unsigned bit);
+
+/* What a descriptor from rank `from` must say for the collective we posted. */
+typedef struct ofccl__desc_expect {
+    uint64_t seq, fingerprint, count, need;
+    int from, me;
+    uint64_t scalar_bits;           /* premul scalar (0 when unused) */
+    int bucket;                     /* a bucket: compare its layout, not the padded count */
+    uint64_t ntensors, layout_hash; /* buckets */
+} ofccl__desc_expect_t;
+/* ofccl__desc_check: the bucket layouts differ in some tensor's size; which
+ * one only the peer's published layout can tell (a positive code: not an error
+ * to return to a caller). */
+#define OFCCL__LAYOUT_DIFFERS 1
+/* Validate a descriptor written by a peer (untrusted): 0, OFCCL_ERR_MISMATCH
+ * (the peer posted something else), OFCCL__LAYOUT_DIFFERS or OFCCL_ERR_CORRUPT;
+ * `why` says which. A descriptor is {seq, fingerprint, count, base, key, len,
+ * offset, rank, premul scalar bits, layout hash, tensors, layout offset}. */
+int ofccl__desc_check(const uint64_t d[OFCCL__DESC_WORDS], const ofccl__desc_expect_t *x, char *why,
+                      size_t len);
+/* The same for an eager header (x->need unused). */
+int ofccl__eager_check(const uint64_t h[OFCCL__EAGER_WORDS], const ofccl__desc_expect_t *x,
+                       char *why, size_t len);
+
+/* Bucket layouts (layout.c): the hash of the tensors' counts; the bytes a
+ * bucket request adds to its staging (its counts, and room for a peer's); and
+ * publishing them (inside r->dst's registration) for a peer that must name a
+ * difference. */
+uint64_t ofccl__layout_hash(const ofccl_tensor_t *t, int n);
+size_t ofccl__layout_bytes(const ofccl__req_t *r);
+void ofccl__layout_publish(ofccl__req_t *r, void *area);
+
+/* ---- eager slots (eager_slots.c) ---- */
+/* May the next collective, moving `block` bytes per rank, go through the
+ * eager slots (size, signal path, and what the slots' reuse rule needs)? */
+bool ofccl__eager_possible(const ofccl_comm_t *comm, size_t block);
+/* Our outgoing {header, payload} area for request slot `slot` and peer `p`. */
+uint8_t *ofccl__eager_out(const ofccl_comm_t *comm, unsigned slot, int p);
+/* Incoming area written by `from` for sequence number `seq`. */
+const uint8_t *ofccl__eager_in(const ofccl_comm_t *comm, uint64_t seq, int from);
+/* Write the header that travels with eager data. */
+void ofccl__eager_header(const ofccl__req_t *r, uint8_t *area);
+/* Can peer p's slot be stored into directly (mapped control regions)? */
+bool ofccl__eager_mapped(const ofccl_comm_t *comm, int p);
+/* Mapped: store {header, r->block bytes of payload} straight into peer p's
+ * incoming slot, the header's mark last (release). */
+void ofccl__eager_store(const ofccl__req_t *r, int p, const void *payload);
+/* Eager request r: 1 when every peer's {header, data} is in (0 otherwise), or an
+ * error when a peer took the descriptor path for the same collective. */
+int ofccl__eager_arrived(ofccl__req_t *r);
+/* Has `from`'s eager {header, data} for request r arrived here? */
+bool ofccl__eager_from_in(const ofccl__req_t *r, int from);
+
+#endif
