@@ -12,15 +12,16 @@
 #                     at least once, so 1.0 is the bound for any algorithm.
 #
 # Usage: perf/hosts/bench.sh [-B build] [-R rate] [-b min] [-e max] [-n iters]
-#          [-w warmup] [-a "algo ..."] [-r ranks_per_host] [-o outdir]
+#          [-w warmup] [-a "algo ..."] [-r ranks_per_host] [-c 0|1] [-o outdir]
 #   -a  values of OFCCL_ALGO_AG / OFCCL_ALGO_RS to compare (ofccl_perf -a;
 #       default "direct ring"); a hierarchical algorithm joins the list by name.
+#   -c  ofccl_perf -c: 1 (default) checks every element after the timed batch.
 # Needs root (namespaces, tc). CSVs go to outdir (default perf/out/hosts).
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
-build=build rate=1gbit minb=1M maxb=64M iters=5 warmup=1 algos="direct ring" rph=4
+build=build rate=1gbit minb=1M maxb=64M iters=5 warmup=1 algos="direct ring" rph=4 check=1
 out=perf/out/hosts
-while getopts "B:R:b:e:n:w:a:r:o:h" c; do
+while getopts "B:R:b:e:n:w:a:r:c:o:h" c; do
     case $c in
     B) build=$OPTARG ;;
     R) rate=$OPTARG ;;
@@ -30,8 +31,9 @@ while getopts "B:R:b:e:n:w:a:r:o:h" c; do
     w) warmup=$OPTARG ;;
     a) algos=$OPTARG ;;
     r) rph=$OPTARG ;;
+    c) check=$OPTARG ;;
     o) out=$OPTARG ;;
-    *) sed -n '2,22p' "$0"; exit 2 ;;
+    *) sed -n '2,/^set -u/p' "$0" | grep '^#'; exit 2 ;;
     esac
 done
 perf=$build/perf/ofccl_perf
@@ -63,7 +65,7 @@ echo "# link ceiling before: ${c1:-?} B/s per direction (tbf $rate, both ways at
 for algo in $algos; do
     echo "# ofccl_perf, $((2 * rph)) ranks, algorithm $algo"
     cluster_run "$rph" 580 "$perf" -o all -b "$minb" -e "$maxb" -f 2 -n "$iters" -w "$warmup" \
-        -a "$algo" -c 0 -C "$out/ofccl-$algo.csv" || exit 1
+        -a "$algo" -c "$check" -C "$out/ofccl-$algo.csv" || exit 1
 done
 c2=$(ceiling 2)
 echo "# link ceiling after: ${c2:-?} B/s per direction"
@@ -77,20 +79,25 @@ print("# ceiling used: %.1f MB/s per direction (mean of %.1f before, %.1f after;
       % (ceil / 1e6, c1 / 1e6, c2 / 1e6, rate))
 print("%-6s %-6s %5s %9s %11s %11s %9s %6s" % ("coll", "algo", "ranks", "size", "time(us)",
                                                "busbw(MB/s)", "busbw/C", "link"))
-rows = []
+rows, wrong = [], 0
 for algo in sys.argv[5:]:
     with open("%s/ofccl-%s.csv" % (out, algo)) as f:
         for r in csv.DictReader(f):
             size, t = int(r["size"]), float(r["time_us"]) / 1e6
             busbw = float(r["busbw_GBps"]) * 1e9
+            wrong += int(r["wrong"])
             link = (size / 2) / ceil / t
             rows.append((r["coll"], algo, r["ranks"], size, t * 1e6, busbw / 1e6, busbw / ceil,
                          link))
 for r in rows:
     print("%-6s %-6s %5s %8dK %11.0f %11.1f %9.2f %6.2f" % (r[0], r[1], r[2], r[3] >> 10, *r[4:]))
+print("# wrong elements: %d" % wrong)
 with open("%s/ratios.csv" % out, "w") as f:
     f.write("coll,algo,ranks,size,time_us,busbw_MBps,busbw_over_ceiling,link_share,ceiling_MBps\n")
     for r in rows:
         f.write("%s,%s,%s,%d,%.1f,%.2f,%.4f,%.4f,%.2f\n" % (*r, ceil / 1e6))
+sys.exit(1 if wrong else 0)
 EOF
-echo "# $(($(date +%s) - start)) s; CSVs in $out"
+status=$?
+echo "# $(($(date +%s) - start)) s; load average at the end: $(cut -d' ' -f1-3 /proc/loadavg); CSVs in $out"
+exit $status
