@@ -46,15 +46,16 @@ cluster_limit "$rate" || { echo "tc tbf unavailable"; exit 1; }
 # The ceiling: one TCP stream each way at once, as the collectives use the
 # link both ways; the per-direction rate, the lower of the two.
 ceiling() {
-    local port=$((5100 + $1)) a b
+    local port=$((5100 + $1)) a b s
     cluster_in 1 /usr/bin/python3 "$here/stream.py" recv "$port" 20 >"$out/stream-a.log" 2>&1 &
     a=$!
     cluster_in 0 /usr/bin/python3 "$here/stream.py" recv "$((port + 50))" 20 \
         >"$out/stream-b.log" 2>&1 &
     b=$!
     cluster_in 0 /usr/bin/python3 "$here/stream.py" send "$CLUSTER_NET.2" "$port" 3 &
+    s=$!
     cluster_in 1 /usr/bin/python3 "$here/stream.py" send "$CLUSTER_NET.1" "$((port + 50))" 3
-    wait
+    wait "$s" "$a" "$b"
     cat "$out/stream-a.log" "$out/stream-b.log" | sed -n 's/^rate_Bps=//p' | sort -n | head -1
 }
 
@@ -71,6 +72,7 @@ c2=$(ceiling 2)
 echo "# link ceiling after: ${c2:-?} B/s per direction"
 [ -n "$c2" ] || exit 1
 
+# shellcheck disable=SC2086 # one argument per algorithm
 /usr/bin/python3 - "$c1" "$c2" "$rate" "$out" $algos <<'EOF'
 import csv, sys
 c1, c2, rate, out = float(sys.argv[1]), float(sys.argv[2]), sys.argv[3], sys.argv[4]

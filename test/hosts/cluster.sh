@@ -140,7 +140,7 @@ cluster_fabric() {
 # cluster_start RPH SECONDS prog [args]: start RPH ranks on every host (rank
 # r on host r / RPH), each under `timeout SECONDS`; rank pids in CLUSTER_PIDS.
 cluster_start() {
-    local rph=$1 secs=$2 h l r n
+    local rph=$1 secs=$2 h r n
     shift 2
     n=$((CLUSTER_H * rph))
     CLUSTER_RPH=$rph

@@ -14,13 +14,11 @@
 #include <unistd.h>
 
 #include "core.h"
-#include "cu.h"
+#include "hosts.h"
 
 #define MARK_PREFIX "ofccl-hosts-check."
 
-static ofccl_ctx_t *ctx;
-static ofccl_comm_t *comm;
-static int rank, size, rph;
+static int rph;
 
 static void test_placement(void)
 {
@@ -110,8 +108,6 @@ static void test_private_shm(void)
 
 int main(int argc, char **argv)
 {
-    char err[512] = "";
-    ofccl_ctx_params_t p = {.size = sizeof(p), .errbuf = err, .errlen = sizeof(err)};
     static const cu_test_t tests[] = {
         {"placement: hostname, local rank and size", test_placement},
         {"host table: every peer's host", test_host_table},
@@ -119,26 +115,11 @@ int main(int argc, char **argv)
         {"/dev/shm shared within a host only", test_private_shm},
         {NULL, NULL},
     };
-    int rc;
 
     rph = argc > 1 ? atoi(argv[1]) : 0;
     if (rph < 1) {
         fprintf(stderr, "usage: test_hosts RANKS_PER_HOST\n");
         return 2;
     }
-    if ((rc = ofccl_ctx_create(&p, &ctx)) != 0) {
-        fprintf(stderr, "ofccl_ctx_create: %s: %s\n", ofccl_strerror(rc), err);
-        return 1;
-    }
-    if ((rc = ofccl_comm_world(ctx, &comm)) != 0) {
-        fprintf(stderr, "ofccl_comm_world: %s\n", ofccl_ctx_last_error(ctx));
-        ofccl_ctx_destroy(ctx);
-        return 1;
-    }
-    ofccl_comm_rank(comm, &rank);
-    ofccl_comm_size(comm, &size);
-    rc = cu_run("hosts", tests);
-    if (ofccl_comm_destroy(comm) || ofccl_ctx_destroy(ctx))
-        rc = 1;
-    return rc;
+    return hosts_run_suite("hosts", tests, 0);
 }
