@@ -18,8 +18,9 @@
 #   cannot be created here (the reason is printed), 1 otherwise.
 # As a library (. cluster.sh): cluster_up H; cluster_run RPH SECONDS prog...;
 #   cluster_in H cmd...; cluster_partition H; cluster_limit RATE; cluster_down.
-#   Each rank sees CLUSTER_HOST (its host index) and CLUSTER_RPH besides the
-#   OFCCL_BOOT_* variables; its output goes to $CLUSTER_DIR/rank<r>.log.
+#   Each rank sees CLUSTER_HOST (its host index), CLUSTER_RPH and CLUSTER_DIR
+#   (a directory every host sees) besides the OFCCL_BOOT_* variables; its
+#   output goes to $CLUSTER_DIR/rank<r>.log.
 
 CLUSTER_NET=${CLUSTER_NET:-10.66.0}
 CLUSTER_TTL=${CLUSTER_TTL:-900} # holders exit by themselves after this many seconds
@@ -151,7 +152,7 @@ cluster_start() {
         # nsenter itself in the background (not a function): $! is then the
         # rank's own process chain (nsenter -> env -> timeout), which a kill reaches.
         nsenter -t "${CLUSTER_HOLDER[h]}" -n -m -u --wd="$PWD" -- env OFCCL_BOOT_ROOT="$CLUSTER_NET.1:$CLUSTER_PORT" \
-            OFCCL_BOOT_RANK="$r" OFCCL_BOOT_SIZE="$n" CLUSTER_HOST="$h" CLUSTER_RPH="$rph" \
+            OFCCL_BOOT_RANK="$r" OFCCL_BOOT_SIZE="$n" CLUSTER_HOST="$h" CLUSTER_RPH="$rph" CLUSTER_DIR="$CLUSTER_DIR" \
             timeout -k 5 "$secs" "$@" >"$CLUSTER_DIR/rank$r.log" 2>&1 &
         CLUSTER_PIDS[r]=$!
     done
