@@ -6,7 +6,7 @@
 #include "log.h"
 #include "ofccl.h"
 
-#define OFCCL__ERRMSG_LEN 512
+#define OFCCL__ERRMSG_LEN 1024
 
 typedef struct ofccl__err {
     int code;

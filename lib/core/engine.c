@@ -330,7 +330,7 @@ static int req_progress(ofccl__req_t *r, bool check_clock)
         /* A gone peer's writes, if any, were read above: what is still
          * missing will never come, so it fails now rather than at the deadline. */
         if (gone >= 0 || ofccl__coarse_ns() > r->deadline_ns) {
-            char cause[64] = "", who[256];
+            char cause[64] = "", who[OFCCL__ERRMSG_LEN / 2];
             if (gone >= 0)
                 snprintf(cause, sizeof(cause), "rank %d (pid %d) has exited; ", gone, pid);
             ofccl__coll_waiting_for(r, who, sizeof(who));

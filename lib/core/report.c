@@ -1,48 +1,78 @@
 /*
  * What a collective leaves behind for the reports of a stuck one: the history
  * of the communicator's last OFCCL__HISTORY collectives, and which ranks a
- * request still waits for. The engine (coll.c) records; a timeout reports.
+ * request still waits for. The engine (engine.c) records; a timeout reports.
  */
 #include <stdio.h>
+#include <string.h>
 
 #include "engine_impl.h"
 #include "util.h"
 
+/* What rank p still owes request r ("" if nothing), into what[len]. */
+static void owed_by(const ofccl__req_t *r, int p, unsigned each, char *what, size_t len)
+{
+    size_t w = 0;
+
+    what[0] = '\0';
+    if (r->i_write_to[p] && !r->peer_ready[p])
+        w += (size_t)snprintf(what + w, len - w, "; descriptor not posted there");
+    else if (r->i_write_to[p] && r->inflight[p])
+        w += (size_t)snprintf(what + w, len - w, "; %u of our writes to it in flight",
+                              r->inflight[p]);
+    if (r->writes_to_me[p] && (r->algo->flags & OFCCL__ALGO_EAGER) && !ofccl__eager_from_in(r, p))
+        w += (size_t)snprintf(what + w, len - w, "; eager data not here");
+    else if (r->writes_to_me[p] && !(r->algo->flags & OFCCL__ALGO_EAGER) && r->from_cnt[p] < each)
+        w += (size_t)snprintf(what + w, len - w, "; %u of %u data units missing",
+                              each - r->from_cnt[p], each);
+    if (w > 0)
+        memmove(what, what + 2, w - 1); /* drop the leading "; " */
+}
+
 /* Name the ranks a stuck request still waits for, and what is missing from
- * each, for the timeout message: only ranks that really owe something. */
+ * each, for the timeout message: only ranks that really owe something. Ranks
+ * in a row on one host that owe the same are named as a range ("ranks 4-7 on
+ * host2 (...)"); what does not fit ends in "and N more ranks". */
 void ofccl__coll_waiting_for(const ofccl__req_t *r, char *buf, size_t len)
 {
     const ofccl_comm_t *comm = r->comm;
-    unsigned nwriters = 0, each;
+    unsigned nwriters = 0, each, more = 0;
     size_t used = 0;
+    char what[160], next[160];
+    int first = -1, last = -1;
 
     buf[0] = '\0';
     for (int p = 0; p < comm->size; p++)
         nwriters += r->writes_to_me[p] != 0;
     each = nwriters ? r->units_in / nwriters : 0;
-    for (int p = 0; p < comm->size && used + 64 < len; p++) {
-        char what[160] = "";
-        size_t w = 0;
-
-        if (p == comm->rank)
+    for (int p = 0; p <= comm->size; p++) {
+        next[0] = '\0';
+        if (p < comm->size && p != comm->rank)
+            owed_by(r, p, each, next, sizeof(next));
+        if (first >= 0 && next[0] != '\0' && last == p - 1 && comm->host_of != NULL &&
+            comm->host_of[p] == comm->host_of[first] && strcmp(next, what) == 0) {
+            last = p; /* the run goes on */
             continue;
-        if (r->i_write_to[p] && !r->peer_ready[p])
-            w += (size_t)snprintf(what + w, sizeof(what) - w, "; its descriptor: not posted there");
-        else if (r->i_write_to[p] && r->inflight[p])
-            w += (size_t)snprintf(what + w, sizeof(what) - w, "; %u of our writes to it in flight",
-                                  r->inflight[p]);
-        if (r->writes_to_me[p] && (r->algo->flags & OFCCL__ALGO_EAGER) &&
-            !ofccl__eager_from_in(r, p))
-            w += (size_t)snprintf(what + w, sizeof(what) - w, "; its eager data");
-        else if (r->writes_to_me[p] && !(r->algo->flags & OFCCL__ALGO_EAGER) &&
-                 r->from_cnt[p] < each)
-            w += (size_t)snprintf(what + w, sizeof(what) - w, "; %u of %u data units missing",
-                                  each - r->from_cnt[p], each);
-        if (w > 0)
-            used += (size_t)snprintf(buf + used, len - used, "%srank %d on %s (%s)",
-                                     used ? ", " : "", p, ofccl__comm_host(comm, p), what + 2);
+        }
+        if (first >= 0) { /* a run ended: name it, if it fits */
+            const char *host = ofccl__comm_host(comm, first), *sep = used ? ", " : "";
+            int n = first == last ? snprintf(buf + used, len - used, "%srank %d on %s (%s)", sep,
+                                             first, host, what)
+                                  : snprintf(buf + used, len - used, "%sranks %d-%d on %s (%s)",
+                                             sep, first, last, host, what);
+            if (n > 0 && used + (size_t)n + 32 < len)
+                used += (size_t)n;
+            else
+                more += (unsigned)(last - first + 1), buf[used] = '\0';
+        }
+        first = next[0] != '\0' ? p : -1;
+        last = p;
+        memcpy(what, next, sizeof(what));
     }
-    if (used == 0)
+    if (more > 0)
+        snprintf(buf + used, len - used, "%sand %u more rank%s", used ? ", " : "", more,
+                 more == 1 ? "" : "s");
+    else if (used == 0)
         snprintf(buf, len, "no peer: this rank's own %s",
                  r->ops_out ? "operations to complete" : "progress");
 }

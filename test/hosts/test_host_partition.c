@@ -73,37 +73,46 @@ static int agree_to_pause(int *pause)
     return rc;
 }
 
-/* Every "rank N on HOST" in the message: N must run on HOST, and in mode
- * between, be across the cut. Returns how many ranks it names; counts faults. */
+/* Every "rank N on HOST" and "ranks A-B on HOST" in the message: each rank
+ * must run on HOST, and in mode between, be across the cut. Returns how many
+ * ranks it names; counts faults. */
 static int check_names(const char *msg, int *wrong)
 {
+    char *seen = calloc((size_t)size, 1);
     int named = 0;
 
-    for (const char *at = strstr(msg, "rank "); at; at = strstr(at + 5, "rank ")) {
+    for (const char *at = strstr(msg, "rank"); at; at = strstr(at + 4, "rank")) {
         char host[64], want[32];
-        int p, n = 0;
-        if (sscanf(at, "rank %d on %63s%n", &p, host, &n) != 2 || n == 0)
+        int a, b, n = 0;
+        if (sscanf(at, "ranks %d-%d on %63s%n", &a, &b, host, &n) == 3 && n > 0 && a <= b) {
+        } else if (n = 0, sscanf(at, "rank %d on %63s%n", &a, host, &n) == 2 && n > 0) {
+            b = a;
+        } else {
             continue; /* "rank 3: all-gather ...", the message's own prefix */
-        snprintf(want, sizeof(want), "host%d", p / rph);
-        named++;
-        if (p < 0 || p >= size || p == rank || strcmp(host, want) != 0) {
-            printf("rank %d: the message names rank %d on %s; it runs on %s\n", rank, p, host,
-                   want);
-            (*wrong)++;
-        } else if (between && (p / rph == cut) == (rank / rph == cut)) {
-            printf("rank %d: the message names rank %d, on this side of the cut\n", rank, p);
-            (*wrong)++;
+        }
+        for (int p = a; p <= b; p++) {
+            snprintf(want, sizeof(want), "host%d", p / rph);
+            named++;
+            if (p < 0 || p >= size || p == rank || strcmp(host, want) != 0) {
+                printf("rank %d: the message names rank %d on %s; it runs on %s\n", rank, p, host,
+                       want);
+                (*wrong)++;
+                continue;
+            }
+            seen[p] = 1;
+            if (between && (p / rph == cut) == (rank / rph == cut)) {
+                printf("rank %d: the message names rank %d, on this side of the cut\n", rank, p);
+                (*wrong)++;
+            }
         }
     }
     /* Off the cut host, in mode between, every cut rank owes its data. */
-    for (int p = 0; between && rank / rph != cut && p < size; p++) {
-        char want[48];
-        snprintf(want, sizeof(want), "rank %d on host%d ", p, p / rph);
-        if (p / rph == cut && strstr(msg, want) == NULL) {
-            printf("rank %d: the message does not name '%s'\n", rank, want);
+    for (int p = 0; between && rank / rph != cut && p < size; p++)
+        if (p / rph == cut && !seen[p]) {
+            printf("rank %d: the message does not name rank %d\n", rank, p);
             (*wrong)++;
         }
-    }
+    free(seen);
     return named;
 }
 
