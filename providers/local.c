@@ -148,6 +148,7 @@ void *ofccl__lx_mem_alloc(size_t len)
 {
     struct lx_alloc *a = calloc(1, sizeof(*a));
     size_t n = page_round(len ? len : 1);
+    int saved;
 
     if (a == NULL)
         return NULL;
@@ -167,9 +168,13 @@ void *ofccl__lx_mem_alloc(size_t len)
     return a->addr;
 
 err_close:
+    saved = errno;
     close(a->fd);
+    errno = saved;
 err_free:
+    saved = errno;
     free(a);
+    errno = saved; /* for ofccl__prov_mem_error */
     return NULL;
 }
 

@@ -239,6 +239,12 @@ static int submit(ofccl__ep_t *ep, const struct ofccl__op *tmpl, void *op_ctx, o
     ssize_t ret;
 
     pthread_mutex_lock(&ep->lock);
+    if (ep->stopped) {
+        pthread_mutex_unlock(&ep->lock);
+        return ofccl__fail(ep->prov->log, OFCCL__SUB_PROV, e, OFCCL_ERR_STATE,
+                           "rank %d: %s to peer %d: the endpoint is shut down", ep->params.rank,
+                           ofccl__op_kind_name(tmpl->kind), tmpl->peer);
+    }
     op = ep->free_ops;
     if (op == NULL) {
         pthread_mutex_unlock(&ep->lock);
@@ -557,6 +563,10 @@ static int drain_cq(ofccl__ep_t *ep, const ofccl__ep_handlers_t *h, int max, ofc
         ssize_t n;
 
         pthread_mutex_lock(&ep->lock);
+        if (ep->stopped) { /* shut down: the CQ is closed, nothing will complete */
+            pthread_mutex_unlock(&ep->lock);
+            break;
+        }
         n = ep->lx != NULL ? ofccl__lx_cq_read(ep, ents, want) : fi_cq_read(ep->cq, ents, want);
         if (n == -FI_EAVAIL) {
             bool have;

@@ -488,6 +488,8 @@ int ofccl__prov_open(const ofccl__prov_params_t *params, ofccl__prov_t **out, of
     if (ret != 0)
         goto err_domain;
     ofccl__quirk_apply(&prov->caps, ofccl__quirk_find(prov->caps.name), params->strict);
+    if (prov->caps.quirks & OFCCL__Q_NAME_PER_PROCESS)
+        ofccl__shm_sweep(log); /* endpoint files of killed ofccl processes */
 
     ofccl__prov_caps_format(&prov->caps, buf, sizeof(buf));
     OFCCL__DEBUG(log, OFCCL__SUB_PROV, "opened provider:\n%s", buf);

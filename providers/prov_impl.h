@@ -115,6 +115,10 @@ struct ofccl__ep {
     unsigned n_mrs; /* user regions registered on this endpoint */
     char *names;    /* peer names as inserted; kept until close (see insert_peers) */
     bool peers_inserted;
+    /* ofccl__ep_shutdown ran: nothing is posted or progressed any more. */
+    bool stopped;
+    /* shm: the name of this endpoint's /dev/shm file until it is unlinked. */
+    char shm_name[64];
     /* Local-provider state (local.c); NULL on libfabric endpoints, which
      * then have ep, av and cq. */
     struct ofccl__lx *lx;
@@ -127,5 +131,35 @@ int ofccl__mr_reg_raw(ofccl__ep_t *ep, void *addr, size_t len, uint64_t fi_acces
 ssize_t ofccl__op_post(ofccl__ep_t *ep, struct ofccl__op *op);
 /* Name of an op kind for messages ("RMA write", ...). */
 const char *ofccl__op_kind_name(int kind);
+
+/* ---- this process's resource limits (limits.c) ---- */
+/* For an errno `err` (positive) that means this process hit a limit of its
+ * own (EMFILE, ENFILE, ENOMEM): write which limit, its value and what to
+ * raise into buf and return OFCCL_ERR_RESOURCE or OFCCL_ERR_NO_MEMORY;
+ * otherwise return 0. `want`: bytes the failed step needed, 0 if unknown. */
+int ofccl__limit_explain(int err, size_t want, char *buf, size_t len);
+/* Fail with "<fmt>: <error text>[; <explanation>]": the limit's code where
+ * ofccl__limit_explain knows `err`, else `fallback`. */
+int ofccl__limit_fail(const ofccl__log_t *log, ofccl__err_t *e, int err, size_t want, int fallback,
+                      const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+/* 0 when `bytes` more of address space can still be mapped under RLIMIT_AS;
+ * else OFCCL_ERR_RESOURCE naming the limit ("rank N: <what>: ..."). */
+int ofccl__limit_reserve(const ofccl__log_t *log, ofccl__err_t *e, size_t bytes, const char *what,
+                         int rank);
+/* ---- shm endpoint files in /dev/shm (shmfile.c) ---- */
+/* A unique endpoint name: ofccl_<pid>_<pid namespace>_<counter>_<random>. */
+void ofccl__shm_name(char *buf, size_t len);
+/* Every peer has mapped the endpoint's file: unlink it (idempotent). */
+void ofccl__shm_unlink_own(ofccl__ep_t *ep);
+/* Remove files of ofccl processes of this user and PID namespace that exited. */
+void ofccl__shm_sweep(const ofccl__log_t *log);
+/* Before the AV insert: RLIMIT_AS must leave room for every peer's region
+ * (`n` NUL-terminated names, `stride` bytes apart). */
+int ofccl__shm_reserve_peers(ofccl__ep_t *ep, const char *names, size_t stride, int n,
+                             ofccl__err_t *e);
+/* Bytes RLIMIT_AS still allows this process to map (ULLONG_MAX: no limit). */
+unsigned long long ofccl__limit_as_room(void);
+/* MemAvailable from /proc/meminfo, in bytes (0 if unknown). */
+unsigned long long ofccl__limit_mem_available(void);
 
 #endif

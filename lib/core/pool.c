@@ -88,8 +88,10 @@ static int alloc_registered(ofccl_comm_t *comm, size_t bytes, void **ptr, ofccl_
     void *p = ofccl__prov_mem_alloc(comm->ep, len);
     int rc;
 
-    if (p == NULL)
-        return ofccl__comm_fail(comm, OFCCL_ERR_NO_MEMORY, "pool: cannot allocate %zu bytes", len);
+    if (p == NULL) {
+        rc = ofccl__prov_mem_error(comm->ep, len, &comm->err);
+        return ofccl__comm_fail(comm, rc, "pool: %s", comm->err.msg);
+    }
     /* Remote read only where the provider must order a write with a read, or
      * where peers read sources in place (caps.peer_map: reduce-scatter pull). */
     rc = ofccl__mr_reg(comm->ep, p, len,
