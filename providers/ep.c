@@ -219,9 +219,23 @@ int ofccl__ep_open(ofccl__prov_t *prov, const ofccl__ep_params_t *params, ofccl_
     return 0;
 }
 
-int ofccl__ep_shutdown(ofccl__ep_t *ep)
+/* Objects left open because closing them would crash the provider
+ * (OFCCL__Q_NO_CLOSE_MIDWRITE): held here, reachable, until the process exits. */
+static pthread_mutex_t kept_lock = PTHREAD_MUTEX_INITIALIZER;
+static ofccl__ep_t *kept_eps;
+static ofccl__prov_t *kept_provs;
+
+void ofccl__ep_keep(ofccl__prov_t *prov)
 {
-    int rc;
+    pthread_mutex_lock(&kept_lock);
+    prov->kept_next = kept_provs;
+    kept_provs = prov;
+    pthread_mutex_unlock(&kept_lock);
+}
+
+int ofccl__ep_shutdown(ofccl__ep_t *ep, bool failed)
+{
+    int rc = 0;
 
     if (ep == NULL)
         return 0;
@@ -235,7 +249,18 @@ int ofccl__ep_shutdown(ofccl__ep_t *ep)
     ep->stopped = true;
     /* Queued ops never reached the provider: nothing to cancel there. */
     ep->rq_head = ep->rq_tail = NULL;
-    rc = close_fids(ep);
+    if (failed && ep->ep != NULL && (ep->prov->caps.quirks & OFCCL__Q_NO_CLOSE_MIDWRITE)) {
+        /* Never progressed again, the provider reads nothing more from its
+         * sockets: no write lands any more in memory the caller frees next. */
+        ep->abandoned = true;
+        OFCCL__INFO(ep->prov->log, OFCCL__SUB_PROV,
+                    "rank %d: the failed communicator's %s endpoint stays open until the "
+                    "process exits: closing it while a peer's write is half received would "
+                    "crash the provider (see its quirk note in ofccl_info)",
+                    ep->params.rank, ep->prov->caps.name);
+    } else {
+        rc = close_fids(ep);
+    }
     pthread_mutex_unlock(&ep->lock);
     return rc;
 }
@@ -257,7 +282,16 @@ int ofccl__ep_close(ofccl__ep_t *ep)
                            ep->params.rank, n_mrs);
     pthread_mutex_lock(&prov->lock);
     prov->n_eps--;
+    prov->n_abandoned += ep->abandoned;
     pthread_mutex_unlock(&prov->lock);
+    if (ep->abandoned) {
+        /* libfabric may still hold pointers into it (op contexts, names). */
+        pthread_mutex_lock(&kept_lock);
+        ep->kept_next = kept_eps;
+        kept_eps = ep;
+        pthread_mutex_unlock(&kept_lock);
+        return 0;
+    }
     /* Ops still in flight are cancelled with the endpoint (the abort path). */
     return ep_destroy(ep);
 }

@@ -530,6 +530,12 @@ int ofccl__prov_close(ofccl__prov_t *prov)
                            "provider %s: %u endpoint(s) still open", prov->caps.name, n);
     if (prov->local)
         goto out;
+    if (prov->n_abandoned > 0) {
+        /* Endpoints left open (ofccl__ep_shutdown) still belong to the
+         * domain: keep it, reachable, for the life of the process. */
+        ofccl__ep_keep(prov);
+        return 0;
+    }
     ret = fi_close(&prov->domain->fid);
     if (ret != 0)
         rc = ofccl__fail(prov->log, OFCCL__SUB_PROV, NULL, OFCCL_ERR_PROVIDER,
@@ -627,11 +633,11 @@ static const char *yn(bool b)
 
 void ofccl__prov_caps_format(const ofccl__prov_caps_t *c, char *buf, size_t len)
 {
-    char flags[200] = "";
-    static const char *const fnames[] = {"CQDATA_4",         "ATOMIC_EMULATED", "LOOPBACK_DOMAIN",
-                                         "DEPRECATED",       "STRICT_CAPABLE",  "NEEDS_RX_CQ_DATA",
-                                         "NEEDS_MR_LOCAL",   "INTRA_NODE_ONLY", "PREFER_OFFSETS",
-                                         "NAME_PER_PROCESS", "NO_DC_ATOMIC"};
+    char flags[240] = "";
+    static const char *const fnames[] = {
+        "CQDATA_4",       "ATOMIC_EMULATED",  "LOOPBACK_DOMAIN", "DEPRECATED",
+        "STRICT_CAPABLE", "NEEDS_RX_CQ_DATA", "NEEDS_MR_LOCAL",  "INTRA_NODE_ONLY",
+        "PREFER_OFFSETS", "NAME_PER_PROCESS", "NO_DC_ATOMIC",    "NO_CLOSE_MIDWRITE"};
     const char *note = "(no quirk row for this provider)";
 
     if (buf == NULL || len == 0)

@@ -65,6 +65,8 @@ enum ofccl__quirk_flag {
     OFCCL__Q_NO_DC_ATOMIC = 1u << 10,
     /* delivery-complete non-fetching atomics misbehave */ /* offer offset addressing first (see its
                                                               row's note) */
+    OFCCL__Q_NO_CLOSE_MIDWRITE = 1u << 11, /* closing an endpoint a peer's RMA write is half-way
+                                              into crashes the provider: leave it open */
 };
 
 typedef struct ofccl__quirk {
@@ -146,8 +148,13 @@ int ofccl__ep_open(ofccl__prov_t *prov, const ofccl__ep_params_t *params, ofccl_
  * memory the caller frees next. No callback runs; later posts fail with
  * OFCCL_ERR_STATE and progress does nothing. Regions registered on it stay
  * valid handles: deregister them, free their memory, then ofccl__ep_close.
- * Idempotent; safe on an endpoint whose peers are stopped, dead or cut off. */
-int ofccl__ep_shutdown(ofccl__ep_t *ep);
+ * Idempotent; safe on an endpoint whose peers are stopped, dead or cut off.
+ * `failed`: the communicator failed, so a peer may be half-way through a
+ * write into this endpoint. Where closing then crashes the provider
+ * (OFCCL__Q_NO_CLOSE_MIDWRITE) the endpoint is stopped but left open: it is
+ * never progressed again, and its libfabric objects stay allocated (reachable)
+ * until the process exits, as does the domain they belong to. */
+int ofccl__ep_shutdown(ofccl__ep_t *ep, bool failed);
 /* Returns OFCCL_ERR_BUSY while memory regions are registered on it. Shuts it
  * down first where ofccl__ep_shutdown was not called. */
 int ofccl__ep_close(ofccl__ep_t *ep);

@@ -37,9 +37,11 @@ struct ofccl__prov {
     bool fetch_atomic_ok;
     /* The local provider (local.c): no fabric, domain or info. */
     bool local;
-    pthread_mutex_t lock; /* guards n_eps */
+    pthread_mutex_t lock; /* guards n_eps, n_abandoned */
     unsigned n_eps;
-    ofccl__fault_t fault; /* injected faults (fault-injection builds only) */
+    unsigned n_abandoned;          /* endpoints left open at close (OFCCL__Q_NO_CLOSE_MIDWRITE) */
+    struct ofccl__prov *kept_next; /* on the list of objects kept until exit */
+    ofccl__fault_t fault;          /* injected faults (fault-injection builds only) */
     _Atomic unsigned f_posts, f_regs, f_comps;
 };
 
@@ -117,12 +119,19 @@ struct ofccl__ep {
     bool peers_inserted;
     /* ofccl__ep_shutdown ran: nothing is posted or progressed any more. */
     bool stopped;
+    /* Left open by ofccl__ep_shutdown: never closed nor freed (see prov.h). */
+    bool abandoned;
+    struct ofccl__ep *kept_next; /* on the list of objects kept until exit */
     /* shm: the name of this endpoint's /dev/shm file until it is unlinked. */
     char shm_name[64];
     /* Local-provider state (local.c); NULL on libfabric endpoints, which
      * then have ep, av and cq. */
     struct ofccl__lx *lx;
 };
+
+/* Keep an abandoned endpoint's provider, and so its domain, until the
+ * process exits (ep.c holds the list). */
+void ofccl__ep_keep(ofccl__prov_t *prov);
 
 /* Registration shared by mr.c (user regions) and ep.c (the op pool). */
 int ofccl__mr_reg_raw(ofccl__ep_t *ep, void *addr, size_t len, uint64_t fi_access,

@@ -24,9 +24,13 @@ const ofccl__quirk_t ofccl__quirks[] = {
      "fast RMA path that does not check keys, so offsets are asked for first; default endpoint "
      "names are pid:domain:ep, equal for two contexts of one process, so ofccl names them"},
     {"tcp;ofi_rxm", "tcp",
-     OFCCL__Q_ATOMIC_EMULATED | OFCCL__Q_LOOPBACK_DOMAIN | OFCCL__Q_STRICT_CAPABLE,
+     OFCCL__Q_ATOMIC_EMULATED | OFCCL__Q_LOOPBACK_DOMAIN | OFCCL__Q_STRICT_CAPABLE |
+         OFCCL__Q_NO_CLOSE_MIDWRITE,
      "RDM emulated by rxm over tcp MSG endpoints; rxm carries atomics as messages applied in "
-     "software at the target; has an 'lo' domain; first ops return EAGAIN while connecting"},
+     "software at the target; has an 'lo' domain; first ops return EAGAIN while connecting; "
+     "closing an endpoint while a peer's RMA write into it is half received makes tcp report "
+     "the cancelled receive with a NULL op_context, which rxm dereferences (1.17: segfault in "
+     "rxm_handle_comp_error), so a failed communicator's endpoint is left open"},
     {"verbs;ofi_rxm", "verbs",
      OFCCL__Q_CQDATA_4 | OFCCL__Q_ATOMIC_EMULATED | OFCCL__Q_NEEDS_RX_CQ_DATA |
          OFCCL__Q_NEEDS_MR_LOCAL,
