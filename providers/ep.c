@@ -109,8 +109,9 @@ static int ops_setup(ofccl__ep_t *ep, ofccl__err_t *e)
 
     ep->ops = calloc(n, sizeof(*ep->ops));
     if (ep->ops == NULL)
-        return ofccl__fail(ep->prov->log, OFCCL__SUB_PROV, e, OFCCL_ERR_NO_MEMORY,
-                           "out of memory for %u op descriptors", n);
+        return ofccl__limit_fail(ep->prov->log, e, ENOMEM, n * sizeof(*ep->ops),
+                                 OFCCL_ERR_NO_MEMORY, "rank %d: allocating %u op descriptors",
+                                 ep->params.rank, n);
     for (unsigned i = n; i-- > 0;) {
         ep->ops[i].next = ep->free_ops;
         ep->free_ops = &ep->ops[i];
@@ -131,8 +132,9 @@ static int ep_setup(ofccl__ep_t *ep, ofccl__err_t *e)
         ep->n_rx = params->rx_posted ? params->rx_posted : DEFAULT_RX_POSTED;
         ep->rx = calloc(ep->n_rx, sizeof(*ep->rx));
         if (ep->rx == NULL)
-            return ofccl__fail(log, OFCCL__SUB_PROV, e, OFCCL_ERR_NO_MEMORY,
-                               "out of memory for %u receive descriptors", ep->n_rx);
+            return ofccl__limit_fail(
+                log, e, ENOMEM, ep->n_rx * sizeof(*ep->rx), OFCCL_ERR_NO_MEMORY,
+                "rank %d: allocating %u receive descriptors", params->rank, ep->n_rx);
     }
 
     ret = fi_endpoint(prov->domain, prov->info, &ep->ep, NULL);
@@ -199,9 +201,13 @@ int ofccl__ep_open(ofccl__prov_t *prov, const ofccl__ep_params_t *params, ofccl_
                            "endpoint: bad parameters (rank %d, size %d, ops_inflight %u)",
                            params ? params->rank : -1, params ? params->size : -1,
                            params ? params->ops_inflight : 0);
+    ret = ofccl__limit_footprint(prov, params->rank, params->size, e);
+    if (ret != 0)
+        return ret;
     ep = calloc(1, sizeof(*ep));
     if (ep == NULL)
-        return ofccl__fail(log, OFCCL__SUB_PROV, e, OFCCL_ERR_NO_MEMORY, "out of memory");
+        return ofccl__limit_fail(log, e, ENOMEM, sizeof(*ep), OFCCL_ERR_NO_MEMORY,
+                                 "rank %d: allocating an endpoint", params->rank);
     ep->prov = prov;
     ep->params = *params;
     pthread_mutex_init(&ep->lock, NULL);

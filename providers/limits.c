@@ -168,3 +168,44 @@ int ofccl__limit_reserve(const ofccl__log_t *log, ofccl__err_t *e, size_t bytes,
     }
     return ofccl__limit_fail(log, e, errno, bytes, OFCCL_ERR_NO_MEMORY, "rank %d: %s", rank, what);
 }
+
+/* Used for providers perf/footprint has not measured. */
+#define DEFAULT_RSS_MIB 32u
+#define DEFAULT_VM_MIB 64u
+#define DEFAULT_VM_PER_PEER_MIB 4u
+
+int ofccl__limit_footprint(const ofccl__prov_t *prov, int rank, int size, ofccl__err_t *e)
+{
+    const ofccl__prov_caps_t *c = &prov->caps;
+    const ofccl__quirk_t *q = c->quirk_row >= 0 && (size_t)c->quirk_row < ofccl__quirk_count
+                                  ? &ofccl__quirks[c->quirk_row]
+                                  : NULL;
+    unsigned rss = q && q->rss_mib ? q->rss_mib : DEFAULT_RSS_MIB;
+    unsigned vm = q && q->vm_mib ? q->vm_mib : DEFAULT_VM_MIB;
+    unsigned per_peer = q && q->vm_mib ? q->vm_per_peer_mib : DEFAULT_VM_PER_PEER_MIB;
+    double need_rss = (double)rss * MIB,
+           need_vm = ((double)vm + (double)per_peer * (size - 1)) * MIB;
+    unsigned long long avail = ofccl__limit_mem_available(), room = ofccl__limit_as_room();
+    struct rlimit rl;
+    char as[96] = "RLIMIT_AS unlimited";
+
+    if (getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
+        snprintf(as, sizeof(as), "RLIMIT_AS %.0f MiB with %.0f MiB of it free",
+                 (double)rl.rlim_cur / MIB, (double)room / MIB);
+    /* Checked before anything is allocated: running out half-way through
+     * creation, the kernel may kill the process before any error is seen. */
+    if (room != ULLONG_MAX && (double)room < need_vm)
+        return ofccl__fail(prov->log, OFCCL__SUB_PROV, e, OFCCL_ERR_RESOURCE,
+                           "rank %d: a %s communicator of %d ranks maps about %.0f MiB of "
+                           "address space and %.0f MiB of memory; %s (MemAvailable %.0f MiB): "
+                           "this rank's own limit: raise it (ulimit -v) or destroy communicators",
+                           rank, c->name, size, need_vm / MIB, need_rss / MIB, as,
+                           (double)avail / MIB);
+    if (avail != 0 && (double)avail < need_rss)
+        return ofccl__fail(prov->log, OFCCL__SUB_PROV, e, OFCCL_ERR_NO_MEMORY,
+                           "rank %d: a %s communicator of %d ranks needs about %.0f MiB of "
+                           "memory beyond its pool; MemAvailable (/proc/meminfo) is %.0f MiB, %s: "
+                           "free memory or destroy communicators",
+                           rank, c->name, size, need_rss / MIB, (double)avail / MIB, as);
+    return 0;
+}

@@ -271,14 +271,16 @@ int ofccl__lx_ep_setup(ofccl__ep_t *ep, ofccl__err_t *e)
     struct ofccl__lx *lx = calloc(1, sizeof(*lx));
 
     if (lx == NULL)
-        return ofccl__fail(log, OFCCL__SUB_PROV, e, OFCCL_ERR_NO_MEMORY, "out of memory");
+        return ofccl__limit_fail(log, e, ENOMEM, sizeof(*lx), OFCCL_ERR_NO_MEMORY,
+                                 "rank %d: allocating the local endpoint", rank);
     ep->lx = lx;
     lx->fd = -1;
     lx->gone = -1;
     lx->dying = -1;
     lx->cq = calloc(ep->params.ops_inflight, sizeof(*lx->cq));
     if (lx->cq == NULL)
-        return ofccl__fail(log, OFCCL__SUB_PROV, e, OFCCL_ERR_NO_MEMORY, "out of memory");
+        return ofccl__limit_fail(log, e, ENOMEM, ep->params.ops_inflight * sizeof(*lx->cq),
+                                 OFCCL_ERR_NO_MEMORY, "rank %d: allocating the local CQ", rank);
     lx->seg_len = seg_size(ep->params.size);
     lx->fd = memfd_create("ofccl-endpoint", MFD_CLOEXEC);
     if (lx->fd < 0 || ftruncate(lx->fd, (off_t)lx->seg_len) != 0)

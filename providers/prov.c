@@ -122,6 +122,31 @@ static int query(const struct hint_opts *o, struct fi_info **list, struct fi_inf
     return ret;
 }
 
+/*
+ * tcp;ofi_rxm sizes its buffer pools from environment variables only, read
+ * once when libfabric loads its providers (the first fi_getinfo of the
+ * process); no fi_info attribute reaches them. Its defaults (16 KiB eager
+ * buffers, 1024 per pool and 128 receives posted per connection, every
+ * buffer zeroed) cost about 80 MB of resident memory per endpoint, almost
+ * none of which ofccl uses: its data moves by RMA straight to the tcp
+ * endpoints, and only atomic adds and rxm's own control messages (a few
+ * dozen bytes each) go through those buffers. So, where the user has not
+ * set them, ofccl sets smaller values before libfabric reads them
+ * (docs/providers.md); a user's own setting always wins.
+ */
+static pthread_once_t env_once = PTHREAD_ONCE_INIT;
+
+static void env_defaults_once(void)
+{
+    setenv("FI_OFI_RXM_BUFFER_SIZE", "1024", 0);
+    setenv("FI_OFI_RXM_MSG_RX_SIZE", "64", 0);
+}
+
+static void env_defaults(void)
+{
+    pthread_once(&env_once, env_defaults_once);
+}
+
 static pthread_once_t version_once = PTHREAD_ONCE_INIT;
 static char version_str[32];
 
@@ -163,6 +188,7 @@ void ofccl__prov_available(char *buf, size_t len)
 
     if (buf == NULL || len == 0)
         return;
+    env_defaults();
     /* ofccl's own transport is always there. */
     ofccl__strlcpy(buf, OFCCL__LOCAL_NAME, len);
     if (fi_getinfo(OFCCL__FI_VERSION, NULL, NULL, 0, NULL, &list) != 0)
@@ -437,6 +463,7 @@ int ofccl__prov_open(const ofccl__prov_params_t *params, ofccl__prov_t **out, of
     if (params == NULL || out == NULL || params->provider == NULL || params->provider[0] == '\0')
         return ofccl__fail(log, OFCCL__SUB_PROV, e, OFCCL_ERR_INVALID_ARG,
                            "opening a provider needs a provider name");
+    env_defaults();
     row = ofccl__quirk_find(params->provider);
     prov_name = row >= 0 ? ofccl__quirks[row].prov_name : params->provider;
     domain = params->domain != NULL ? params->domain : "";
@@ -572,6 +599,7 @@ int ofccl__prov_list(const char *provider, ofccl__prov_dom_t *out, int max, int 
     if (n == NULL || max < 0 || (out == NULL && max > 0))
         return ofccl__fail(NULL, OFCCL__SUB_PROV, e, OFCCL_ERR_INVALID_ARG,
                            "ofccl__prov_list: bad arguments");
+    env_defaults();
     if (provider != NULL && provider[0] != '\0') {
         int row = ofccl__quirk_find(provider);
         prov_name = row >= 0 ? ofccl__quirks[row].prov_name : provider;

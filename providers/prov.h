@@ -74,6 +74,10 @@ typedef struct ofccl__quirk {
     const char *alias;     /* what users type in OFCCL_PROVIDER, e.g. "verbs" */
     unsigned flags;        /* enum ofccl__quirk_flag */
     const char *note;      /* why the flags are what they are (shown by ofccl_info) */
+    /* What one communicator costs beyond its pool, in MiB, as perf/footprint
+     * measures it (rounded up): resident memory, address space, and address
+     * space per further peer. 0 = not measured (a generous default is used). */
+    unsigned rss_mib, vm_mib, vm_per_peer_mib;
 } ofccl__quirk_t;
 
 extern const ofccl__quirk_t ofccl__quirks[];

@@ -166,6 +166,11 @@ void ofccl__shm_sweep(const ofccl__log_t *log);
  * (`n` NUL-terminated names, `stride` bytes apart). */
 int ofccl__shm_reserve_peers(ofccl__ep_t *ep, const char *names, size_t stride, int n,
                              ofccl__err_t *e);
+/* Before a communicator's endpoint is created: its estimated footprint
+ * (quirk row: rss_mib, vm_mib, vm_per_peer_mib) must fit in MemAvailable
+ * (else OFCCL_ERR_NO_MEMORY) and under RLIMIT_AS (else OFCCL_ERR_RESOURCE),
+ * with both numbers in the message. */
+int ofccl__limit_footprint(const ofccl__prov_t *prov, int rank, int size, ofccl__err_t *e);
 /* Bytes RLIMIT_AS still allows this process to map (ULLONG_MAX: no limit). */
 unsigned long long ofccl__limit_as_room(void);
 /* MemAvailable from /proc/meminfo, in bytes (0 if unknown). */
