@@ -126,9 +126,9 @@ static int query(const struct hint_opts *o, struct fi_info **list, struct fi_inf
  * tcp;ofi_rxm sizes its buffer pools from environment variables only, read
  * once when libfabric loads its providers (the first fi_getinfo of the
  * process); no fi_info attribute reaches them. Its defaults (16 KiB eager
- * buffers, 1024 per pool and 128 receives posted per connection, every
- * buffer zeroed) cost about 80 MB of resident memory per endpoint, almost
- * none of which ofccl uses: its data moves by RMA straight to the tcp
+ * buffers, allocated 1024 at a time and zeroed, 4096 of them kept posted on
+ * the shared receive queue it uses over tcp) cost about 86 MiB of resident
+ * memory per endpoint, almost none of which ofccl uses: its data moves by RMA straight to the tcp
  * endpoints, and only atomic adds and rxm's own control messages (a few
  * dozen bytes each) go through those buffers. So, where the user has not
  * set them, ofccl sets smaller values before libfabric reads them
