@@ -324,7 +324,8 @@ out:
 static void comm_free(ofccl_comm_t *comm)
 {
     /* A failed communicator's peers may be half-way through writes to us. */
-    ofccl__ep_shutdown(comm->ep, comm->sticky != 0 || comm->ops_pending > 0);
+    ofccl__ep_shutdown(comm->ep,
+                       comm->sticky != 0 || comm->ops_pending > 0 || atomic_load(&comm->aborted));
     ofccl__memreg_forget_comm(comm);
     ofccl__pool_fini(comm);
     if (comm->ctrl_mr)
