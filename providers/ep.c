@@ -4,8 +4,8 @@
  * (registered once when local buffers must be registered, since atomic
  * operands live in it) and the receives kept posted for FI_RX_CQ_DATA.
  */
+#include <errno.h>
 #include <inttypes.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,32 +46,53 @@ static int post_initial_receives(ofccl__ep_t *ep, ofccl__err_t *e)
     return 0;
 }
 
-/* Close whatever exists, children of the endpoint first. Returns the first error. */
-static int ep_destroy(ofccl__ep_t *ep)
+/* Close the libfabric objects still open, the endpoint before what it is
+ * bound to. One that fails (e.g. -FI_EBUSY while a FI_MR_ENDPOINT region is
+ * still bound to it) is kept and tried again by the next call: ep_destroy
+ * calls this once more after every region is gone. Returns the first error. */
+static int close_fids(ofccl__ep_t *ep)
 {
     const ofccl__log_t *log = ep->prov->log;
     struct {
-        struct fid *fid;
+        struct fid **fid;
         const char *what;
     } objs[] = {
-        {ep->ops_mr ? &ep->ops_mr->fid : NULL, "the op pool registration"},
-        /* The endpoint holds references on the CQ and AV: it goes before them. */
-        {ep->ep ? &ep->ep->fid : NULL, "the endpoint"},
-        {ep->cq ? &ep->cq->fid : NULL, "the CQ"},
-        {ep->av ? &ep->av->fid : NULL, "the AV"},
+        /* The endpoint first: closing it cancels what is in flight, so no
+         * completion can name an op descriptor, and the provider lets go of
+         * every buffer and region those ops pointed at. */
+        {(struct fid **)&ep->ep, "the endpoint"},
+        /* Atomic operands of cancelled ops lived in the pool: only now. */
+        {(struct fid **)&ep->ops_mr, "the op pool registration"},
+        {(struct fid **)&ep->cq, "the CQ"},
+        {(struct fid **)&ep->av, "the AV"},
     };
     int rc = 0;
 
     for (size_t i = 0; i < OFCCL__ARRAY_LEN(objs); i++) {
+        /* Every fid_* starts with its struct fid: close through that. */
+        struct fid *fid = *objs[i].fid;
         int ret;
-        if (objs[i].fid == NULL)
+
+        if (fid == NULL)
             continue;
-        ret = fi_close(objs[i].fid);
-        if (ret != 0 && rc == 0)
+        ret = fi_close(fid);
+        if (ret == 0) {
+            *objs[i].fid = NULL;
+            continue;
+        }
+        if (rc == 0)
             rc = ofccl__fail(log, OFCCL__SUB_PROV, NULL, OFCCL_ERR_PROVIDER,
-                             "rank %d: closing %s: %s", ep->params.rank, objs[i].what,
-                             fi_strerror(-ret));
+                             "rank %d: closing %s: %s (tried again when the endpoint is freed)",
+                             ep->params.rank, objs[i].what, fi_strerror(-ret));
     }
+    return rc;
+}
+
+/* Free the endpoint and whatever it still holds. Returns the first error. */
+static int ep_destroy(ofccl__ep_t *ep)
+{
+    int rc = close_fids(ep);
+
     ofccl__lx_ep_destroy(ep);
     free(ep->rx);
     free(ep->ops);
@@ -88,8 +109,9 @@ static int ops_setup(ofccl__ep_t *ep, ofccl__err_t *e)
 
     ep->ops = calloc(n, sizeof(*ep->ops));
     if (ep->ops == NULL)
-        return ofccl__fail(ep->prov->log, OFCCL__SUB_PROV, e, OFCCL_ERR_NO_MEMORY,
-                           "out of memory for %u op descriptors", n);
+        return ofccl__limit_fail(ep->prov->log, e, ENOMEM, n * sizeof(*ep->ops),
+                                 OFCCL_ERR_NO_MEMORY, "rank %d: allocating %u op descriptors",
+                                 ep->params.rank, n);
     for (unsigned i = n; i-- > 0;) {
         ep->ops[i].next = ep->free_ops;
         ep->free_ops = &ep->ops[i];
@@ -110,49 +132,41 @@ static int ep_setup(ofccl__ep_t *ep, ofccl__err_t *e)
         ep->n_rx = params->rx_posted ? params->rx_posted : DEFAULT_RX_POSTED;
         ep->rx = calloc(ep->n_rx, sizeof(*ep->rx));
         if (ep->rx == NULL)
-            return ofccl__fail(log, OFCCL__SUB_PROV, e, OFCCL_ERR_NO_MEMORY,
-                               "out of memory for %u receive descriptors", ep->n_rx);
+            return ofccl__limit_fail(
+                log, e, ENOMEM, ep->n_rx * sizeof(*ep->rx), OFCCL_ERR_NO_MEMORY,
+                "rank %d: allocating %u receive descriptors", params->rank, ep->n_rx);
     }
 
     ret = fi_endpoint(prov->domain, prov->info, &ep->ep, NULL);
     if (ret != 0)
-        return ofccl__fail(log, OFCCL__SUB_PROV, e, OFCCL_ERR_PROVIDER,
-                           "rank %d: fi_endpoint on %s failed: %s", params->rank, prov->caps.name,
-                           fi_strerror(-ret));
+        return ofccl__limit_fail(log, e, -ret, 0, OFCCL_ERR_PROVIDER, "rank %d: fi_endpoint on %s",
+                                 params->rank, prov->caps.name);
     memset(&av_attr, 0, sizeof(av_attr));
     /* FI_AV_TABLE: the fi_addr of the n-th insert is n, so fi_addr == rank. */
     av_attr.type = FI_AV_TABLE;
     av_attr.count = (size_t)params->size;
     ret = fi_av_open(prov->domain, &av_attr, &ep->av, NULL);
     if (ret != 0)
-        return ofccl__fail(log, OFCCL__SUB_PROV, e, OFCCL_ERR_PROVIDER,
-                           "rank %d: fi_av_open(FI_AV_TABLE) failed: %s", params->rank,
-                           fi_strerror(-ret));
+        return ofccl__limit_fail(log, e, -ret, 0, OFCCL_ERR_PROVIDER,
+                                 "rank %d: fi_av_open(FI_AV_TABLE)", params->rank);
     memset(&cq_attr, 0, sizeof(cq_attr));
     cq_attr.format = FI_CQ_FORMAT_DATA;
     cq_attr.wait_obj = FI_WAIT_NONE;
     ret = fi_cq_open(prov->domain, &cq_attr, &ep->cq, NULL);
     if (ret != 0)
-        return ofccl__fail(log, OFCCL__SUB_PROV, e, OFCCL_ERR_PROVIDER,
-                           "rank %d: fi_cq_open failed: %s", params->rank, fi_strerror(-ret));
+        return ofccl__limit_fail(log, e, -ret, 0, OFCCL_ERR_PROVIDER, "rank %d: fi_cq_open",
+                                 params->rank);
     if (prov->caps.quirks & OFCCL__Q_NAME_PER_PROCESS) {
         /* The provider derives names from the pid and a per-domain index, so a
          * second context's endpoint would take the first one's name and clobber
-         * the region its peers are writing into. A process-wide counter keeps
-         * every endpoint's name unique; random bits keep it apart from the
-         * /dev/shm region a killed process of the same pid left behind (shm
-         * then fails fi_enable with EBUSY: seen in CI after SIGKILL tests). */
-        static atomic_uint seq;
-        uint32_t nonce = 0;
-        char name[64];
-        (void)ofccl__random_bytes(&nonce, sizeof(nonce));
-        snprintf(name, sizeof(name), "ofccl_%d_%u_%08x", (int)getpid(), atomic_fetch_add(&seq, 1),
-                 nonce);
-        ret = fi_setname(&ep->ep->fid, name, strlen(name) + 1);
+         * the region its peers are writing into: ofccl names each one (and can
+         * then unlink its file, see shmfile.c). */
+        ofccl__shm_name(ep->shm_name, sizeof(ep->shm_name));
+        ret = fi_setname(&ep->ep->fid, ep->shm_name, strlen(ep->shm_name) + 1);
         if (ret != 0)
             return ofccl__fail(log, OFCCL__SUB_PROV, e, OFCCL_ERR_PROVIDER,
                                "rank %d: naming the %s endpoint '%s' failed: %s", params->rank,
-                               prov->caps.name, name, fi_strerror(-ret));
+                               prov->caps.name, ep->shm_name, fi_strerror(-ret));
     }
     ret = fi_ep_bind(ep->ep, &ep->av->fid, 0);
     if (ret == 0)
@@ -160,9 +174,9 @@ static int ep_setup(ofccl__ep_t *ep, ofccl__err_t *e)
     if (ret == 0)
         ret = fi_enable(ep->ep);
     if (ret != 0)
-        return ofccl__fail(log, OFCCL__SUB_PROV, e, OFCCL_ERR_PROVIDER,
-                           "rank %d: binding/enabling the endpoint failed: %s", params->rank,
-                           fi_strerror(-ret));
+        return ofccl__limit_fail(log, e, -ret, 0, OFCCL_ERR_PROVIDER,
+                                 "rank %d: binding/enabling the %s endpoint", params->rank,
+                                 prov->caps.name);
     if (prov->caps.mr_local) {
         /* Atomic operands and fetch results live in the descriptors. */
         ret = ofccl__mr_reg_raw(ep, ep->ops, params->ops_inflight * sizeof(*ep->ops),
@@ -187,9 +201,13 @@ int ofccl__ep_open(ofccl__prov_t *prov, const ofccl__ep_params_t *params, ofccl_
                            "endpoint: bad parameters (rank %d, size %d, ops_inflight %u)",
                            params ? params->rank : -1, params ? params->size : -1,
                            params ? params->ops_inflight : 0);
+    ret = ofccl__limit_footprint(prov, params->rank, params->size, e);
+    if (ret != 0)
+        return ret;
     ep = calloc(1, sizeof(*ep));
     if (ep == NULL)
-        return ofccl__fail(log, OFCCL__SUB_PROV, e, OFCCL_ERR_NO_MEMORY, "out of memory");
+        return ofccl__limit_fail(log, e, ENOMEM, sizeof(*ep), OFCCL_ERR_NO_MEMORY,
+                                 "rank %d: allocating an endpoint", params->rank);
     ep->prov = prov;
     ep->params = *params;
     pthread_mutex_init(&ep->lock, NULL);
@@ -205,6 +223,52 @@ int ofccl__ep_open(ofccl__prov_t *prov, const ofccl__ep_params_t *params, ofccl_
     pthread_mutex_unlock(&prov->lock);
     *out = ep;
     return 0;
+}
+
+/* Objects left open because closing them would crash the provider
+ * (OFCCL__Q_NO_CLOSE_MIDWRITE): held here, reachable, until the process exits. */
+static pthread_mutex_t kept_lock = PTHREAD_MUTEX_INITIALIZER;
+static ofccl__ep_t *kept_eps;
+static ofccl__prov_t *kept_provs;
+
+void ofccl__ep_keep(ofccl__prov_t *prov)
+{
+    pthread_mutex_lock(&kept_lock);
+    prov->kept_next = kept_provs;
+    kept_provs = prov;
+    pthread_mutex_unlock(&kept_lock);
+}
+
+int ofccl__ep_shutdown(ofccl__ep_t *ep, bool failed)
+{
+    int rc = 0;
+
+    if (ep == NULL)
+        return 0;
+    pthread_mutex_lock(&ep->lock);
+    if (ep->stopped) {
+        pthread_mutex_unlock(&ep->lock);
+        return 0;
+    }
+    /* Under the lock: a progress or posting call in another thread either
+     * finished before this or sees the flag and does nothing. */
+    ep->stopped = true;
+    /* Queued ops never reached the provider: nothing to cancel there. */
+    ep->rq_head = ep->rq_tail = NULL;
+    if (failed && ep->ep != NULL && (ep->prov->caps.quirks & OFCCL__Q_NO_CLOSE_MIDWRITE)) {
+        /* Never progressed again, the provider reads nothing more from its
+         * sockets: no write lands any more in memory the caller frees next. */
+        ep->abandoned = true;
+        OFCCL__INFO(ep->prov->log, OFCCL__SUB_PROV,
+                    "rank %d: the failed communicator's %s endpoint stays open until the "
+                    "process exits: closing it while a peer's write is half received would "
+                    "crash the provider (see its quirk note in ofccl_info)",
+                    ep->params.rank, ep->prov->caps.name);
+    } else {
+        rc = close_fids(ep);
+    }
+    pthread_mutex_unlock(&ep->lock);
+    return rc;
 }
 
 int ofccl__ep_close(ofccl__ep_t *ep)
@@ -224,8 +288,17 @@ int ofccl__ep_close(ofccl__ep_t *ep)
                            ep->params.rank, n_mrs);
     pthread_mutex_lock(&prov->lock);
     prov->n_eps--;
+    prov->n_abandoned += ep->abandoned;
     pthread_mutex_unlock(&prov->lock);
-    /* Ops still in flight are dropped with the endpoint (the abort path). */
+    if (ep->abandoned) {
+        /* libfabric may still hold pointers into it (op contexts, names). */
+        pthread_mutex_lock(&kept_lock);
+        ep->kept_next = kept_eps;
+        kept_eps = ep;
+        pthread_mutex_unlock(&kept_lock);
+        return 0;
+    }
+    /* Ops still in flight are cancelled with the endpoint (the abort path). */
     return ep_destroy(ep);
 }
 
@@ -281,22 +354,35 @@ int ofccl__ep_insert_peers(ofccl__ep_t *ep, const void *names, size_t stride, co
         return ofccl__fail(log, OFCCL__SUB_PROV, e, OFCCL_ERR_NO_MEMORY,
                            "rank %d: no memory for %d peer names", ep->params.rank, n);
     for (int r = 0; r < n; r++) {
-        char *name = ep->names + (size_t)r * (stride + 1);
-        fi_addr_t addr = FI_ADDR_NOTAVAIL;
-        int ret;
-
         /* Names come from peers through the bootstrap: never trust their length. */
         if (lens[r] == 0 || lens[r] > stride)
             return ofccl__fail(log, OFCCL__SUB_PROV, e, OFCCL_ERR_CORRUPT,
                                "rank %d: name of peer %d has length %zu (slot is %zu bytes)",
                                ep->params.rank, r, lens[r], stride);
-        memcpy(name, (const char *)names + (size_t)r * stride, lens[r]);
+        memcpy(ep->names + (size_t)r * (stride + 1), (const char *)names + (size_t)r * stride,
+               lens[r]);
+    }
+    if (ep->shm_name[0] != '\0') {
+        int ret = ofccl__shm_reserve_peers(ep, ep->names, stride + 1, n, e);
+        if (ret != 0)
+            return ret;
+    }
+    for (int r = 0; r < n; r++) {
+        char *name = ep->names + (size_t)r * (stride + 1);
+        fi_addr_t addr = FI_ADDR_NOTAVAIL;
+        int ret;
+
+        errno = 0;
         ret = fi_av_insert(ep->av, name, 1, &addr, 0, NULL);
+        if (ret != 1 && (ret < 0 || errno != 0)) /* errno: what a failed mmap or open left */
+            return ofccl__limit_fail(log, e, ret < 0 ? -ret : errno, 0, OFCCL_ERR_PROVIDER,
+                                     "rank %d: inserting the address of peer %d", ep->params.rank,
+                                     r);
         if (ret != 1)
             return ofccl__fail(log, OFCCL__SUB_PROV, e, OFCCL_ERR_PROVIDER,
-                               "rank %d: inserting the address of peer %d failed: %s",
-                               ep->params.rank, r,
-                               ret < 0 ? fi_strerror(-ret) : "address rejected");
+                               "rank %d: inserting the address of peer %d failed: address "
+                               "rejected",
+                               ep->params.rank, r);
         if (addr != (fi_addr_t)r)
             return ofccl__fail(log, OFCCL__SUB_PROV, e, OFCCL_ERR_INTERNAL,
                                "rank %d: peer %d got AV index %" PRIu64 " (FI_AV_TABLE order "
@@ -305,6 +391,12 @@ int ofccl__ep_insert_peers(ofccl__ep_t *ep, const void *names, size_t stride, co
     }
     ep->peers_inserted = true;
     return 0;
+}
+
+void ofccl__ep_peers_ready(ofccl__ep_t *ep)
+{
+    if (ep != NULL)
+        ofccl__shm_unlink_own(ep);
 }
 
 int ofccl__ep_peer_gone(ofccl__ep_t *ep, int *pid)

@@ -148,6 +148,7 @@ void *ofccl__lx_mem_alloc(size_t len)
 {
     struct lx_alloc *a = calloc(1, sizeof(*a));
     size_t n = page_round(len ? len : 1);
+    int saved;
 
     if (a == NULL)
         return NULL;
@@ -167,9 +168,13 @@ void *ofccl__lx_mem_alloc(size_t len)
     return a->addr;
 
 err_close:
+    saved = errno;
     close(a->fd);
+    errno = saved;
 err_free:
+    saved = errno;
     free(a);
+    errno = saved; /* for ofccl__prov_mem_error */
     return NULL;
 }
 
@@ -266,26 +271,27 @@ int ofccl__lx_ep_setup(ofccl__ep_t *ep, ofccl__err_t *e)
     struct ofccl__lx *lx = calloc(1, sizeof(*lx));
 
     if (lx == NULL)
-        return ofccl__fail(log, OFCCL__SUB_PROV, e, OFCCL_ERR_NO_MEMORY, "out of memory");
+        return ofccl__limit_fail(log, e, ENOMEM, sizeof(*lx), OFCCL_ERR_NO_MEMORY,
+                                 "rank %d: allocating the local endpoint", rank);
     ep->lx = lx;
     lx->fd = -1;
     lx->gone = -1;
     lx->dying = -1;
     lx->cq = calloc(ep->params.ops_inflight, sizeof(*lx->cq));
     if (lx->cq == NULL)
-        return ofccl__fail(log, OFCCL__SUB_PROV, e, OFCCL_ERR_NO_MEMORY, "out of memory");
+        return ofccl__limit_fail(log, e, ENOMEM, ep->params.ops_inflight * sizeof(*lx->cq),
+                                 OFCCL_ERR_NO_MEMORY, "rank %d: allocating the local CQ", rank);
     lx->seg_len = seg_size(ep->params.size);
     lx->fd = memfd_create("ofccl-endpoint", MFD_CLOEXEC);
     if (lx->fd < 0 || ftruncate(lx->fd, (off_t)lx->seg_len) != 0)
-        return ofccl__fail(log, OFCCL__SUB_PROV, e, OFCCL_ERR_NO_MEMORY,
-                           "rank %d: local provider: cannot create a %zu-byte shared segment: %s",
-                           rank, lx->seg_len, strerror(errno));
+        return ofccl__limit_fail(log, e, errno, lx->seg_len, OFCCL_ERR_NO_MEMORY,
+                                 "rank %d: local provider: creating a %zu-byte shared segment",
+                                 rank, lx->seg_len);
     lx->seg = mmap(NULL, lx->seg_len, PROT_READ | PROT_WRITE, MAP_SHARED, lx->fd, 0);
     if (lx->seg == MAP_FAILED) {
         lx->seg = NULL;
-        return ofccl__fail(log, OFCCL__SUB_PROV, e, OFCCL_ERR_NO_MEMORY,
-                           "rank %d: local provider: cannot map its shared segment: %s", rank,
-                           strerror(errno));
+        return ofccl__limit_fail(log, e, errno, lx->seg_len, OFCCL_ERR_NO_MEMORY,
+                                 "rank %d: local provider: mapping its shared segment", rank);
     }
     if (ofccl__random_bytes(&lx->nonce, sizeof(lx->nonce)) != 0)
         return ofccl__fail(log, OFCCL__SUB_PROV, e, OFCCL_ERR_INTERNAL,
@@ -396,6 +402,7 @@ static void *map_remote_fd(int pid, int fd, size_t *len)
 static int attach_peer(ofccl__ep_t *ep, int r, const struct lx_name *nm, ofccl__err_t *e)
 {
     const ofccl__log_t *log = ep->prov->log;
+    char why[256];
     struct ofccl__lx *lx = ep->lx;
     struct lx_peer *p = &lx->peers[r];
     int rank = ep->params.rank;
@@ -427,6 +434,10 @@ static int attach_peer(ofccl__ep_t *ep, int r, const struct lx_name *nm, ofccl__
                                  "rank %d: its own endpoint name came back altered", rank);
     }
     p->seg = map_remote_fd(nm->pid, nm->fd, &p->seg_len);
+    if (p->seg == NULL && ofccl__limit_explain(errno, 0, why, sizeof(why)) != 0)
+        return ofccl__limit_fail(log, e, errno, seg_size(ep->params.size), OFCCL_ERR_NO_MEMORY,
+                                 "rank %d: mapping the shared segment of peer %d (/proc/%d/fd/%d)",
+                                 rank, r, nm->pid, nm->fd);
     if (p->seg == NULL)
         return ofccl__fail(log, OFCCL__SUB_PROV, e, OFCCL_ERR_NOT_SUPPORTED,
                            "rank %d: cannot map the shared segment of peer %d "
@@ -602,8 +613,13 @@ static int resolve(ofccl__ep_t *ep, const struct ofccl__op *op, unsigned need, c
         *m = (struct lx_map){0};
         m->base = map_remote_fd(p->pid, reg->fd, &m->len);
         if (m->base == NULL) {
+            /* Out of descriptors or address space is this process's own
+             * limit: the error carries that errno, so it is not taken for
+             * the target's failure. */
             *perrno = errno;
-            return fail_at(what, W_MAP, FI_EREMOTEIO);
+            return fail_at(what, W_MAP,
+                           errno == EMFILE || errno == ENFILE || errno == ENOMEM ? errno
+                                                                                 : FI_EREMOTEIO);
         }
         /* Still the same registration after the open: the fd was the right one. */
         if (atomic_load_explicit(&reg->key, memory_order_acquire) != op->key || foff > m->len ||
@@ -876,7 +892,7 @@ int ofccl__lx_peer_map(ofccl__ep_t *ep, int peer, const ofccl__rkey_t *rk, uint6
     struct fi_cq_err_entry err = {0};
     int what = W_KIND, perrno = 0, rc;
     uint64_t cma;
-    char *dst, why[160];
+    char *dst, why[256];
 
     *ptr = NULL;
     if (roff > rk->len || len > rk->len - roff)
@@ -888,6 +904,10 @@ int ofccl__lx_peer_map(ofccl__ep_t *ep, int peer, const ofccl__rkey_t *rk, uint6
     if (rc != 0) {
         err.prov_errno = what;
         err.olen = (size_t)perrno;
+        if (ofccl__limit_explain(rc, len, why, sizeof(why)) != 0)
+            return ofccl__limit_fail(ep->prov->log, e, rc, len, OFCCL_ERR_NO_MEMORY,
+                                     "rank %d: mapping %zu bytes of peer %d's region",
+                                     ep->params.rank, len, peer);
         return ofccl__fail(ep->prov->log, OFCCL__SUB_PROV, e, OFCCL_ERR_REMOTE_ERROR,
                            "rank %d: mapping %zu bytes of peer %d's region: %s", ep->params.rank,
                            len, peer, ofccl__lx_strerror(&err, why, sizeof(why)));

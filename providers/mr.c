@@ -3,6 +3,7 @@
  * (read back) or unpredictable keys of our own, endpoint-bound regions, and
  * virtual-address or offset addressing.
  */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -146,15 +147,17 @@ int ofccl__mr_dereg(ofccl__mr_t *mr)
     } else {
         ret = fi_close(&((struct fid_mr *)mr->fid)->fid);
     }
+    /* A provider that refuses keeps its object (the domain's close reports
+     * it); ours goes regardless, so the endpoint can still be closed. */
     if (ret != 0)
-        return ofccl__fail(ep->prov->log, OFCCL__SUB_PROV, NULL, OFCCL_ERR_PROVIDER,
-                           "rank %d: deregistering %zu bytes at %p failed: %s", ep->params.rank,
-                           mr->len, mr->addr, fi_strerror(-ret));
+        ret = ofccl__fail(ep->prov->log, OFCCL__SUB_PROV, NULL, OFCCL_ERR_PROVIDER,
+                          "rank %d: deregistering %zu bytes at %p failed: %s", ep->params.rank,
+                          mr->len, mr->addr, fi_strerror(-ret));
     pthread_mutex_lock(&ep->lock);
     ep->n_mrs--;
     pthread_mutex_unlock(&ep->lock);
     free(mr);
-    return 0;
+    return ret;
 }
 
 void *ofccl__prov_mem_alloc_on(const ofccl__prov_t *prov, size_t len)
@@ -171,6 +174,15 @@ void *ofccl__prov_mem_alloc_on(const ofccl__prov_t *prov, size_t len)
 void *ofccl__prov_mem_alloc(const ofccl__ep_t *ep, size_t len)
 {
     return ofccl__prov_mem_alloc_on(ep->prov, len);
+}
+
+int ofccl__prov_mem_error(const ofccl__ep_t *ep, size_t len, ofccl__err_t *e)
+{
+    int err = errno ? errno : ENOMEM;
+
+    /* No log: the caller adds where it was and logs once. */
+    return ofccl__limit_fail(NULL, e, err, len, OFCCL_ERR_NO_MEMORY, "allocating %zu bytes%s", len,
+                             ep != NULL && ep->prov->local ? " of shared memory (memfd)" : "");
 }
 
 void ofccl__prov_mem_free(void *ptr)

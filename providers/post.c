@@ -243,6 +243,12 @@ static int submit(ofccl__ep_t *ep, const struct ofccl__op *tmpl, void *op_ctx, o
     ssize_t ret;
 
     pthread_mutex_lock(&ep->lock);
+    if (ep->stopped) {
+        pthread_mutex_unlock(&ep->lock);
+        return ofccl__fail(ep->prov->log, OFCCL__SUB_PROV, e, OFCCL_ERR_STATE,
+                           "rank %d: %s to peer %d: the endpoint is shut down", ep->params.rank,
+                           ofccl__op_kind_name(tmpl->kind), tmpl->peer);
+    }
     op = ep->free_ops;
     if (op == NULL) {
         pthread_mutex_unlock(&ep->lock);
@@ -274,11 +280,12 @@ static int submit(ofccl__ep_t *ep, const struct ofccl__op *tmpl, void *op_ctx, o
     else if (ret != 0)
         op_free(ep, op);
     pthread_mutex_unlock(&ep->lock);
+    /* tcp;ofi_rxm opens the connection on the first post: EMFILE here is
+     * this rank's descriptor limit, not the peer's doing. */
     if (ret != 0 && ret != -FI_EAGAIN)
-        return ofccl__fail(ep->prov->log, OFCCL__SUB_PROV, e, OFCCL_ERR_PROVIDER,
-                           "rank %d: posting %s to peer %d (%zu bytes) failed: %s", ep->params.rank,
-                           ofccl__op_kind_name(tmpl->kind), tmpl->peer, tmpl->len,
-                           fi_strerror((int)-ret));
+        return ofccl__limit_fail(ep->prov->log, e, (int)-ret, 0, OFCCL_ERR_PROVIDER,
+                                 "rank %d: posting %s to peer %d (%zu bytes)", ep->params.rank,
+                                 ofccl__op_kind_name(tmpl->kind), tmpl->peer, tmpl->len);
     return 0;
 }
 
@@ -478,6 +485,9 @@ static int map_status(int err)
     case FI_EHOSTUNREACH:
     case FI_ENOTCONN:
     case FI_ETIMEDOUT:
+    /* ofccl cancels nothing on a live endpoint: the provider gave up on
+     * the op because the connection to the peer went away. */
+    case FI_ECANCELED:
         return OFCCL_ERR_REMOTE_ERROR;
     default:
         return OFCCL_ERR_PROVIDER;
@@ -527,14 +537,20 @@ static int read_error(ofccl__ep_t *ep, struct ev *ev, bool *have, char *msg, siz
     }
     {
         struct ofccl__op *op = err.op_context;
+        char why[256];
+        /* Out of descriptors or memory here is this rank's limit, whichever
+         * peer the op was for: say which, not "the peer failed". */
+        int limit = ofccl__limit_explain(err.err, 0, why, sizeof(why));
+
         ptext = cq_strerror(ep, &err, pbuf, sizeof(pbuf));
-        snprintf(msg, msglen, "rank %d: %s to peer %d (%zu bytes) failed: %s (provider: %s)",
+        snprintf(msg, msglen, "rank %d: %s to peer %d (%zu bytes) failed: %s (provider: %s)%s%s",
                  ep->params.rank, ofccl__op_kind_name(op->kind), op->peer, op->len,
-                 fi_strerror(err.err), ptext != NULL && ptext[0] ? ptext : pbuf);
+                 fi_strerror(err.err), ptext != NULL && ptext[0] ? ptext : pbuf, limit ? "; " : "",
+                 limit ? why : "");
         ev->type = EV_ERROR;
         ev->op_ctx = op->op_ctx;
         ev->peer = op->peer;
-        ev->status = map_status(err.err);
+        ev->status = limit ? limit : map_status(err.err);
         op_free(ep, op);
         *have = true;
     }
@@ -573,6 +589,10 @@ static int drain_cq(ofccl__ep_t *ep, const ofccl__ep_handlers_t *h, int max, ofc
         ssize_t n;
 
         pthread_mutex_lock(&ep->lock);
+        if (ep->stopped) { /* shut down: the CQ is closed, nothing will complete */
+            pthread_mutex_unlock(&ep->lock);
+            break;
+        }
         n = ep->lx != NULL ? ofccl__lx_cq_read(ep, ents, want) : fi_cq_read(ep->cq, ents, want);
         if (n == -FI_EAVAIL) {
             bool have;
@@ -658,13 +678,18 @@ static int drain_retry(ofccl__ep_t *ep, const ofccl__ep_handlers_t *h)
             pthread_mutex_unlock(&ep->lock);
             continue;
         }
-        snprintf(msg, sizeof(msg), "rank %d: %s to peer %d (%zu bytes) failed when re-posted: %s",
-                 ep->params.rank, ofccl__op_kind_name(op->kind), op->peer, op->len,
-                 fi_strerror((int)-ret));
+        {
+            ofccl__err_t re;
+            ev.status = ofccl__limit_fail(NULL, &re, (int)-ret, 0, OFCCL_ERR_PROVIDER,
+                                          "rank %d: %s to peer %d (%zu bytes) failed when "
+                                          "re-posted",
+                                          ep->params.rank, ofccl__op_kind_name(op->kind), op->peer,
+                                          op->len);
+            ofccl__strlcpy(msg, re.msg, sizeof(msg));
+        }
         ev.type = EV_ERROR;
         ev.op_ctx = op->op_ctx;
         ev.peer = op->peer;
-        ev.status = OFCCL_ERR_PROVIDER;
         op_free(ep, op);
         pthread_mutex_unlock(&ep->lock);
         OFCCL__WARN(ep->prov->log, OFCCL__SUB_PROV, "%s", msg);

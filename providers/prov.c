@@ -122,6 +122,31 @@ static int query(const struct hint_opts *o, struct fi_info **list, struct fi_inf
     return ret;
 }
 
+/*
+ * tcp;ofi_rxm sizes its buffer pools from environment variables only, read
+ * once when libfabric loads its providers (the first fi_getinfo of the
+ * process); no fi_info attribute reaches them. Its defaults (16 KiB eager
+ * buffers, allocated 1024 at a time and zeroed, 4096 of them kept posted on
+ * the shared receive queue it uses over tcp) cost about 86 MiB of resident
+ * memory per endpoint, almost none of which ofccl uses: its data moves by RMA straight to the tcp
+ * endpoints, and only atomic adds and rxm's own control messages (a few
+ * dozen bytes each) go through those buffers. So, where the user has not
+ * set them, ofccl sets smaller values before libfabric reads them
+ * (docs/providers.md); a user's own setting always wins.
+ */
+static pthread_once_t env_once = PTHREAD_ONCE_INIT;
+
+static void env_defaults_once(void)
+{
+    setenv("FI_OFI_RXM_BUFFER_SIZE", "1024", 0);
+    setenv("FI_OFI_RXM_MSG_RX_SIZE", "64", 0);
+}
+
+static void env_defaults(void)
+{
+    pthread_once(&env_once, env_defaults_once);
+}
+
 static pthread_once_t version_once = PTHREAD_ONCE_INIT;
 static char version_str[32];
 
@@ -163,6 +188,7 @@ void ofccl__prov_available(char *buf, size_t len)
 
     if (buf == NULL || len == 0)
         return;
+    env_defaults();
     /* ofccl's own transport is always there. */
     ofccl__strlcpy(buf, OFCCL__LOCAL_NAME, len);
     if (fi_getinfo(OFCCL__FI_VERSION, NULL, NULL, 0, NULL, &list) != 0)
@@ -437,6 +463,7 @@ int ofccl__prov_open(const ofccl__prov_params_t *params, ofccl__prov_t **out, of
     if (params == NULL || out == NULL || params->provider == NULL || params->provider[0] == '\0')
         return ofccl__fail(log, OFCCL__SUB_PROV, e, OFCCL_ERR_INVALID_ARG,
                            "opening a provider needs a provider name");
+    env_defaults();
     row = ofccl__quirk_find(params->provider);
     prov_name = row >= 0 ? ofccl__quirks[row].prov_name : params->provider;
     domain = params->domain != NULL ? params->domain : "";
@@ -488,6 +515,8 @@ int ofccl__prov_open(const ofccl__prov_params_t *params, ofccl__prov_t **out, of
     if (ret != 0)
         goto err_domain;
     ofccl__quirk_apply(&prov->caps, ofccl__quirk_find(prov->caps.name), params->strict);
+    if (prov->caps.quirks & OFCCL__Q_NAME_PER_PROCESS)
+        ofccl__shm_sweep(log); /* endpoint files of killed ofccl processes */
 
     ofccl__prov_caps_format(&prov->caps, buf, sizeof(buf));
     OFCCL__DEBUG(log, OFCCL__SUB_PROV, "opened provider:\n%s", buf);
@@ -528,6 +557,12 @@ int ofccl__prov_close(ofccl__prov_t *prov)
                            "provider %s: %u endpoint(s) still open", prov->caps.name, n);
     if (prov->local)
         goto out;
+    if (prov->n_abandoned > 0) {
+        /* Endpoints left open (ofccl__ep_shutdown) still belong to the
+         * domain: keep it, reachable, for the life of the process. */
+        ofccl__ep_keep(prov);
+        return 0;
+    }
     ret = fi_close(&prov->domain->fid);
     if (ret != 0)
         rc = ofccl__fail(prov->log, OFCCL__SUB_PROV, NULL, OFCCL_ERR_PROVIDER,
@@ -564,6 +599,7 @@ int ofccl__prov_list(const char *provider, ofccl__prov_dom_t *out, int max, int 
     if (n == NULL || max < 0 || (out == NULL && max > 0))
         return ofccl__fail(NULL, OFCCL__SUB_PROV, e, OFCCL_ERR_INVALID_ARG,
                            "ofccl__prov_list: bad arguments");
+    env_defaults();
     if (provider != NULL && provider[0] != '\0') {
         int row = ofccl__quirk_find(provider);
         prov_name = row >= 0 ? ofccl__quirks[row].prov_name : provider;
@@ -625,11 +661,11 @@ static const char *yn(bool b)
 
 void ofccl__prov_caps_format(const ofccl__prov_caps_t *c, char *buf, size_t len)
 {
-    char flags[200] = "";
-    static const char *const fnames[] = {"CQDATA_4",         "ATOMIC_EMULATED", "LOOPBACK_DOMAIN",
-                                         "DEPRECATED",       "STRICT_CAPABLE",  "NEEDS_RX_CQ_DATA",
-                                         "NEEDS_MR_LOCAL",   "INTRA_NODE_ONLY", "PREFER_OFFSETS",
-                                         "NAME_PER_PROCESS", "NO_DC_ATOMIC"};
+    char flags[240] = "";
+    static const char *const fnames[] = {
+        "CQDATA_4",       "ATOMIC_EMULATED",  "LOOPBACK_DOMAIN", "DEPRECATED",
+        "STRICT_CAPABLE", "NEEDS_RX_CQ_DATA", "NEEDS_MR_LOCAL",  "INTRA_NODE_ONLY",
+        "PREFER_OFFSETS", "NAME_PER_PROCESS", "NO_DC_ATOMIC",    "NO_CLOSE_MIDWRITE"};
     const char *note = "(no quirk row for this provider)";
 
     if (buf == NULL || len == 0)

@@ -65,6 +65,8 @@ enum ofccl__quirk_flag {
     OFCCL__Q_NO_DC_ATOMIC = 1u << 10,
     /* delivery-complete non-fetching atomics misbehave */ /* offer offset addressing first (see its
                                                               row's note) */
+    OFCCL__Q_NO_CLOSE_MIDWRITE = 1u << 11, /* closing an endpoint a peer's RMA write is half-way
+                                              into crashes the provider: leave it open */
 };
 
 typedef struct ofccl__quirk {
@@ -72,6 +74,10 @@ typedef struct ofccl__quirk {
     const char *alias;     /* what users type in OFCCL_PROVIDER, e.g. "verbs" */
     unsigned flags;        /* enum ofccl__quirk_flag */
     const char *note;      /* why the flags are what they are (shown by ofccl_info) */
+    /* What one communicator costs beyond its pool, in MiB, as perf/footprint
+     * measures it (rounded up): resident memory, address space, and address
+     * space per further peer. 0 = not measured (a generous default is used). */
+    unsigned rss_mib, vm_mib, vm_per_peer_mib;
 } ofccl__quirk_t;
 
 extern const ofccl__quirk_t ofccl__quirks[];
@@ -140,7 +146,21 @@ typedef struct ofccl__ep_params {
 
 int ofccl__ep_open(ofccl__prov_t *prov, const ofccl__ep_params_t *params, ofccl__ep_t **out,
                    ofccl__err_t *e);
-/* Returns OFCCL_ERR_BUSY while memory regions are registered on it. */
+/* Teardown, first step: stop the endpoint for good. Closes the libfabric
+ * endpoint (cancelling every op in flight), then its CQ and AV, so that no
+ * completion can name an op again and the provider holds no pointer into
+ * memory the caller frees next. No callback runs; later posts fail with
+ * OFCCL_ERR_STATE and progress does nothing. Regions registered on it stay
+ * valid handles: deregister them, free their memory, then ofccl__ep_close.
+ * Idempotent; safe on an endpoint whose peers are stopped, dead or cut off.
+ * `failed`: the communicator failed, so a peer may be half-way through a
+ * write into this endpoint. Where closing then crashes the provider
+ * (OFCCL__Q_NO_CLOSE_MIDWRITE) the endpoint is stopped but left open: it is
+ * never progressed again, and its libfabric objects stay allocated (reachable)
+ * until the process exits, as does the domain they belong to. */
+int ofccl__ep_shutdown(ofccl__ep_t *ep, bool failed);
+/* Returns OFCCL_ERR_BUSY while memory regions are registered on it. Shuts it
+ * down first where ofccl__ep_shutdown was not called. */
 int ofccl__ep_close(ofccl__ep_t *ep);
 /* fi_getname: on entry *len = capacity of buf; on success the name's length. */
 int ofccl__ep_name(ofccl__ep_t *ep, void *buf, size_t *len, ofccl__err_t *e);
@@ -148,6 +168,11 @@ int ofccl__ep_name(ofccl__ep_t *ep, void *buf, size_t *len, ofccl__err_t *e);
  * index r addresses rank r. Call once, with all `size` names. */
 int ofccl__ep_insert_peers(ofccl__ep_t *ep, const void *names, size_t stride, const size_t *lens,
                            int n, ofccl__err_t *e);
+/* Every peer has inserted this endpoint (the caller's barrier after
+ * ofccl__ep_insert_peers proves it): drop what was needed only until then.
+ * On shm the endpoint's /dev/shm file is unlinked, so a process killed
+ * later leaves none behind. */
+void ofccl__ep_peers_ready(ofccl__ep_t *ep);
 
 /* ---- memory registration ---- */
 enum ofccl__access {
@@ -180,7 +205,8 @@ typedef struct ofccl__rkey {
  * provider's under FI_MR_PROV_KEY, else unpredictable (getrandom). */
 int ofccl__mr_reg(ofccl__ep_t *ep, void *addr, size_t len, unsigned access, ofccl__mr_t **out,
                   ofccl__err_t *e);
-/* Invalidates the key: a peer using it afterwards gets an error, not our memory. */
+/* Invalidates the key: a peer using it afterwards gets an error, not our memory.
+ * `mr` is freed even when the provider refuses (then its error is returned). */
 int ofccl__mr_dereg(ofccl__mr_t *mr);
 
 /* ---- memory peers write into (pool buffers, staging and control windows) ----
@@ -190,6 +216,10 @@ int ofccl__mr_dereg(ofccl__mr_t *mr);
 void *ofccl__prov_mem_alloc(const ofccl__ep_t *ep, size_t len);
 /* The same, for memory every endpoint of the provider handle may register. */
 void *ofccl__prov_mem_alloc_on(const ofccl__prov_t *prov, size_t len);
+/* Right after ofccl__prov_mem_alloc returned NULL: why (from errno), as
+ * OFCCL_ERR_NO_MEMORY or, for a limit of this process (RLIMIT_AS, open
+ * files for the memfd), OFCCL_ERR_RESOURCE, with the limit in the message. */
+int ofccl__prov_mem_error(const ofccl__ep_t *ep, size_t len, ofccl__err_t *e);
 void ofccl__prov_mem_free(void *ptr);
 
 /* ---- posting; every call is non-blocking ----

@@ -37,9 +37,11 @@ struct ofccl__prov {
     bool fetch_atomic_ok;
     /* The local provider (local.c): no fabric, domain or info. */
     bool local;
-    pthread_mutex_t lock; /* guards n_eps */
+    pthread_mutex_t lock; /* guards n_eps, n_abandoned */
     unsigned n_eps;
-    ofccl__fault_t fault; /* injected faults (fault-injection builds only) */
+    unsigned n_abandoned;          /* endpoints left open at close (OFCCL__Q_NO_CLOSE_MIDWRITE) */
+    struct ofccl__prov *kept_next; /* on the list of objects kept until exit */
+    ofccl__fault_t fault;          /* injected faults (fault-injection builds only) */
     _Atomic unsigned f_posts, f_regs, f_comps;
 };
 
@@ -116,10 +118,21 @@ struct ofccl__ep {
     unsigned n_mrs; /* user regions registered on this endpoint */
     char *names;    /* peer names as inserted; kept until close (see insert_peers) */
     bool peers_inserted;
+    /* ofccl__ep_shutdown ran: nothing is posted or progressed any more. */
+    bool stopped;
+    /* Left open by ofccl__ep_shutdown: never closed nor freed (see prov.h). */
+    bool abandoned;
+    struct ofccl__ep *kept_next; /* on the list of objects kept until exit */
+    /* shm: the name of this endpoint's /dev/shm file until it is unlinked. */
+    char shm_name[64];
     /* Local-provider state (local.c); NULL on libfabric endpoints, which
      * then have ep, av and cq. */
     struct ofccl__lx *lx;
 };
+
+/* Keep an abandoned endpoint's provider, and so its domain, until the
+ * process exits (ep.c holds the list). */
+void ofccl__ep_keep(ofccl__prov_t *prov);
 
 /* Registration shared by mr.c (user regions) and ep.c (the op pool). */
 int ofccl__mr_reg_raw(ofccl__ep_t *ep, void *addr, size_t len, uint64_t fi_access,
@@ -128,5 +141,40 @@ int ofccl__mr_reg_raw(ofccl__ep_t *ep, void *addr, size_t len, uint64_t fi_acces
 ssize_t ofccl__op_post(ofccl__ep_t *ep, struct ofccl__op *op);
 /* Name of an op kind for messages ("RMA write", ...). */
 const char *ofccl__op_kind_name(int kind);
+
+/* ---- this process's resource limits (limits.c) ---- */
+/* For an errno `err` (positive) that means this process hit a limit of its
+ * own (EMFILE, ENFILE, ENOMEM): write which limit, its value and what to
+ * raise into buf and return OFCCL_ERR_RESOURCE or OFCCL_ERR_NO_MEMORY;
+ * otherwise return 0. `want`: bytes the failed step needed, 0 if unknown. */
+int ofccl__limit_explain(int err, size_t want, char *buf, size_t len);
+/* Fail with "<fmt>: <error text>[; <explanation>]": the limit's code where
+ * ofccl__limit_explain knows `err`, else `fallback`. */
+int ofccl__limit_fail(const ofccl__log_t *log, ofccl__err_t *e, int err, size_t want, int fallback,
+                      const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+/* 0 when `bytes` more of address space can still be mapped under RLIMIT_AS;
+ * else OFCCL_ERR_RESOURCE naming the limit ("rank N: <what>: ..."). */
+int ofccl__limit_reserve(const ofccl__log_t *log, ofccl__err_t *e, size_t bytes, const char *what,
+                         int rank);
+/* ---- shm endpoint files in /dev/shm (shmfile.c) ---- */
+/* A unique endpoint name: ofccl_<pid>_<pid namespace>_<counter>_<random>. */
+void ofccl__shm_name(char *buf, size_t len);
+/* Every peer has mapped the endpoint's file: unlink it (idempotent). */
+void ofccl__shm_unlink_own(ofccl__ep_t *ep);
+/* Remove files of ofccl processes of this user and PID namespace that exited. */
+void ofccl__shm_sweep(const ofccl__log_t *log);
+/* Before the AV insert: RLIMIT_AS must leave room for every peer's region
+ * (`n` NUL-terminated names, `stride` bytes apart). */
+int ofccl__shm_reserve_peers(ofccl__ep_t *ep, const char *names, size_t stride, int n,
+                             ofccl__err_t *e);
+/* Before a communicator's endpoint is created: its estimated footprint
+ * (quirk row: rss_mib, vm_mib, vm_per_peer_mib) must fit in MemAvailable
+ * (else OFCCL_ERR_NO_MEMORY) and under RLIMIT_AS (else OFCCL_ERR_RESOURCE),
+ * with both numbers in the message. */
+int ofccl__limit_footprint(const ofccl__prov_t *prov, int rank, int size, ofccl__err_t *e);
+/* Bytes RLIMIT_AS still allows this process to map (ULLONG_MAX: no limit). */
+unsigned long long ofccl__limit_as_room(void);
+/* MemAvailable from /proc/meminfo, in bytes (0 if unknown). */
+unsigned long long ofccl__limit_mem_available(void);
 
 #endif

@@ -13,7 +13,8 @@ const ofccl__quirk_t ofccl__quirks[] = {
      "ofccl's own transport between processes of this host, no libfabric: windows peers write "
      "into are memfd shared memory each peer maps once, so an RMA write is one memcpy by the "
      "initiator, an atomic a CPU atomic, CQ data a shared ring; other registered memory is "
-     "written with process_vm_writev; needs one user and one PID namespace; no strict mode"},
+     "written with process_vm_writev; needs one user and one PID namespace; no strict mode",
+     2, 2, 1},
     {"shm", "shm",
      OFCCL__Q_INTRA_NODE_ONLY | OFCCL__Q_STRICT_CAPABLE | OFCCL__Q_PREFER_OFFSETS |
          OFCCL__Q_NAME_PER_PROCESS | OFCCL__Q_NO_DC_ATOMIC,
@@ -22,22 +23,31 @@ const ofccl__quirk_t ofccl__quirks[] = {
      "3+ peers are active (its pending response is built from an unset result iov), so atomic "
      "adds are fetching atomics; with FI_MR_VIRT_ADDR offered it takes a "
      "fast RMA path that does not check keys, so offsets are asked for first; default endpoint "
-     "names are pid:domain:ep, equal for two contexts of one process, so ofccl names them"},
+     "names are pid:domain:ep, equal for two contexts of one process, so ofccl names them",
+     8, 20, 16},
     {"tcp;ofi_rxm", "tcp",
-     OFCCL__Q_ATOMIC_EMULATED | OFCCL__Q_LOOPBACK_DOMAIN | OFCCL__Q_STRICT_CAPABLE,
+     OFCCL__Q_ATOMIC_EMULATED | OFCCL__Q_LOOPBACK_DOMAIN | OFCCL__Q_STRICT_CAPABLE |
+         OFCCL__Q_NO_CLOSE_MIDWRITE,
      "RDM emulated by rxm over tcp MSG endpoints; rxm carries atomics as messages applied in "
-     "software at the target; has an 'lo' domain; first ops return EAGAIN while connecting"},
+     "software at the target; has an 'lo' domain; first ops return EAGAIN while connecting; "
+     "closing an endpoint while a peer's RMA write into it is half received makes tcp report "
+     "the cancelled receive with a NULL op_context, which rxm dereferences (1.17: segfault in "
+     "rxm_handle_comp_error), so a failed communicator's endpoint is left open",
+     8, 20, 1},
     {"verbs;ofi_rxm", "verbs",
      OFCCL__Q_CQDATA_4 | OFCCL__Q_ATOMIC_EMULATED | OFCCL__Q_NEEDS_RX_CQ_DATA |
          OFCCL__Q_NEEDS_MR_LOCAL,
      "InfiniBand/RoCE: immediate data is 32 bits; write-with-immediate consumes a posted "
-     "receive (FI_RX_CQ_DATA); verbs requires FI_MR_LOCAL; rxm applies atomics in software"},
+     "receive (FI_RX_CQ_DATA); verbs requires FI_MR_LOCAL; rxm applies atomics in software",
+     0, 0, 0},
     {"sockets", "sockets", OFCCL__Q_DEPRECATED | OFCCL__Q_LOOPBACK_DOMAIN | OFCCL__Q_STRICT_CAPABLE,
      "deprecated by libfabric in favour of tcp; meant for development and debugging; has an "
-     "'lo' domain"},
+     "'lo' domain",
+     0, 0, 0},
     {"efa", "efa", OFCCL__Q_CQDATA_4 | OFCCL__Q_ATOMIC_EMULATED,
-     "AWS EFA: remote CQ data is 4 bytes; the RDM protocol implements atomics in software"},
-    {"cxi", "cxi", 0, "HPE Slingshot: RMA and atomics are executed by the NIC"},
+     "AWS EFA: remote CQ data is 4 bytes; the RDM protocol implements atomics in software", 0, 0,
+     0},
+    {"cxi", "cxi", 0, "HPE Slingshot: RMA and atomics are executed by the NIC", 0, 0, 0},
 };
 
 const size_t ofccl__quirk_count = sizeof(ofccl__quirks) / sizeof(ofccl__quirks[0]);

@@ -296,8 +296,10 @@ static int comm_setup(ofccl_comm_t *comm)
     comm->ctrl_words = ofccl__coll_ctrl_words(
         comm->size, (size_t)ofccl__cfg_int(&ctx->cfg, OFCCL__CFG_EAGER_BYTES));
     comm->ctrl = ofccl__prov_mem_alloc(comm->ep, comm->ctrl_words * sizeof(uint64_t));
-    if (comm->ctrl == NULL)
-        return ofccl__comm_fail(comm, OFCCL_ERR_NO_MEMORY, "comm setup: no memory");
+    if (comm->ctrl == NULL) {
+        rc = ofccl__prov_mem_error(comm->ep, comm->ctrl_words * sizeof(uint64_t), &comm->err);
+        return ofccl__comm_fail(comm, rc, "comm setup: control region: %s", comm->err.msg);
+    }
     memset((void *)comm->ctrl, 0, comm->ctrl_words * sizeof(uint64_t));
     rc = ofccl__mr_reg(comm->ep, (void *)comm->ctrl, comm->ctrl_words * sizeof(uint64_t),
                        OFCCL__ACC_LOCAL | OFCCL__ACC_REMOTE_ATOMIC | OFCCL__ACC_REMOTE_WRITE,
@@ -386,6 +388,8 @@ static int comm_setup(ofccl_comm_t *comm)
     rc = ofccl__boot_barrier(ctx->boot, &comm->err);
     if (rc)
         rc = ofccl__comm_fail(comm, rc, "%s", comm->err.msg);
+    else
+        ofccl__ep_peers_ready(comm->ep); /* every peer has inserted (mapped) ours */
 out:
     free(all);
     free(lens);
@@ -395,15 +399,22 @@ out:
     return rc;
 }
 
+/* Also frees a communicator whose creation failed part-way (every field is
+ * NULL until set). Order: stop the endpoint (ops in flight cancelled, CQ
+ * closed: nothing refers to request objects or buffers any more), then
+ * deregister, then free memory; errors are logged where they happen and do
+ * not stop the rest. */
 static void comm_free(ofccl_comm_t *comm)
 {
+    /* A failed communicator's peers may be half-way through writes to us. */
+    ofccl__ep_shutdown(comm->ep,
+                       comm->sticky != 0 || comm->ops_pending > 0 || atomic_load(&comm->aborted));
     ofccl__memreg_forget_comm(comm);
     ofccl__pool_fini(comm);
-    ofccl__coll_fini(comm);
     if (comm->ctrl_mr)
         ofccl__mr_dereg(comm->ctrl_mr);
-    if (comm->ep)
-        ofccl__ep_close(comm->ep);
+    ofccl__coll_fini(comm);
+    ofccl__ep_close(comm->ep);
     ofccl__prov_mem_free((void *)comm->ctrl);
     free(comm->peer_ctrl);
     free(comm->peer_ctrl_at);

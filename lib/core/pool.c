@@ -89,11 +89,11 @@ static int alloc_registered(ofccl_comm_t *comm, size_t bytes, void **ptr, ofccl_
     void *p = ofccl__prov_mem_alloc(comm->ep, len);
     int rc;
 
-    if (p == NULL)
-        return ofccl__comm_fail(comm, OFCCL_ERR_NO_MEMORY,
-                                "pool: cannot allocate %zu bytes (%zu requested, rounded up to "
-                                "pages)",
-                                len, bytes);
+    if (p == NULL) {
+        rc = ofccl__prov_mem_error(comm->ep, len, &comm->err);
+        return ofccl__comm_fail(comm, rc, "pool: %s (%zu bytes requested, rounded up to pages)",
+                                comm->err.msg, bytes);
+    }
     /* Peers also read: where the provider orders a write with a read, where
      * they read sources in place (caps.peer_map: reduce-scatter pull), and a
      * bucket's published layout when theirs differs. They see nothing a
