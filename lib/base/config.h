@@ -82,7 +82,9 @@ typedef enum ofccl__cfg_type {
     X(SPIN_US, INT, LOCAL, "10000", "", 0, 60000000,                                               \
       "A waiting call (or the progress thread) polls without pause for this long after the last "  \
       "sign of progress, then naps 20-250 us between polls: a rank waiting on a slow or stopped "  \
-      "peer costs little CPU")
+      "peer costs little CPU")                                                                     \
+    X(LIBRARY, STRING, LOCAL, "", "<path>", 0, 0,                                                  \
+      "Python package only: path of the libofccl.so it loads; the C library ignores it")
 
 enum ofccl__cfg_id {
 #define OFCCL__X_ID(id, type, scope, def, allowed, min, max, help) OFCCL__CFG_##id,
