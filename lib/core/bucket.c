@@ -184,7 +184,9 @@ static int ofccl_bucket_allgather_unlocked(ofccl_comm_t *comm, const ofccl_tenso
     if (rc == 0) {
         r->op = (ofccl_redop_t){OFCCL_OP_SUM, 1.0};
         if (comm->size == 1) {
-            /* One rank: the shard is the whole tensor. */
+            /* One rank: the shard is the whole tensor. The request still names
+             * an algorithm: ofccl_wait and ofccl_test look at it. */
+            r->algo = ofccl__algo_select(comm, OFCCL__AG, r->block);
             for (int t = 0; t < n; t++)
                 if (tensors[t].count && tensors[t].full != tensors[t].shard)
                     memmove(tensors[t].full, tensors[t].shard, tensors[t].count * r->esize);
@@ -224,6 +226,7 @@ static int ofccl_bucket_reduce_scatter_unlocked(ofccl_comm_t *comm, const ofccl_
     if (rc == 0) {
         r->op = op;
         if (comm->size == 1) {
+            r->algo = ofccl__algo_select(comm, OFCCL__RS, r->block);
             for (int t = 0; t < n && rc == 0; t++) {
                 const void *src = tensors[t].full;
                 if (tensors[t].count)
