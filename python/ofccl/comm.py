@@ -167,6 +167,16 @@ class Context:
             raise InvalidArgument("alloc: numpy has no bfloat16; pass dtype=torch.bfloat16")
         return np.frombuffer(raw, dtype=buffers.NAMES[code], count=count).reshape(shape)
 
+    def owns(self, obj: Any) -> Optional[Tuple[int, int]]:
+        """(address, bytes) of the alloc() block that `obj`'s data starts in, or None
+        when `obj` is not ofccl memory of this context (it then goes through
+        registration or staging)."""
+        addr = buffers.address_of(obj)
+        for m in list(self._mems):
+            if m.ptr <= addr < m.ptr + max(m.nbytes, 1):
+                return m.ptr, m.nbytes
+        return None
+
     def close(self) -> None:
         """Destroy the context. Busy while communicators or alloc() arrays live."""
         if not self._h:
