@@ -103,7 +103,9 @@ class Work(_WorkBase):
             if self._done:
                 self._complete()
             else:
-                threading.Thread(target=self._complete, name="ofccl-work", daemon=True).start()
+                # Not a daemon: the interpreter joins it before finalizing, so it
+                # never dies inside torch's bindings (bounded by the request deadline).
+                threading.Thread(target=self._complete, name="ofccl-work").start()
         return self._fut
 
 
