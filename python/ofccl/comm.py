@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import gc
+import sys
 import weakref
 from ctypes import byref, c_int, c_size_t, c_void_p
 from typing import Any, Iterable, Mapping, Optional, Sequence, Tuple, Union
@@ -21,6 +22,7 @@ from . import _lib, _profile, buffers
 from .errors import Busy, InvalidArgument, from_code
 
 OP_SUM, OP_AVG, OP_PREMUL_SUM = 0, 1, 2
+_modules = sys.modules  # "torch" in it: profiler ranges may be wanted
 
 
 class Op:
@@ -264,12 +266,18 @@ class Request:
         return False
 
     def wait(self) -> Any:
-        if self._h is not None:
+        h = self._h
+        if h is not None:
             fast = _lib._fast_mod
-            if fast:
-                self._complete(*fast.wait_free(self._h))
-            else:
-                self._finish(_lib.lib().ofccl_wait(self._h))
+            if not fast:
+                self._finish(_lib.lib().ofccl_wait(h))
+                return self.result
+            rc, freed = fast.wait_free(h)
+            if rc or not freed or self._prof is not None or self._then is not None:
+                self._complete(rc, freed)
+            else:  # the common case, kept short: it is most of a small collective's cost
+                self._h = self._keep = None
+                self._comm._pending.discard(self)
         return self.result
 
     def __await__(self):
@@ -325,7 +333,7 @@ class Comm:
                 if r < 0:
                     raise from_code(r, self.last_error or "ofccl_allgather")
                 prof = _profile.begin("all_gather", buffers.nbytes(send), self.size) \
-                    if _profile.torch_loaded() else None
+                    if "torch" in _modules else None
                 return Request(self, r, (send, recv), recv, prof)
         h = self._live()
         want = None if dtype is None else buffers.dtype_code(dtype)
@@ -356,7 +364,7 @@ class Comm:
                 if r < 0:
                     raise from_code(r, self.last_error or "ofccl_reduce_scatter")
                 prof = _profile.begin("reduce_scatter", buffers.nbytes(send), self.size) \
-                    if _profile.torch_loaded() else None
+                    if "torch" in _modules else None
                 return Request(self, r, (send, recv), recv, prof)
         h = self._live()
         want = None if dtype is None else buffers.dtype_code(dtype)
