@@ -8,6 +8,7 @@ Request object does not free memory a collective is still writing.
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import ctypes
 import gc
@@ -52,6 +53,9 @@ OpLike = Union[Op, str]
 
 
 def _op(op: OpLike) -> Op:
+    hit = _OPS.get(op) if op.__class__ is str else None
+    if hit is not None:
+        return hit
     if isinstance(op, Op):
         return op
     if isinstance(op, str) and op.lower() in _OPS:
@@ -208,11 +212,15 @@ class Context:
             pass
 
 
-class Request:
+class Request(metaclass=abc.ABCMeta):
     """A posted collective. ``wait()`` blocks (bounded by the communicator's
     timeout) and returns the output; ``test()`` returns True once complete;
     ``await request`` polls from an asyncio event loop. A failed collective
-    raises the ofccl.Error of its code with the communicator's message."""
+    raises the ofccl.Error of its code with the communicator's message.
+
+    Collectives on buffer objects return ofccl._fast.Request, the same object
+    written in C (registered as a subclass); this class serves the others and
+    every call when the extension is missing."""
 
     __slots__ = ("_h", "_comm", "_keep", "result", "_prof", "_then", "__weakref__")
 
@@ -307,7 +315,10 @@ class Comm:
         self.rank, self.size, self.local_rank, self.local_size = vals
         self._allgather = lib.ofccl_allgather
         self._reduce_scatter = lib.ofccl_reduce_scatter
-        _lib.fast()
+        fast = _lib.fast()
+        if fast is not None:  # the C Request hands everything but the common path to Python
+            fast.set_hooks(Request._complete, Request.__await__)
+            Request.register(fast.Request)
 
     @property
     def last_error(self) -> str:
@@ -328,13 +339,13 @@ class Comm:
         this rank's block of recv."""
         fast = _lib._fast_mod
         if fast and recv is not None and dtype is None and self._h:
-            r = fast.allgather(self._h, send, recv, self.size)
+            r = fast.allgather_req(self, self._pending, self._h, send, recv, self.size)
             if r is not None:
-                if r < 0:
+                if r.__class__ is int:
                     raise from_code(r, self.last_error or "ofccl_allgather")
-                prof = _profile.begin("all_gather", buffers.nbytes(send), self.size) \
-                    if "torch" in _modules else None
-                return Request(self, r, (send, recv), recv, prof)
+                if "torch" in _modules:
+                    r._prof = _profile.begin("all_gather", buffers.nbytes(send), self.size)
+                return r
         h = self._live()
         want = None if dtype is None else buffers.dtype_code(dtype)
         sp, n, code = buffers.resolve(send, "all_gather send", want, False)
@@ -359,13 +370,14 @@ class Comm:
         rop = _op(op)
         fast = _lib._fast_mod
         if fast and recv is not None and dtype is None and self._h:
-            r = fast.reduce_scatter(self._h, send, recv, self.size, rop.kind, rop.scalar)
+            r = fast.reduce_scatter_req(self, self._pending, self._h, send, recv, self.size,
+                                        rop.kind, rop.scalar)
             if r is not None:
-                if r < 0:
+                if r.__class__ is int:
                     raise from_code(r, self.last_error or "ofccl_reduce_scatter")
-                prof = _profile.begin("reduce_scatter", buffers.nbytes(send), self.size) \
-                    if "torch" in _modules else None
-                return Request(self, r, (send, recv), recv, prof)
+                if "torch" in _modules:
+                    r._prof = _profile.begin("reduce_scatter", buffers.nbytes(send), self.size)
+                return r
         h = self._live()
         want = None if dtype is None else buffers.dtype_code(dtype)
         sp, sn, code = buffers.resolve(send, "reduce_scatter send", want, False)

@@ -188,3 +188,17 @@ def test_requests_wait_test_await():
 def test_tcp_provider_flat():
     assert ranks.run(2, __file__, "scenario_inplace_and_alloc",
                      settings={"PROVIDER": "tcp"}) == ["ok"] * 2
+
+
+def scenario_ctypes_only(comm):
+    """The same collectives with the C hot path switched off: every call through
+    ctypes and the Python Request (what an install without a compiler gets)."""
+    from ofccl import _lib
+    _lib._fast_mod = None
+    assert scenario_requests(comm) >= 0
+    return scenario_flat(comm)
+
+
+def test_ctypes_path_without_the_extension():
+    res = ranks.run(2, __file__, "scenario_ctypes_only", timeout=240)
+    assert res == [len(oracle.DTYPES) * len(COUNTS) + 4 * len(COUNTS) * len(OPS)] * 2

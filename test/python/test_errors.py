@@ -99,6 +99,7 @@ def scenario_closed(comm):
 
 
 def scenario_abort(comm):
+    comm.barrier()  # every rank done setting up before any rank goes away
     comm.abort()
     _raises(ofccl.Aborted, lambda: comm.all_gather(np.ones(2, np.float32)).wait(), "abort")
     return "ok"
