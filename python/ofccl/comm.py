@@ -81,22 +81,50 @@ def _settings(settings: Union[None, Mapping[str, Any], Iterable[str]]) -> list:
 
 
 class _Mem:
-    """One ofccl_mem_alloc block; freed when the last array viewing it dies."""
+    """One ofccl_mem_alloc block (owner: a Context) or ofccl_buffer_alloc pool
+    buffer (owner: a Comm); freed when the last array viewing it dies."""
 
-    __slots__ = ("ctx", "ptr", "nbytes", "__weakref__")
+    __slots__ = ("owner", "ptr", "nbytes", "pool", "__weakref__")
 
-    def __init__(self, ctx: "Context", nbytes: int):
+    def __init__(self, owner: Any, nbytes: int, pool: bool = False):
         p = c_void_p()
-        rc = _lib.lib().ofccl_mem_alloc(ctx._h, max(nbytes, 1), byref(p))
+        lib = _lib.lib()
+        alloc = lib.ofccl_buffer_alloc if pool else lib.ofccl_mem_alloc
+        rc = alloc(owner._h, max(nbytes, 1), byref(p))
         if rc:
-            raise from_code(rc, ctx.last_error or f"ofccl_mem_alloc({nbytes})")
-        self.ctx, self.ptr, self.nbytes = ctx, p.value, nbytes
-        ctx._mems.add(self)
+            raise from_code(rc, owner.last_error or f"allocating {nbytes} bytes")
+        self.owner, self.ptr, self.nbytes, self.pool = owner, p.value, nbytes, pool
+        owner._mems.add(self)
 
     def __del__(self) -> None:
-        ctx = self.ctx
-        if ctx is not None and ctx._h:
-            _lib.lib().ofccl_mem_free(ctx._h, self.ptr)
+        owner = self.owner
+        if owner is not None and owner._h:
+            lib = _lib.lib()
+            (lib.ofccl_buffer_free if self.pool else lib.ofccl_mem_free)(owner._h, self.ptr)
+
+
+def _array_over(mem: _Mem, shape: Tuple[int, ...], count: int, code: int, dtype: Any) -> Any:
+    """A numpy array, or a torch tensor when dtype is a torch dtype, viewing mem."""
+    torch = buffers._torch()
+    nbytes = mem.nbytes
+    raw = (ctypes.c_uint8 * max(nbytes, 1)).from_address(mem.ptr)
+    raw._ofccl_mem = mem  # the array's base keeps the block alive
+    if torch is not None and isinstance(dtype, torch.dtype):
+        if nbytes == 0:
+            return torch.empty(shape, dtype=dtype)
+        return torch.frombuffer(raw, dtype=dtype, count=count).view(shape)
+    if code == buffers.BF16:
+        raise InvalidArgument("alloc: numpy has no bfloat16; pass dtype=torch.bfloat16")
+    return np.frombuffer(raw, dtype=buffers.NAMES[code], count=count).reshape(shape)
+
+
+def _shape(shape: Union[int, Sequence[int]], dtype: Any) -> Tuple[Tuple[int, ...], int, int, int]:
+    shape = (shape,) if isinstance(shape, int) else tuple(int(s) for s in shape)
+    count = int(np.prod(shape, dtype=np.int64)) if shape else 1
+    if count < 0:
+        raise InvalidArgument(f"alloc: negative shape {shape}")
+    code = buffers.dtype_code(dtype)
+    return shape, count, code, count * buffers.ITEMSIZE[code]
 
 
 class Context:
@@ -154,24 +182,8 @@ class Context:
         no registration and no staging copy. A numpy array, or a torch tensor when
         `dtype` is a torch dtype (numpy has no bfloat16: ask for torch.bfloat16).
         The memory is freed when the array (and every view of it) is gone."""
-        shape = (shape,) if isinstance(shape, int) else tuple(int(s) for s in shape)
-        count = int(np.prod(shape, dtype=np.int64)) if shape else 1
-        torch = buffers._torch()
-        as_torch = torch is not None and isinstance(dtype, torch.dtype)
-        code = buffers.dtype_code(dtype)
-        if count < 0:
-            raise InvalidArgument(f"alloc: negative shape {shape}")
-        nbytes = count * buffers.ITEMSIZE[code]
-        mem = _Mem(self, nbytes)
-        raw = (ctypes.c_uint8 * max(nbytes, 1)).from_address(mem.ptr)
-        raw._ofccl_mem = mem  # the array's base keeps the block alive
-        if as_torch:
-            if nbytes == 0:
-                return torch.empty(shape, dtype=dtype)
-            return torch.frombuffer(raw, dtype=dtype, count=count).view(shape)
-        if code == buffers.BF16:
-            raise InvalidArgument("alloc: numpy has no bfloat16; pass dtype=torch.bfloat16")
-        return np.frombuffer(raw, dtype=buffers.NAMES[code], count=count).reshape(shape)
+        shape, count, code, nbytes = _shape(shape, dtype)
+        return _array_over(_Mem(self, nbytes), shape, count, code, dtype)
 
     def owns(self, obj: Any) -> Optional[Tuple[int, int]]:
         """(address, bytes) of the alloc() block that `obj`'s data starts in, or None
@@ -305,6 +317,7 @@ class Comm:
         self.ctx = ctx
         self._h: Optional[int] = h
         self._pending: set = set()
+        self._mems: "weakref.WeakSet[_Mem]" = weakref.WeakSet()
         lib = _lib.lib()
         v = c_int()
         vals = []
@@ -458,6 +471,13 @@ class Comm:
             raise from_code(rc, self.last_error or "ofccl_bucket_reduce_scatter")
         return Request(self, req.value, (tensors, arr), None, prof)
 
+    def alloc(self, shape: Union[int, Sequence[int]], dtype: Any = "float32") -> Any:
+        """Like Context.alloc, from this communicator's pool (ofccl_buffer_alloc):
+        registered once, bounded by OFCCL_POOL_BYTES (OverBudget past it), usable
+        on this communicator only."""
+        shape, count, code, nbytes = _shape(shape, dtype)
+        return _array_over(_Mem(self, nbytes, pool=True), shape, count, code, dtype)
+
     # ---- control -----------------------------------------------------------
     def barrier(self) -> None:
         self._check(_lib.lib().ofccl_barrier(self._live()), "ofccl_barrier")
@@ -487,6 +507,10 @@ class Comm:
         if self._pending:
             raise Busy(f"Comm.close: {len(self._pending)} collective(s) still running; wait "
                        "for them (or abort()) first")
+        gc.collect()
+        if len(self._mems):
+            raise Busy(f"Comm.close: {len(self._mems)} array(s) from Comm.alloc are still "
+                       "alive and would point at freed memory; delete them first")
         self._check(_lib.lib().ofccl_comm_destroy(self._h), "ofccl_comm_destroy")
         self._h = None
         self.ctx._ncomms -= 1
@@ -499,7 +523,8 @@ class Comm:
 
     def __del__(self) -> None:
         try:
-            if self._h and not self._pending and _lib.lib().ofccl_comm_destroy(self._h) == 0:
+            if self._h and not self._pending and not len(self._mems) and \
+                    _lib.lib().ofccl_comm_destroy(self._h) == 0:
                 self._h = None
                 self.ctx._ncomms -= 1
         except Exception:  # interpreter shutdown: modules may be gone

@@ -119,6 +119,12 @@ def scenario_zero_copy(comm):
     assert after == before, f"ofccl memory was staged: {after - before} bytes"
     assert np.all(recv == size * (size + 1) / 2)
     assert np.all(gathered == np.repeat(np.arange(size, dtype=np.float32), n))
+    pool = comm.alloc(size * n, np.float32)  # ofccl_buffer_alloc: never staged either
+    pool[rank * n:(rank + 1) * n] = rank
+    comm.all_gather(pool[rank * n:(rank + 1) * n], pool).wait()
+    assert np.all(pool == np.repeat(np.arange(size, dtype=np.float32), n))
+    assert ctx.stats()["staged_bytes"] == after
+    del pool
     plain_send = np.ones(size * n, np.float32)
     plain_recv = np.zeros(n, np.float32)
     comm.reduce_scatter(plain_send, plain_recv).wait()
