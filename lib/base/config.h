@@ -85,7 +85,9 @@ typedef enum ofccl__cfg_type {
       "rank waiting on a slow or stopped peer costs little CPU")                                   \
     X(HOST_ID, STRING, LOCAL, "", "<text>", 0, 0,                                                  \
       "Identity of this rank's host for transport choice and locality; empty = boot id + "         \
-      "network, mount and PID namespace identities (tests that simulate hosts set it)")
+      "network, mount and PID namespace identities (tests that simulate hosts set it)")            \
+    X(LIBRARY, STRING, LOCAL, "", "<path>", 0, 0,                                                  \
+      "Python package only: path of the libofccl.so it loads; the C library ignores it")
 
 enum ofccl__cfg_id {
 #define OFCCL__X_ID(id, type, scope, def, allowed, min, max, help) OFCCL__CFG_##id,

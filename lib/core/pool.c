@@ -372,9 +372,13 @@ const ofccl__mr_t *ofccl__mem_find(ofccl_comm_t *comm, const void *ptr, size_t l
             if (m->per_comm[k].comm == NULL && freek < 0)
                 freek = k;
         }
-        /* First use on this communicator: register on its endpoint, once. */
-        if (freek >= 0 && ofccl__mr_reg(comm->ep, m->addr, m->len, STAGE_ACCESS,
-                                        &m->per_comm[freek].mr, &comm->err) == 0) {
+        /* First use on this communicator: register on its endpoint, once.
+         * ofccl_mem_alloc memory is read in place by peers (reduce-scatter's
+         * pull), as pool buffers are; caller memory is never exposed to reads. */
+        if (freek >= 0 &&
+            ofccl__mr_reg(comm->ep, m->addr, m->len,
+                          m->owned ? STAGE_ACCESS | OFCCL__ACC_REMOTE_READ : STAGE_ACCESS,
+                          &m->per_comm[freek].mr, &comm->err) == 0) {
             m->per_comm[freek].comm = comm;
             comm->ctx->stats.registrations++;
             comm->ctx->stats.registered_bytes += m->len;

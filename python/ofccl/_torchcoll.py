@@ -1,0 +1,224 @@
+"""What the FSDP2 hooks and the 'ofccl' process group share: torch reduce ops
+as ofccl ops, Work objects over ofccl requests, a pool of tensors in ofccl
+memory, and the dispatch of a collective on CPU tensors (straight to the
+library) or CUDA tensors (staged through pinned ofccl memory)."""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from typing import Any, Callable, Dict, List, Optional, Sequence
+
+import torch
+import torch.distributed as dist
+
+from . import _staging, buffers
+from .comm import Comm, Context, Op, Request
+from .errors import InvalidArgument, NotSupported
+
+_WorkBase = getattr(dist, "_Work", None) or dist.Work
+
+
+def redop(op: Any) -> Op:
+    """ofccl Op of a torch ReduceOp (or RedOpType): SUM, AVG, PREMUL_SUM."""
+    types = dist.ReduceOp.RedOpType
+    kind = getattr(op, "op", op)
+    if kind == types.SUM:
+        return Op.SUM  # type: ignore[attr-defined]
+    if kind == types.AVG:
+        return Op.AVG  # type: ignore[attr-defined]
+    if kind == types.PREMUL_SUM:
+        state = op.__getstate__() if hasattr(op, "__getstate__") else None
+        if not state or len(state) != 2 or state[1] is None:
+            raise NotSupported("PREMUL_SUM: this torch does not expose the factor of a ReduceOp "
+                               "(it does from torch 2.0 on); use AVG or divide before SUM")
+        factor = state[1]
+        return Op.premul_sum(float(factor.item() if hasattr(factor, "item") else factor))
+    raise NotSupported(f"reduce op {kind}: ofccl reduces with SUM, AVG and PREMUL_SUM only")
+
+
+class Work(_WorkBase):
+    """torch.distributed Work over ofccl requests. wait() completes them (and,
+    for staged CUDA tensors, makes the current stream wait for the copies);
+    get_future() completes from a helper thread if nobody waits."""
+
+    def __init__(self, reqs: Sequence[Request], result: List[Any],
+                 then: Optional[Callable[[], None]] = None):
+        super().__init__()
+        self._reqs = list(reqs)
+        self._result = result
+        self._then = then
+        self._lock = threading.Lock()
+        self._fut: Optional[Any] = None
+        self._exc: Optional[BaseException] = None
+        self._done = False
+
+    def _complete(self) -> None:
+        with self._lock:
+            if self._done:
+                return
+            try:
+                for r in self._reqs:
+                    r.wait()
+                if self._then is not None:
+                    self._then()
+            except BaseException as exc:  # noqa: BLE001 - handed to the waiter
+                self._exc = exc
+            self._done = True
+            self._reqs = []
+        if self._fut is not None and not self._fut.done():
+            if self._exc is not None:
+                self._fut.set_exception(self._exc)
+            else:
+                self._fut.set_result(self._result)
+
+    def wait(self, timeout: Any = None) -> bool:
+        self._complete()
+        if self._exc is not None:
+            raise self._exc
+        return True
+
+    def is_completed(self) -> bool:
+        if self._done:
+            return True
+        if all(r.test() for r in self._reqs):
+            self._complete()
+        return self._done
+
+    def is_success(self) -> bool:
+        return self._done and self._exc is None
+
+    def exception(self) -> Optional[BaseException]:
+        return self._exc
+
+    def result(self) -> List[Any]:
+        return self._result
+
+    def synchronize(self) -> None:
+        self.wait()
+
+    def get_future(self) -> Any:
+        if self._fut is None:
+            self._fut = torch.futures.Future()
+            if self._done:
+                self._complete()
+            else:
+                # Not a daemon: the interpreter joins it before finalizing, so it
+                # never dies inside torch's bindings (bounded by the request deadline).
+                threading.Thread(target=self._complete, name="ofccl-work").start()
+        return self._fut
+
+
+def done_work(result: List[Any]) -> Work:
+    return Work([], result)
+
+
+class TensorPool:
+    """Tensors in ofccl memory for FSDP's buffers: freed tensors return their
+    block to a free list of its size, so a training loop allocates (and the
+    library registers) each buffer size once."""
+
+    def __init__(self, ctx: Context):
+        self.ctx = ctx
+        self.free: Dict[int, List[Any]] = {}
+        self.lock = threading.Lock()
+        self._types: Dict[int, type] = {}
+
+    def _lease_type(self, nbytes: int) -> type:
+        t = self._types.get(nbytes)
+        if t is None:
+            pool = self
+
+            def back(lease: Any) -> None:
+                with pool.lock:
+                    pool.free.setdefault(nbytes, []).append(lease._block)
+
+            t = type("OfcclLease", (ctypes.c_uint8 * nbytes,), {"__del__": back})
+            self._types[nbytes] = t
+        return t
+
+    def take(self, count: int, dtype: Any) -> Any:
+        esize = torch.empty(0, dtype=dtype).element_size()
+        nbytes = max(count * esize, 1)
+        with self.lock:
+            lst = self.free.get(nbytes)
+            block = lst.pop() if lst else None
+        if block is None:
+            block = self.ctx.alloc(nbytes, torch.uint8)
+        lease = self._lease_type(nbytes).from_address(block.data_ptr())
+        lease._block = block  # the block lives while any tensor views the lease
+        if count == 0:
+            return torch.empty(0, dtype=dtype)
+        return torch.frombuffer(lease, dtype=dtype, count=count)
+
+
+def _flat(t: Any, what: str) -> Any:
+    if not t.is_contiguous():
+        raise InvalidArgument(f"{what}: tensor is not contiguous (size {tuple(t.shape)}, stride "
+                              f"{t.stride()}); pass .contiguous()")
+    return t.reshape(-1)
+
+
+def _movable(t: Any) -> Any:
+    """A view ofccl can move: any dtype travels as bytes in an all-gather."""
+    return t if t.dtype in buffers.torch_dtypes() else t.view(torch.uint8)
+
+
+class Collectives:
+    """All-gather and reduce-scatter on torch tensors for one communicator."""
+
+    def __init__(self, comm: Comm):
+        self.comm = comm
+        self._host: Optional[_staging.HostBuffers] = None
+
+    def _staged(self, t: Any) -> bool:
+        if t.device.type == "cpu":
+            return False
+        if t.device.type != "cuda":
+            raise NotSupported(f"tensor on {t.device}: ofccl moves CPU memory and stages CUDA "
+                               "tensors; other devices are not supported")
+        return True
+
+    def _stage(self) -> _staging.HostBuffers:
+        if self._host is None:
+            self._host = _staging.HostBuffers(self.comm)
+        return self._host
+
+    def _then_cuda(self, event: Any, device: Any) -> Callable[[], None]:
+        return lambda: torch.cuda.current_stream(device).wait_event(event)
+
+    def all_gather(self, out: Any, inp: Any) -> Work:
+        o, i = _flat(out, "all_gather output"), _flat(inp, "all_gather input")
+        if o.dtype != i.dtype:
+            raise InvalidArgument(f"all_gather: output {o.dtype} and input {i.dtype} differ")
+        if o.numel() != i.numel() * self.comm.size:
+            raise InvalidArgument(f"all_gather: output has {o.numel()} elements; {self.comm.size} "
+                                  f"ranks x {i.numel()} needs exactly "
+                                  f"{i.numel() * self.comm.size}")
+        if self._staged(o) or self._staged(i):
+            if o.device != i.device:
+                raise InvalidArgument(f"all_gather: output on {o.device}, input on {i.device}")
+            ev = _staging.all_gather(self.comm, self._stage(),
+                                     _staging.CudaEngine(torch, o.device), _movable(o),
+                                     _movable(i))
+            return Work([], [out], self._then_cuda(ev, o.device))
+        return Work([self.comm.all_gather(_movable(i), _movable(o))], [out])
+
+    def reduce_scatter(self, out: Any, inp: Any, op: Op) -> Work:
+        o, i = _flat(out, "reduce_scatter output"), _flat(inp, "reduce_scatter input")
+        if o.dtype != i.dtype:
+            raise InvalidArgument(f"reduce_scatter: output {o.dtype} and input {i.dtype} differ")
+        if i.numel() != o.numel() * self.comm.size:
+            raise InvalidArgument(f"reduce_scatter: input has {i.numel()} elements; {self.comm.size}"
+                                  f" ranks x {o.numel()} output elements needs exactly "
+                                  f"{o.numel() * self.comm.size}")
+        if o.dtype not in buffers.torch_dtypes() or o.dtype == torch.uint8:
+            raise NotSupported(f"reduce_scatter on {o.dtype}: ofccl reduces float32, float64, "
+                               "bfloat16 and float16")
+        if self._staged(o) or self._staged(i):
+            if o.device != i.device:
+                raise InvalidArgument(f"reduce_scatter: output on {o.device}, input on {i.device}")
+            ev = _staging.reduce_scatter(self.comm, self._stage(),
+                                         _staging.CudaEngine(torch, o.device), o, i, op)
+            return Work([], [out], self._then_cuda(ev, o.device))
+        return Work([self.comm.reduce_scatter(i, o, op=op)], [out])

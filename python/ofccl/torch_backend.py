@@ -1,0 +1,229 @@
+"""The torch.distributed backend 'ofccl'.
+
+    import ofccl.torch                      # registers the backend
+    dist.init_process_group("ofccl")        # torchrun / MASTER_ADDR-style env
+
+A Python ProcessGroup (torch's pybind trampoline; see torch's
+test_c10d_pypg.py) over one ofccl context and communicator per group. Ranks
+meet through ofccl's TCP rendezvous, whose address rank 0 publishes in the
+group's torch store; with OFCCL_BOOT=pmix set, PMIx is used instead (and its
+ranks must be torch's). Supported: all-gather into a tensor (and the list
+form), reduce-scatter from a tensor (and the list form), their coalesced
+forms, all-reduce (reduce-scatter then all-gather, in place), barrier. Every
+other collective raises ofccl.NotSupported naming it. CUDA tensors are staged
+through pinned ofccl memory (see _staging.py).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from datetime import timedelta
+from typing import Any, List, Optional
+
+import torch
+import torch.distributed as dist
+
+from ._torchcoll import Collectives, Work, done_work, redop
+from .comm import Context
+from .errors import NotSupported
+
+BACKEND = "ofccl"
+
+
+def _rendezvous_settings(store: Any, rank: int, size: int, timeout: timedelta) -> dict:
+    if os.environ.get("OFCCL_BOOT", "").lower() == "pmix":
+        return {}
+    key = "ofccl/boot_root"
+    if rank == 0:
+        host = os.environ.get("MASTER_ADDR") or "127.0.0.1"
+        with socket.socket() as s:
+            s.bind((host if host != "localhost" else "127.0.0.1", 0))
+            port = s.getsockname()[1]
+        store.set(key, f"{host}:{port}")
+    root = store.get(key).decode()
+    ms = max(1000, int(timeout.total_seconds() * 1000))
+    return {"BOOT": "tcp", "BOOT_ROOT": root, "BOOT_RANK": rank, "BOOT_SIZE": size,
+            "BOOT_TIMEOUT_MS": min(ms, 86400000)}
+
+
+def _unsupported(name: str) -> Any:
+    def method(self: Any, *args: Any, **kwargs: Any) -> Any:
+        raise NotSupported(f"torch.distributed {name} on the 'ofccl' backend: ofccl offers "
+                           "all_gather(_into_tensor), reduce_scatter(_tensor), all_reduce "
+                           "(SUM, AVG, PREMUL_SUM) and barrier; use a gloo group for the rest")
+    method.__name__ = name
+    return method
+
+
+def _op_of(opts: Any) -> Any:
+    return getattr(opts, "reduceOp", dist.ReduceOp.SUM) if opts is not None else \
+        dist.ReduceOp.SUM
+
+
+class ProcessGroupOfccl(dist.ProcessGroup):
+    """A torch ProcessGroup whose collectives are ofccl's."""
+
+    def __init__(self, store: Any, rank: int, size: int, timeout: timedelta,
+                 settings: Optional[dict] = None):
+        super().__init__(rank, size)
+        s = _rendezvous_settings(store, rank, size, timeout)
+        s.update(settings or {})
+        self.ofccl_ctx = Context(s)
+        self.ofccl_comm = self.ofccl_ctx.world()
+        if self.ofccl_comm.rank != rank or self.ofccl_comm.size != size:
+            raise NotSupported(f"ofccl bootstrap gave rank {self.ofccl_comm.rank} of "
+                               f"{self.ofccl_comm.size}, torch rank {rank} of {size}")
+        self.ofccl_comm.set_timeout(timeout.total_seconds())
+        self._coll = Collectives(self.ofccl_comm)
+        self._rank, self._size = rank, size
+
+    # ---- identity ----------------------------------------------------------
+    def getBackendName(self) -> str:
+        return BACKEND
+
+    def _get_backend_name(self) -> str:
+        return BACKEND
+
+    def getRank(self) -> int:
+        return self._rank
+
+    def getSize(self) -> int:
+        return self._size
+
+    def __repr__(self) -> str:
+        return f"ProcessGroupOfccl(rank={self._rank}, size={self._size})"
+
+    # ---- all-gather --------------------------------------------------------
+    def all_gather_single(self, output: torch.Tensor, input: torch.Tensor,
+                          opts: Any = None) -> Work:
+        return self._coll.all_gather(output, input)
+
+    _allgather_base = all_gather_single
+
+    def allgather(self, output_tensors: List[List[torch.Tensor]],
+                  input_tensors: List[torch.Tensor], opts: Any = None) -> Work:
+        if len(input_tensors) != 1 or len(output_tensors) != 1:
+            raise NotSupported("allgather: ofccl takes one input tensor per rank")
+        outs, inp = output_tensors[0], input_tensors[0]
+        if len(outs) != self._size:
+            raise NotSupported(f"allgather: {len(outs)} outputs for {self._size} ranks")
+        flat = torch.empty(self._size * inp.numel(), dtype=inp.dtype, device=inp.device)
+        work = self._coll.all_gather(flat, inp.contiguous())
+        work.wait()
+        for r, o in enumerate(outs):
+            o.copy_(flat[r * inp.numel():(r + 1) * inp.numel()].view_as(o))
+        return done_work(outs)
+
+    def all_gather_single_coalesced(self, outputs: List[torch.Tensor],
+                                    inputs: List[torch.Tensor], opts: Any = None) -> Work:
+        works = [self._coll.all_gather(o, i) for o, i in zip(outputs, inputs)]
+        for w in works[:-1]:  # at most 8 requests in flight: keep one
+            w.wait()
+        return works[-1] if works else done_work([])
+
+    allgather_into_tensor_coalesced = all_gather_single_coalesced
+
+    # ---- reduce-scatter ----------------------------------------------------
+    def reduce_scatter_single(self, output: torch.Tensor, input: torch.Tensor,
+                              opts: Any = None) -> Work:
+        return self._coll.reduce_scatter(output, input, redop(_op_of(opts)))
+
+    _reduce_scatter_base = reduce_scatter_single
+
+    def reduce_scatter(self, output_tensors: List[torch.Tensor],
+                       input_tensors: List[List[torch.Tensor]], opts: Any = None) -> Work:
+        if len(output_tensors) != 1 or len(input_tensors) != 1:
+            raise NotSupported("reduce_scatter: ofccl takes one output tensor per rank")
+        out, ins = output_tensors[0], input_tensors[0]
+        flat = torch.cat([t.reshape(-1) for t in ins])
+        work = self._coll.reduce_scatter(out, flat, redop(_op_of(opts)))
+        return work
+
+    def reduce_scatter_single_coalesced(self, outputs: List[torch.Tensor],
+                                        inputs: List[torch.Tensor], opts: Any = None) -> Work:
+        op = redop(_op_of(opts))
+        works = [self._coll.reduce_scatter(o, i, op) for o, i in zip(outputs, inputs)]
+        for w in works[:-1]:
+            w.wait()
+        return works[-1] if works else done_work([])
+
+    reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
+
+    # ---- all-reduce --------------------------------------------------------
+    def allreduce(self, tensors: List[torch.Tensor], opts: Any = None) -> Work:
+        op = redop(_op_of(opts))
+        for t in tensors:
+            self._allreduce_one(t, op)
+        return done_work(tensors)
+
+    def allreduce_coalesced(self, tensors: List[torch.Tensor], opts: Any = None) -> Work:
+        return self.allreduce(tensors, opts)
+
+    def _allreduce_one(self, t: torch.Tensor, op: Any) -> None:
+        """Reduce-scatter then all-gather, in place on a padded flat copy when the
+        tensor is not contiguous or its size not a multiple of the ranks."""
+        n, size = t.numel(), self._size
+        chunk = -(-n // size)
+        direct = t.is_contiguous() and n == chunk * size and n > 0
+        flat = t.view(-1) if direct else torch.zeros(chunk * size, dtype=t.dtype, device=t.device)
+        if not direct:
+            flat[:n].copy_(t.reshape(-1))
+        mine = flat[self._rank * chunk:(self._rank + 1) * chunk]
+        self._coll.reduce_scatter(mine, flat, op).wait()
+        self._coll.all_gather(flat, mine).wait()
+        if not direct:
+            t.copy_(flat[:n].view_as(t))
+
+    # ---- control -----------------------------------------------------------
+    def barrier(self, opts: Any = None) -> Work:
+        self.ofccl_comm.barrier()
+        return done_work([])
+
+    def start_coalescing(self, device: Any = None) -> None:
+        return None  # every collective is posted at once; nothing to batch
+
+    def end_coalescing(self, device: Any = None) -> Work:
+        return done_work([])
+
+    _start_coalescing = start_coalescing
+    _end_coalescing = end_coalescing
+
+    def abort(self) -> None:
+        if self.ofccl_comm._h:
+            self.ofccl_comm.abort()
+
+    def shutdown(self) -> None:
+        self.ofccl_comm.close()
+
+    broadcast = _unsupported("broadcast")
+    reduce = _unsupported("reduce")
+    gather = _unsupported("gather")
+    scatter = _unsupported("scatter")
+    alltoall = _unsupported("all_to_all")
+    alltoall_base = _unsupported("all_to_all_single")
+    all_to_all_single = _unsupported("all_to_all_single")
+    allgather_coalesced = _unsupported("all_gather_coalesced")
+    send = _unsupported("send")
+    recv = _unsupported("recv")
+    recv_anysource = _unsupported("recv (any source)")
+    monitored_barrier = _unsupported("monitored_barrier")
+
+
+def _create(*args: Any) -> ProcessGroupOfccl:
+    if len(args) == 2:  # extended_api: (DistributedBackendOptions, backend options)
+        o = args[0]
+        return ProcessGroupOfccl(o.store, o.group_rank, o.group_size, o.timeout)
+    store, rank, size, timeout = args
+    return ProcessGroupOfccl(store, rank, size, timeout)
+
+
+def register() -> None:
+    """Register 'ofccl' with torch.distributed (idempotent). torch >= 2.0 takes
+    the devices it serves; torch 1.13 has no such argument."""
+    if BACKEND.upper() in getattr(dist.Backend, "_plugins", {}):
+        return
+    try:
+        dist.Backend.register_backend(BACKEND, _create, devices=["cpu", "cuda"])
+    except TypeError:
+        dist.Backend.register_backend(BACKEND, _create)
