@@ -192,6 +192,9 @@ static void on_error(void *arg, void *op_ctx, int peer, int status, const char *
 
     comm->ops_pending--;
     ofccl__ctx_moved(comm->ctx);
+    /* A peer that has left makes our ops to it fail; a notice that another
+     * rank failed first names the real culprit, so it is read first. */
+    ofccl__notice_check(comm);
     if (op == NULL || !op->quiet)
         ofccl__comm_fail(comm, status, "%s", msg);
     if (op != NULL && op->cb != NULL)
@@ -550,6 +553,7 @@ int ofccl__comm_fail(ofccl_comm_t *comm, int code, const char *fmt, ...)
 
 int ofccl__comm_check(ofccl_comm_t *comm, const char *what)
 {
+    ofccl__notice_fail(comm); /* a peer's failure notice makes this one fail too */
     if (ofccl__comm_usable(comm) == 0)
         return 0;
     if (comm->sticky == OFCCL_ERR_ABORTED)
@@ -575,7 +579,7 @@ int ofccl__comm_progress(ofccl_comm_t *comm)
 
     if (rc < 0)
         return ofccl__comm_fail(comm, rc, "%s", e.msg);
-    return comm->sticky;
+    return ofccl__notice_check(comm);
 }
 
 void ofccl__comm_set_sink(ofccl_comm_t *comm, unsigned kind, ofccl__sig_sink_fn fn, void *arg)

@@ -85,11 +85,22 @@ typedef void (*ofccl__sig_sink_fn)(void *arg, uint32_t payload);
 /* The control region of a communicator: words peers add to or write into.
  * After the fixed part come the collective engine's words (coll.h): outgoing
  * descriptors, incoming descriptors per slot and rank, and counters. */
-#define OFCCL__CTRL_BARRIER 0 /* 32 words: arrivals per dissemination round (atomic path) */
-#define OFCCL__CTRL_TEST 32   /* 32 words for internal tests */
-#define OFCCL__CTRL_FIXED 64
+#define OFCCL__CTRL_BARRIER 0     /* 32 words: arrivals per dissemination round (atomic path) */
+#define OFCCL__CTRL_TEST 32       /* 32 words for internal tests */
+#define OFCCL__CTRL_NOTICE_IN 64  /* a peer's failure notice (notice.c) */
+#define OFCCL__CTRL_NOTICE_OUT 65 /* ours, the source of the writes that carry it */
+#define OFCCL__CTRL_FIXED 72
 
 enum ofccl__signal_mode { OFCCL__SIGNAL_CQDATA = 1, OFCCL__SIGNAL_ATOMIC = 2 };
+
+/* Every op posted by the core carries one of these as its op context; `cb`
+ * (may be NULL) runs once when the op completes or fails. */
+typedef struct ofccl__op {
+    void (*cb)(struct ofccl__op *op, int status, const char *msg);
+    /* A failure goes to `cb` only; it does not fail the communicator (ops
+     * whose failure the caller handles, e.g. a diagnostic read). */
+    int quiet;
+} ofccl__op_t;
 
 struct ofccl_comm {
     ofccl_ctx_t *ctx;
@@ -127,8 +138,12 @@ struct ofccl_comm {
     uint64_t barrier_arrived[32];
     unsigned ops_pending; /* our ops accepted and not completed */
 
-    atomic_int aborted;  /* set by ofccl_comm_abort from any thread */
-    uint64_t timeout_ms; /* 0 = none */
+    atomic_int aborted;    /* set by ofccl_comm_abort from any thread */
+    ofccl__op_t notice_op; /* failure notices (notice.c) */
+    unsigned notices_out;
+    int notice_sent;
+    int notice_in, notice_culprit; /* a peer's notice, once read */
+    uint64_t timeout_ms;           /* 0 = none */
 
     struct ofccl__coll_state *coll; /* the collective engine (coll.h) */
     struct ofccl__pool *pool;       /* staging and user pool buffers (pool.c) */
@@ -143,15 +158,6 @@ typedef struct ofccl__win {
     ofccl__mr_t *mr;
     ofccl__rkey_t *peers; /* [size] */
 } ofccl__win_t;
-
-/* Every op posted by the core carries one of these as its op context; `cb`
- * (may be NULL) runs once when the op completes or fails. */
-typedef struct ofccl__op {
-    void (*cb)(struct ofccl__op *op, int status, const char *msg);
-    /* A failure goes to `cb` only; it does not fail the communicator (ops
-     * whose failure the caller handles, e.g. a diagnostic read). */
-    int quiet;
-} ofccl__op_t;
 
 /* ---- context internals ---- */
 /* Resolve "auto" and choose a domain; pure enough for ofccl_info to call it
@@ -233,6 +239,31 @@ uint64_t ofccl__comm_deadline(const ofccl_comm_t *comm, uint64_t now_ns);
 int ofccl__comm_quiesce(ofccl_comm_t *comm, uint64_t deadline_ns, const char *what);
 /* The op context of ops whose completion needs no action. */
 extern ofccl__op_t ofccl__comm_op_plain;
+
+/* ---- failure notices (notice.c) ---- */
+enum ofccl__notice_reason {
+    OFCCL__NOTICE_EXITED = 1,   /* the culprit's process has exited */
+    OFCCL__NOTICE_SILENT = 2,   /* it stopped responding (a deadline passed) */
+    OFCCL__NOTICE_MISMATCH = 3, /* it posted a collective that differs */
+};
+/* Tell every rank but `culprit` and `skip` (-1: none) that `culprit` failed
+ * for `reason` (once per communicator; best effort). */
+void ofccl__notice_send(ofccl_comm_t *comm, int reason, int culprit, int skip);
+/* Notices of ours still in flight. */
+bool ofccl__notice_busy(const ofccl_comm_t *comm);
+/* A peer's notice arrived: with collectives running, note it (they fail from
+ * their own progress, see ofccl__notice_cause); otherwise fail the communicator
+ * naming the culprit. Returns the sticky error, 0 when none. */
+int ofccl__notice_check(ofccl_comm_t *comm);
+/* Fail the communicator for a notice read earlier (once nothing runs, or a
+ * call starts): the sticky error, 0 when there is no notice. */
+int ofccl__notice_fail(ofccl_comm_t *comm);
+/* The notice a running request must fail for (0: none): EXITED sets *culprit
+ * (the rank whose exit is the cause), SILENT means "stop waiting now"; `buf`
+ * gets the words that begin its message. */
+int ofccl__notice_cause(const ofccl_comm_t *comm, int *culprit, char *buf, size_t len);
+/* Collectives of the communicator posted and not yet completed. */
+int ofccl__comm_active_requests(const ofccl_comm_t *comm);
 
 /* ---- windows ---- */
 int ofccl__win_create(ofccl_comm_t *comm, void *addr, size_t len, unsigned access,

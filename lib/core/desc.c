@@ -254,9 +254,14 @@ int ofccl__desc_take(ofccl__req_t *r)
         }
         d = (const uint64_t *)&comm->ctrl[ofccl__ctrl_desc_in(comm->size, r->slot, p)];
         rc = ofccl__desc_check(d, &x, why, sizeof(why));
-        if (rc == OFCCL__LAYOUT_DIFFERS)
-            return ofccl__coll_fail(r, OFCCL_ERR_MISMATCH, "%s",
-                                    ofccl__layout_diff(r, p, d, why, sizeof(why)));
+        if (rc == OFCCL__LAYOUT_DIFFERS || rc == OFCCL_ERR_MISMATCH) {
+            /* p finds the difference itself from our descriptor; the others
+             * are told (notice.c). */
+            ofccl__notice_send(comm, OFCCL__NOTICE_MISMATCH, p, -1);
+            if (rc == OFCCL__LAYOUT_DIFFERS)
+                ofccl__layout_diff(r, p, d, why, sizeof(why));
+            return ofccl__coll_fail(r, OFCCL_ERR_MISMATCH, "%s", why);
+        }
         if (rc)
             return ofccl__coll_fail(r, rc, "%s", why);
         r->peer_rk[p] = (ofccl__rkey_t){d[3], d[4], d[5]};

@@ -61,8 +61,9 @@ void ofccl__eager_store(const ofccl__req_t *r, int p, const void *payload)
 /* Mapped path: has `from`'s {header, data} for collective `seq` been stored here? */
 static bool eager_marked(const ofccl_comm_t *comm, uint64_t seq, int from)
 {
-    return atomic_load_explicit(&comm->ctrl[ofccl__ctrl_eager_in(comm, seq, from) + OFCCL__EAGER_MARK],
-                                memory_order_acquire) == seq + 1;
+    return atomic_load_explicit(
+               &comm->ctrl[ofccl__ctrl_eager_in(comm, seq, from) + OFCCL__EAGER_MARK],
+               memory_order_acquire) == seq + 1;
 }
 
 bool ofccl__eager_from_in(const ofccl__req_t *r, int from)
@@ -107,11 +108,13 @@ int ofccl__eager_arrived(ofccl__req_t *r)
         return 1;
     /* A descriptor for this collective means that peer chose the other path. */
     for (int p = 0; p < comm->size; p++)
-        if (p != comm->rank && ofccl__desc_landed(r, p))
+        if (p != comm->rank && ofccl__desc_landed(r, p)) {
+            ofccl__notice_send(comm, OFCCL__NOTICE_MISMATCH, p, -1);
             return ofccl__coll_fail(r, OFCCL_ERR_MISMATCH,
                                     "rank %d posted it on the descriptor path, rank %d on the "
                                     "eager one: the count (or OFCCL_EAGER_BYTES) differs",
                                     p, comm->rank);
+        }
     if (comm->peer_ctrl_at != NULL)
         return 0;
     if (cs->eager_cnt[r->seq % OFCCL__EAGER_RING] < r->units_in)

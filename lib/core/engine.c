@@ -267,18 +267,23 @@ static bool flush_descriptors(ofccl__req_t *r)
 {
     ofccl_comm_t *comm = r->comm;
     uint64_t now = ofccl__coarse_ns();
-    bool pending =
-        r->descs_sent < (unsigned)comm->size || r->ops_out > 0 || ofccl__layout_busy(comm);
+    bool pending = r->status == OFCCL_ERR_MISMATCH && (r->descs_sent < (unsigned)comm->size ||
+                                                       r->ops_out > 0 || ofccl__layout_busy(comm));
 
-    for (int p = 0; p < comm->size && !pending; p++)
+    for (int p = 0; p < comm->size && !pending && r->status == OFCCL_ERR_MISMATCH; p++)
         pending = (r->sig_mask[p] >> 63) != 0;
-    if (r->status != OFCCL_ERR_MISMATCH || !pending)
+    /* Failure notices to the other ranks go out before we may leave. */
+    pending |= ofccl__notice_busy(comm);
+    if (!pending)
         return false;
+    if (comm->ops_pending > 0) /* their completions come from the endpoint */
+        ofccl__comm_progress(comm);
     if (r->flush_ns == 0)
         r->flush_ns = now + 1000000000ull;
     if (now > r->flush_ns)
         return false;
-    if (ofccl__desc_send(r) == 0 && comm->signal_mode == OFCCL__SIGNAL_ATOMIC)
+    if (r->status == OFCCL_ERR_MISMATCH && ofccl__desc_send(r) == 0 &&
+        comm->signal_mode == OFCCL__SIGNAL_ATOMIC)
         ofccl__desc_pump(r);
     return true;
 }
@@ -294,6 +299,8 @@ static int req_progress(ofccl__req_t *r, bool check_clock)
         r->status = comm->sticky;
     if (r->status == 0 && !(r->algo->flags & OFCCL__ALGO_EAGER) && comm->size > 1) {
         int from = ofccl__eager_sender(comm, r->seq);
+        if (from >= 0)
+            ofccl__notice_send(comm, OFCCL__NOTICE_MISMATCH, from, -1);
         if (from >= 0)
             ofccl__coll_fail(r, OFCCL_ERR_MISMATCH,
                              "rank %d posted it on the eager path, rank %d on the descriptor one: "
@@ -326,15 +333,22 @@ static int req_progress(ofccl__req_t *r, bool check_clock)
     /* Deadlines are seconds and a dead peer is polled per millisecond: a
      * clock read on every pass of a spinning wait would be most of its cost. */
     if (check_clock && r->status == 0) {
-        int pid, gone = ofccl__ep_peer_gone(comm->ep, &pid);
+        char cause[160] = "", who[OFCCL__ERRMSG_LEN / 2];
+        int pid, told_gone, told = ofccl__notice_cause(comm, &told_gone, cause, sizeof(cause));
+        int gone = told ? told_gone : ofccl__ep_peer_gone(comm->ep, &pid);
         /* A gone peer's writes, if any, were read above: what is still
          * missing will never come, so it fails now rather than at the deadline. */
-        if (gone >= 0 || ofccl__coarse_ns() > r->deadline_ns) {
-            char cause[64] = "", who[OFCCL__ERRMSG_LEN / 2];
-            if (gone >= 0)
+        if (told || gone >= 0 || ofccl__coarse_ns() > r->deadline_ns) {
+            if (gone >= 0 && !told)
                 snprintf(cause, sizeof(cause), "rank %d (pid %d) has exited; ", gone, pid);
-            ofccl__coll_waiting_for(r, who, sizeof(who));
-            ofccl__coll_fail(r, gone >= 0 ? OFCCL_ERR_REMOTE_ERROR : OFCCL_ERR_TIMEOUT,
+            /* A peer's exit is the cause: what the others still owe is on its way. */
+            ofccl__coll_waiting_for(r, gone, who, sizeof(who));
+            /* Tell the others first: they would blame this rank's departure. */
+            ofccl__notice_send(comm, gone >= 0 ? OFCCL__NOTICE_EXITED : OFCCL__NOTICE_SILENT,
+                               gone >= 0 ? gone : ofccl__coll_first_owing(r), -1);
+            ofccl__coll_fail(r,
+                             gone >= 0 || told == OFCCL__NOTICE_MISMATCH ? OFCCL_ERR_REMOTE_ERROR
+                                                                         : OFCCL_ERR_TIMEOUT,
                              "%snot complete after %llu ms; waiting for %s", cause,
                              (unsigned long long)((ofccl__coarse_ns() - r->start_ns) / 1000000),
                              who);
@@ -401,4 +415,13 @@ bool ofccl__comm_note_once(ofccl_comm_t *comm, unsigned bit)
 
     comm->coll->notes |= 1u << bit;
     return first;
+}
+
+int ofccl__comm_active_requests(const ofccl_comm_t *comm)
+{
+    int n = 0;
+
+    for (int s = 0; comm->coll != NULL && s < OFCCL__SLOTS; s++)
+        n += comm->coll->reqs[s].state == OFCCL__REQ_ACTIVE;
+    return n;
 }

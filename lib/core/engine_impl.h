@@ -94,11 +94,15 @@ bool ofccl__layout_busy(const ofccl_comm_t *comm);
 
 /* ---- reports (report.c) ----
  * Record a collective in the history when it starts (done = 0) and when it
- * completes (done = 1); name the ranks a stuck request waits for (into buf);
+ * completes (done = 1); name the ranks a stuck request waits for (into buf;
+ * `only` >= 0: that rank alone, the one whose exit failed it);
  * dump the history and the stuck request's per-peer state as warnings. */
 void ofccl__coll_history(const ofccl__req_t *r, int done);
-void ofccl__coll_waiting_for(const ofccl__req_t *r, char *buf, size_t len);
+void ofccl__coll_waiting_for(const ofccl__req_t *r, int only, char *buf, size_t len);
 void ofccl__coll_dump_history(const ofccl__req_t *stuck);
+/* The lowest rank that still owes a stuck request a descriptor or data (not
+ * merely our writes in flight to it), or -1. */
+int ofccl__coll_first_owing(const ofccl__req_t *r);
 
 /* ---- the engine in a communicator (engine.c), for comm.c, wait.c, progress.c ---- */
 int ofccl__coll_init(ofccl_comm_t *comm);

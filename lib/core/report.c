@@ -29,11 +29,31 @@ static void owed_by(const ofccl__req_t *r, int p, unsigned each, char *what, siz
         memmove(what, what + 2, w - 1); /* drop the leading "; " */
 }
 
+int ofccl__coll_first_owing(const ofccl__req_t *r)
+{
+    const ofccl_comm_t *comm = r->comm;
+    unsigned nwriters = 0, each;
+    char what[160];
+
+    for (int p = 0; p < comm->size; p++)
+        nwriters += r->writes_to_me[p] != 0;
+    each = nwriters ? r->units_in / nwriters : 0;
+    for (int p = 0; p < comm->size; p++) {
+        if (p == comm->rank)
+            continue;
+        owed_by(r, p, each, what, sizeof(what));
+        if (what[0] != '\0' && !(r->i_write_to[p] && r->peer_ready[p] && r->inflight[p] &&
+                                 (!r->writes_to_me[p] || r->from_cnt[p] >= each)))
+            return p;
+    }
+    return -1;
+}
+
 /* Name the ranks a stuck request still waits for, and what is missing from
  * each, for the timeout message: only ranks that really owe something. Ranks
  * in a row on one host that owe the same are named as a range ("ranks 4-7 on
  * host2 (...)"); what does not fit ends in "and N more ranks". */
-void ofccl__coll_waiting_for(const ofccl__req_t *r, char *buf, size_t len)
+void ofccl__coll_waiting_for(const ofccl__req_t *r, int only, char *buf, size_t len)
 {
     const ofccl_comm_t *comm = r->comm;
     unsigned nwriters = 0, each, more = 0;
@@ -47,7 +67,7 @@ void ofccl__coll_waiting_for(const ofccl__req_t *r, char *buf, size_t len)
     each = nwriters ? r->units_in / nwriters : 0;
     for (int p = 0; p <= comm->size; p++) {
         next[0] = '\0';
-        if (p < comm->size && p != comm->rank)
+        if (p < comm->size && p != comm->rank && (only < 0 || p == only))
             owed_by(r, p, each, next, sizeof(next));
         if (first >= 0 && next[0] != '\0' && last == p - 1 && comm->host_of != NULL &&
             comm->host_of[p] == comm->host_of[first] && strcmp(next, what) == 0) {

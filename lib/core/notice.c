@@ -1,0 +1,139 @@
+/*
+ * Failure notices. A rank that gives up on a collective because of a peer
+ * (the peer exited, stopped responding, or posted something else) would leave
+ * the other ranks to find out at their own deadline, or from its departure,
+ * which they would then blame on it. So it first writes one word into every
+ * other rank's control region: {reason, culprit}. Each rank reads that word
+ * on every progress pass and fails the communicator naming the culprit, unless
+ * it has already failed for its own reasons (the first failure is the one a
+ * communicator reports). A notice is best effort: a rank it cannot reach will
+ * learn at its deadline, as before.
+ */
+#include <stdio.h>
+
+#include "core.h"
+#include "util.h"
+
+#define NOTICE_CULPRIT_MASK 0xffffffffull
+
+static void notice_done(ofccl__op_t *op, int status, const char *msg)
+{
+    ofccl_comm_t *comm = (ofccl_comm_t *)((char *)op - offsetof(ofccl_comm_t, notice_op));
+
+    (void)status;
+    (void)msg;
+    comm->notices_out--;
+}
+
+void ofccl__notice_send(ofccl_comm_t *comm, int reason, int culprit, int skip)
+{
+    uint64_t word = (uint64_t)reason << 32 | ((uint64_t)culprit + 1);
+    ofccl__err_t e;
+
+    if (comm->notice_sent || comm->size < 3 || culprit < 0)
+        return; /* once; with two ranks there is nobody else to tell */
+    comm->notice_sent = 1;
+    atomic_store_explicit(&comm->ctrl[OFCCL__CTRL_NOTICE_OUT], word, memory_order_relaxed);
+    comm->notice_op = (ofccl__op_t){.cb = notice_done, .quiet = 1};
+    for (int p = 0; p < comm->size; p++) {
+        if (p == comm->rank || p == culprit || p == skip)
+            continue;
+        if (comm->peer_ctrl_at != NULL && comm->peer_ctrl_at[p] != NULL) {
+            atomic_store_explicit(&comm->peer_ctrl_at[p][OFCCL__CTRL_NOTICE_IN], word,
+                                  memory_order_release);
+            continue;
+        }
+        if (ofccl__ep_write(comm->ep, p, (const void *)&comm->ctrl[OFCCL__CTRL_NOTICE_OUT],
+                            sizeof(uint64_t), comm->ctrl_mr, &comm->peer_ctrl[p],
+                            OFCCL__CTRL_NOTICE_IN * sizeof(uint64_t), &comm->notice_op, &e) == 0) {
+            comm->ops_pending++;
+            comm->notices_out++;
+        }
+    }
+    OFCCL__INFO(&comm->ctx->log, OFCCL__SUB_CORE,
+                "rank %d: told the other ranks of communicator %u that rank %d failed (reason %d)",
+                comm->rank, comm->id, culprit, reason);
+}
+
+bool ofccl__notice_busy(const ofccl_comm_t *comm)
+{
+    return comm->notices_out > 0;
+}
+
+/* A communicator with no collective running fails at once; otherwise each
+ * running request fails from its own progress, with its own account of what
+ * it waits for (ofccl__notice_cause). */
+static bool any_running(const ofccl_comm_t *comm)
+{
+    return ofccl__comm_active_requests(comm) > 0;
+}
+
+int ofccl__notice_check(ofccl_comm_t *comm)
+{
+    uint64_t word = atomic_load_explicit(&comm->ctrl[OFCCL__CTRL_NOTICE_IN], memory_order_acquire);
+    int culprit = (int)(word & NOTICE_CULPRIT_MASK) - 1, reason = (int)(word >> 32);
+
+    if (word == 0 || comm->sticky || comm->notice_in != 0)
+        return comm->sticky;
+    /* Untrusted: a word that names no rank is ignored (and counted). */
+    if (culprit < 0 || culprit >= comm->size || reason < OFCCL__NOTICE_EXITED ||
+        reason > OFCCL__NOTICE_MISMATCH) {
+        comm->corrupt_signals++;
+        atomic_store_explicit(&comm->ctrl[OFCCL__CTRL_NOTICE_IN], 0, memory_order_relaxed);
+        return 0;
+    }
+    comm->notice_in = reason;
+    comm->notice_culprit = culprit;
+    comm->notice_sent = 1; /* the rank that saw it first told everyone */
+    if (reason != OFCCL__NOTICE_MISMATCH && any_running(comm))
+        return 0;
+    return ofccl__notice_fail(comm);
+}
+
+int ofccl__notice_fail(ofccl_comm_t *comm)
+{
+    int culprit = comm->notice_culprit, reason = comm->notice_in;
+    char who[96];
+
+    if (reason == 0 || comm->sticky)
+        return comm->sticky;
+    if (culprit == comm->rank)
+        snprintf(who, sizeof(who), "this rank");
+    else
+        snprintf(who, sizeof(who), "rank %d on %s", culprit, ofccl__comm_host(comm, culprit));
+    switch (reason) {
+    case OFCCL__NOTICE_EXITED:
+        return ofccl__comm_fail(comm, OFCCL_ERR_REMOTE_ERROR,
+                                "communicator %u: %s has exited (a peer saw it go and told this "
+                                "rank); the communicator is unusable",
+                                comm->id, who);
+    case OFCCL__NOTICE_SILENT:
+        return ofccl__comm_fail(comm, OFCCL_ERR_TIMEOUT,
+                                "communicator %u: %s stopped responding (a peer timed out "
+                                "waiting for it and told this rank); the communicator is unusable",
+                                comm->id, who);
+    default:
+        return ofccl__comm_fail(comm, OFCCL_ERR_MISMATCH,
+                                "communicator %u: %s posted a collective whose arguments differ "
+                                "from a peer's (that peer's message names the field); the "
+                                "communicator is unusable",
+                                comm->id, who);
+    }
+}
+
+int ofccl__notice_cause(const ofccl_comm_t *comm, int *culprit, char *buf, size_t len)
+{
+    buf[0] = '\0';
+    *culprit = -1;
+    if (comm->notice_in == OFCCL__NOTICE_EXITED) {
+        *culprit = comm->notice_culprit;
+        snprintf(buf, len, "rank %d has exited (a peer saw it go and told this rank); ",
+                 comm->notice_culprit);
+    } else if (comm->notice_in == OFCCL__NOTICE_SILENT) {
+        snprintf(buf, len,
+                 "a peer timed out waiting for rank %d and told this rank, which stops "
+                 "waiting too; ",
+                 comm->notice_culprit);
+    }
+    return comm->notice_in;
+}
