@@ -214,6 +214,27 @@ void ofccl__idle_poll(ofccl_ctx_t *ctx, ofccl__idle_t *st);
 void ofccl__progress_stop(ofccl_ctx_t *ctx);
 
 /* ---- communicator internals ---- */
+/* How the ranks of a communicator being created exchange what they need:
+ * through the bootstrap (world) or the parent communicator's fabric (split).
+ * Every rank contributes `len` (<= slot) bytes (0: "my side failed"); on
+ * return out[r * slot] holds rank r's bytes and lens[r] their length. */
+typedef struct ofccl__xchg {
+    void *arg;
+    int (*allgather)(void *arg, const void *in, size_t len, void *out, size_t slot, size_t *lens,
+                     ofccl__err_t *e);
+} ofccl__xchg_t;
+
+typedef struct ofccl__comm_init {
+    const char *what;           /* the public call, for messages */
+    int rank, size;             /* in the new communicator */
+    int local_rank, local_size; /* 0 / 0: count the ranks that share this host */
+} ofccl__comm_init_t;
+
+/* Create a communicator, collectively over the ranks `x` reaches: either
+ * every rank gets it, or every rank gets an error naming the rank whose side
+ * failed (then ctx's last error says so). */
+int ofccl__comm_create(ofccl_ctx_t *ctx, const ofccl__comm_init_t *init, const ofccl__xchg_t *x,
+                       ofccl_comm_t **out);
 /* Name of the host rank `rank` runs on, for messages ("?" if unknown). */
 const char *ofccl__comm_host(const ofccl_comm_t *comm, int rank);
 /* Record a fatal error: the communicator reports it from every later call. */

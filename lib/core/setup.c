@@ -1,0 +1,448 @@
+/*
+ * Creating a communicator: every rank opens its endpoint and control region,
+ * then the ranks exchange one record each — endpoint name, control region
+ * key, host, provider, signal path and every setting that must agree — and a
+ * status, so that creation completes collectively: either every rank returns
+ * the communicator or every rank returns an error that names the rank whose
+ * side failed. The exchange goes through the bootstrap for a world
+ * communicator and through the parent's fabric for a split one (ofccl__xchg_t).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "blob.h"
+#include "comm_impl.h"
+#include "engine_impl.h"
+#include "pool.h"
+#include "util.h"
+
+/* The setup blob's payload, little-endian on the wire: fixed words, the
+ * provider and host names, the control region, the values of every setting
+ * that must agree across ranks (config.h: scope AGREE), the endpoint name. */
+#define SETUP_NAME_LEN 64
+#define SETUP_AGREE_MAX 32
+#define SETUP_FIXED (4 * 7 + 2 * SETUP_NAME_LEN + 8 * 4)
+#define SETUP_MAX (SETUP_FIXED + 8 * SETUP_AGREE_MAX + OFCCL__NAME_MAX)
+
+typedef struct setup {
+    uint32_t size, comm_id, signal_mode, strict, cq_data_size, nagree, namelen;
+    char prov[SETUP_NAME_LEN];
+    char host[SETUP_NAME_LEN]; /* the host's name, for messages */
+    uint64_t host_key;         /* a hash of the host's identity: ranks on one host share it */
+    uint64_t ctrl_base, ctrl_key, ctrl_len;
+    int64_t agree[SETUP_AGREE_MAX]; /* in table order, string settings excluded */
+    uint8_t name[OFCCL__NAME_MAX];
+} setup_t;
+
+static bool agree_param(int id)
+{
+    return ofccl__cfg_params[id].agree && ofccl__cfg_params[id].type != OFCCL__CT_STRING;
+}
+
+static void setup_agree_fill(const ofccl__config_t *cfg, setup_t *s)
+{
+    s->nagree = 0;
+    for (int id = 0; id < OFCCL__CFG_COUNT && s->nagree < SETUP_AGREE_MAX; id++)
+        if (agree_param(id))
+            s->agree[s->nagree++] = ofccl__cfg_int(cfg, id);
+}
+
+static size_t setup_pack(const setup_t *s, uint8_t *out)
+{
+    const uint32_t w32[] = {s->size,         s->comm_id, s->signal_mode, s->strict,
+                            s->cq_data_size, s->nagree,  s->namelen};
+    const uint64_t w64[] = {s->host_key, s->ctrl_base, s->ctrl_key, s->ctrl_len};
+    uint8_t *p = out;
+
+    for (size_t k = 0; k < OFCCL__ARRAY_LEN(w32); k++, p += 4)
+        ofccl__put_le32(p, w32[k]);
+    memcpy(p, s->prov, SETUP_NAME_LEN);
+    memcpy(p + SETUP_NAME_LEN, s->host, SETUP_NAME_LEN);
+    p += 2 * SETUP_NAME_LEN;
+    for (size_t k = 0; k < OFCCL__ARRAY_LEN(w64); k++, p += 8)
+        ofccl__put_le64(p, w64[k]);
+    for (uint32_t k = 0; k < s->nagree; k++, p += 8)
+        ofccl__put_le64(p, (uint64_t)s->agree[k]);
+    memcpy(p, s->name, s->namelen);
+    return (size_t)(p - out) + s->namelen;
+}
+
+/* Untrusted input: check every length before use. */
+static int setup_unpack(ofccl_comm_t *comm, int from, const uint8_t *in, size_t len, setup_t *s)
+{
+    uint32_t *w32[] = {&s->size,         &s->comm_id, &s->signal_mode, &s->strict,
+                       &s->cq_data_size, &s->nagree,  &s->namelen};
+    uint64_t *w64[] = {&s->host_key, &s->ctrl_base, &s->ctrl_key, &s->ctrl_len};
+    const uint8_t *p = in;
+
+    if (len < SETUP_FIXED)
+        return ofccl__comm_fail(comm, OFCCL_ERR_CORRUPT,
+                                "comm setup: rank %d sent %zu bytes, at least %d expected", from,
+                                len, SETUP_FIXED);
+    for (size_t k = 0; k < OFCCL__ARRAY_LEN(w32); k++, p += 4)
+        *w32[k] = ofccl__get_le32(p);
+    memcpy(s->prov, p, SETUP_NAME_LEN);
+    s->prov[SETUP_NAME_LEN - 1] = '\0';
+    memcpy(s->host, p + SETUP_NAME_LEN, SETUP_NAME_LEN);
+    s->host[SETUP_NAME_LEN - 1] = '\0';
+    p += 2 * SETUP_NAME_LEN;
+    for (size_t k = 0; k < OFCCL__ARRAY_LEN(w64); k++, p += 8)
+        *w64[k] = ofccl__get_le64(p);
+    if (s->nagree > SETUP_AGREE_MAX || s->namelen == 0 || s->namelen > OFCCL__NAME_MAX ||
+        len != SETUP_FIXED + 8 * (size_t)s->nagree + s->namelen)
+        return ofccl__comm_fail(comm, OFCCL_ERR_CORRUPT,
+                                "comm setup: rank %d sent %u settings and an endpoint name of %u "
+                                "bytes in a %zu-byte record",
+                                from, s->nagree, s->namelen, len);
+    if (s->ctrl_len < comm->ctrl_words * sizeof(uint64_t))
+        return ofccl__comm_fail(comm, OFCCL_ERR_CORRUPT,
+                                "comm setup: rank %d advertised a control region of %llu bytes",
+                                from, (unsigned long long)s->ctrl_len);
+    for (uint32_t k = 0; k < s->nagree; k++, p += 8)
+        s->agree[k] = (int64_t)ofccl__get_le64(p);
+    memcpy(s->name, p, s->namelen);
+    return 0;
+}
+
+/* Every rank must agree on what shapes the wire protocol. */
+static int setup_check(ofccl_comm_t *comm, int from, const setup_t *mine, const setup_t *theirs)
+{
+    static const char *const modes[] = {"?", "cqdata", "atomic"};
+#define SETUP_MISMATCH(field, fmt, a, b)                                                           \
+    return ofccl__comm_fail(comm, OFCCL_ERR_MISMATCH,                                              \
+                            "comm setup: rank %d has " field " " fmt ", rank %d has " fmt          \
+                            "; every rank must use the same OFCCL_PROVIDER, OFCCL_STRICT and "     \
+                            "OFCCL_SIGNAL",                                                        \
+                            from, b, comm->rank, a)
+    if (theirs->size != mine->size)
+        SETUP_MISMATCH("job size", "%u", mine->size, theirs->size);
+    if (strcmp(theirs->prov, mine->prov) != 0)
+        SETUP_MISMATCH("provider", "%s", mine->prov, theirs->prov);
+    if (theirs->strict != mine->strict)
+        SETUP_MISMATCH("strict mode", "%u", mine->strict, theirs->strict);
+    if (theirs->signal_mode != mine->signal_mode)
+        SETUP_MISMATCH("signal path", "%s", modes[mine->signal_mode % 3],
+                       modes[theirs->signal_mode % 3]);
+    if (theirs->nagree != mine->nagree)
+        SETUP_MISMATCH("a library build with a settings count of", "%u", mine->nagree,
+                       theirs->nagree);
+#undef SETUP_MISMATCH
+    for (int id = 0, k = 0; id < OFCCL__CFG_COUNT && k < (int)mine->nagree; id++) {
+        char a[64], b[64];
+        if (!agree_param(id))
+            continue;
+        if (theirs->agree[k] != mine->agree[k]) {
+            ofccl__config_format(id, theirs->agree[k], b, sizeof(b));
+            ofccl__config_format(id, mine->agree[k], a, sizeof(a));
+            return ofccl__comm_fail(comm, OFCCL_ERR_MISMATCH,
+                                    "comm setup: rank %d has OFCCL_%s=%s, rank %d has "
+                                    "OFCCL_%s=%s; it must be equal on every rank (settings of "
+                                    "scope 'all' in `ofccl_info -c`)",
+                                    from, ofccl__cfg_params[id].name, b, comm->rank,
+                                    ofccl__cfg_params[id].name, a);
+        }
+        k++;
+    }
+    return 0;
+}
+
+/* Map every peer's control region (caps.peer_map): descriptors and eager
+ * collectives' {header, data} are then stored into it directly, no op,
+ * completion or CQ data on the way. All or nothing, so every rank of the
+ * communicator takes the same path. */
+static int map_peer_ctrl(ofccl_comm_t *comm)
+{
+    comm->peer_ctrl_at = calloc((size_t)comm->size, sizeof(*comm->peer_ctrl_at));
+    if (comm->peer_ctrl_at == NULL)
+        return ofccl__comm_fail(comm, OFCCL_ERR_NO_MEMORY, "comm setup: no memory");
+    for (int p = 0; p < comm->size; p++) {
+        void *at;
+        int rc = ofccl__ep_peer_map(comm->ep, p, &comm->peer_ctrl[p], 0, comm->peer_ctrl[p].len,
+                                    OFCCL__ACC_REMOTE_WRITE, &at, &comm->err);
+        if (rc)
+            return ofccl__comm_fail(comm, rc, "comm setup: %s", comm->err.msg);
+        comm->peer_ctrl_at[p] = at;
+    }
+    OFCCL__DEBUG(&comm->ctx->log, OFCCL__SUB_CORE,
+                 "rank %d: descriptors and eager data go straight into the %d peers' mapped "
+                 "control regions",
+                 comm->rank, comm->size - 1);
+    return 0;
+}
+
+/* Rank r runs on the host named `name` (for messages that name hosts). */
+static int hosts_add(ofccl_comm_t *comm, int r, const char *name)
+{
+    int h;
+
+    for (h = comm->nhosts - 1; h >= 0 && strcmp(comm->host_name[h], name) != 0; h--)
+        ;
+    if (h < 0) {
+        h = comm->nhosts++;
+        ofccl__strlcpy(comm->host_name[h], name, sizeof(comm->host_name[h]));
+    }
+    comm->host_of[r] = h;
+    return 0;
+}
+
+const char *ofccl__comm_host(const ofccl_comm_t *comm, int rank)
+{
+    if (comm->host_of == NULL || rank < 0 || rank >= comm->size)
+        return "?";
+    return comm->host_name[comm->host_of[rank]];
+}
+
+/* FNV-1a of the host identity string. */
+static uint64_t host_key(const char *id)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+
+    for (; *id != '\0'; id++)
+        h = (h ^ (uint8_t)*id) * 0x100000001b3ull;
+    return h;
+}
+
+/* This rank's half: endpoint, control region, and its record encoded in `blob`. */
+static int setup_local(ofccl_comm_t *comm, setup_t *mine, uint8_t *blob, size_t cap, size_t *blen)
+{
+    ofccl_ctx_t *ctx = comm->ctx;
+    const ofccl__prov_caps_t *caps = ofccl__prov_caps(ctx->prov);
+    uint8_t packed[SETUP_MAX];
+    size_t len;
+    int rc;
+
+    rc = ofccl__comm_choose_signal(comm, caps);
+    if (rc)
+        return rc;
+    ofccl__ep_params_t ep_params = {
+        .rank = comm->rank,
+        .size = comm->size,
+        .ops_inflight = (unsigned)ofccl__cfg_int(&ctx->cfg, OFCCL__CFG_OPS_INFLIGHT),
+        .rx_posted = (unsigned)ofccl__cfg_int(&ctx->cfg, OFCCL__CFG_RX_POSTED),
+    };
+    rc = ofccl__ep_open(ctx->prov, &ep_params, &comm->ep, &comm->err);
+    if (rc)
+        return ofccl__comm_fail(comm, rc, "%s", comm->err.msg);
+    comm->ctrl_words = ofccl__coll_ctrl_words(
+        comm->size, (size_t)ofccl__cfg_int(&ctx->cfg, OFCCL__CFG_EAGER_BYTES));
+    comm->ctrl = ofccl__prov_mem_alloc(comm->ep, comm->ctrl_words * sizeof(uint64_t));
+    if (comm->ctrl == NULL) {
+        rc = ofccl__prov_mem_error(comm->ep, comm->ctrl_words * sizeof(uint64_t), &comm->err);
+        return ofccl__comm_fail(comm, rc, "comm setup: control region: %s", comm->err.msg);
+    }
+    memset((void *)comm->ctrl, 0, comm->ctrl_words * sizeof(uint64_t));
+    rc = ofccl__mr_reg(comm->ep, (void *)comm->ctrl, comm->ctrl_words * sizeof(uint64_t),
+                       OFCCL__ACC_LOCAL | OFCCL__ACC_REMOTE_ATOMIC | OFCCL__ACC_REMOTE_WRITE,
+                       &comm->ctrl_mr, &comm->err);
+    if (rc)
+        return ofccl__comm_fail(comm, rc, "%s", comm->err.msg);
+    mine->size = (uint32_t)comm->size;
+    mine->comm_id = ctx->comm_seq + 1; /* a proposal: the highest one wins */
+    mine->signal_mode = (uint32_t)comm->signal_mode;
+    mine->strict = caps->strict;
+    mine->cq_data_size = (uint32_t)caps->cq_data_size;
+    setup_agree_fill(&ctx->cfg, mine);
+    ofccl__strlcpy(mine->prov, caps->name, sizeof(mine->prov));
+    ofccl__strlcpy(mine->host, ctx->boot->hostname, sizeof(mine->host));
+    mine->host_key = host_key(ctx->boot->host_id);
+    mine->ctrl_base = comm->ctrl_mr->base;
+    mine->ctrl_key = comm->ctrl_mr->key;
+    mine->ctrl_len = comm->ctrl_mr->len;
+    len = sizeof(mine->name);
+    rc = ofccl__ep_name(comm->ep, mine->name, &len, &comm->err);
+    if (rc)
+        return ofccl__comm_fail(comm, rc, "%s", comm->err.msg);
+    mine->namelen = (uint32_t)len;
+    *blen = ofccl__blob_encode(blob, cap, OFCCL__BLOB_COMM, (uint32_t)comm->rank, packed,
+                               setup_pack(mine, packed));
+    return 0;
+}
+
+/* Every member's record: check it, learn its host, insert the peers and map
+ * their control regions. *id gets the communicator's number (the highest
+ * proposal). */
+static int setup_peers(ofccl_comm_t *comm, const setup_t *mine, const uint8_t *all, size_t slot,
+                       const size_t *lens, uint32_t *id)
+{
+    setup_t *theirs = calloc((size_t)comm->size, sizeof(*theirs));
+    uint8_t *names = malloc(OFCCL__NAME_MAX * (size_t)comm->size);
+    size_t *namelens = calloc((size_t)comm->size, sizeof(*namelens));
+    int rc = 0, local_size = 0, local_rank = 0;
+
+    comm->peer_ctrl = calloc((size_t)comm->size, sizeof(*comm->peer_ctrl));
+    comm->host_of = calloc((size_t)comm->size, sizeof(*comm->host_of));
+    comm->host_name = calloc((size_t)comm->size, sizeof(*comm->host_name));
+    if (!theirs || !names || !namelens || !comm->peer_ctrl || !comm->host_of || !comm->host_name) {
+        rc = ofccl__comm_fail(comm, OFCCL_ERR_NO_MEMORY, "comm setup: no memory for %d ranks",
+                              comm->size);
+        goto out;
+    }
+    *id = mine->comm_id;
+    for (int r = 0; r < comm->size && rc == 0; r++) {
+        const void *payload;
+        size_t plen;
+
+        if (lens[r] == 0) {
+            rc = ofccl__comm_fail(comm, OFCCL_ERR_REMOTE_ERROR,
+                                  "comm setup: rank %d could not set up its side of the "
+                                  "communicator (its own error says why)",
+                                  r);
+            break;
+        }
+        rc = ofccl__blob_decode(all + slot * (size_t)r, lens[r], OFCCL__BLOB_COMM, (uint32_t)r,
+                                &payload, &plen, &comm->err);
+        if (rc) {
+            rc = ofccl__comm_fail(comm, rc, "%s", comm->err.msg);
+            break;
+        }
+        rc = setup_unpack(comm, r, payload, plen, &theirs[r]);
+        if (rc == 0)
+            rc = setup_check(comm, r, mine, &theirs[r]);
+        if (rc == 0)
+            rc = hosts_add(comm, r, theirs[r].host);
+        if (rc)
+            break;
+        *id = OFCCL__MAX(*id, theirs[r].comm_id);
+        if (theirs[r].host_key == mine->host_key) {
+            local_rank += r < comm->rank;
+            local_size++;
+        }
+        memcpy(names + OFCCL__NAME_MAX * (size_t)r, theirs[r].name, theirs[r].namelen);
+        namelens[r] = theirs[r].namelen;
+        comm->peer_ctrl[r] =
+            (ofccl__rkey_t){theirs[r].ctrl_base, theirs[r].ctrl_key, theirs[r].ctrl_len};
+    }
+    if (rc == 0 && comm->local_size == 0) { /* not given by the launcher (PMIx): by host */
+        comm->local_rank = local_rank;
+        comm->local_size = local_size;
+    }
+    if (rc == 0) {
+        rc = ofccl__ep_insert_peers(comm->ep, names, OFCCL__NAME_MAX, namelens, comm->size,
+                                    &comm->err);
+        if (rc)
+            rc = ofccl__comm_fail(comm, rc, "%s", comm->err.msg);
+    }
+    /* Every peer registered its control region before publishing its record,
+     * and none returns (so none can destroy and deregister it) before the
+     * status exchange, which waits for this rank too: map before it. */
+    if (rc == 0 && ofccl__prov_caps(comm->ctx->prov)->peer_map)
+        rc = map_peer_ctrl(comm);
+out:
+    free(theirs);
+    free(names);
+    free(namelens);
+    return rc;
+}
+
+/* After the records: has every member succeeded? Fails naming the first that did not. */
+static int setup_status(ofccl_comm_t *comm, const ofccl__xchg_t *x, int mine)
+{
+    uint8_t st = mine != 0, *all = malloc((size_t)comm->size * 8);
+    size_t *lens = calloc((size_t)comm->size, sizeof(*lens));
+    ofccl__err_t e;
+    int rc;
+
+    if (all == NULL || lens == NULL) {
+        free(all);
+        free(lens);
+        return mine ? mine : ofccl__comm_fail(comm, OFCCL_ERR_NO_MEMORY, "comm setup: no memory");
+    }
+    rc = x->allgather(x->arg, &st, 1, all, 8, lens, &e);
+    if (rc && mine == 0)
+        mine = ofccl__comm_fail(comm, rc, "comm setup: status exchange: %s", e.msg);
+    for (int r = 0; r < comm->size && mine == 0; r++)
+        if (lens[r] != 1 || all[(size_t)r * 8] != 0)
+            mine = ofccl__comm_fail(comm, OFCCL_ERR_REMOTE_ERROR,
+                                    "comm setup: rank %d failed to create its side of the "
+                                    "communicator (its own error says why)",
+                                    r);
+    free(all);
+    free(lens);
+    return mine;
+}
+
+int ofccl__comm_create(ofccl_ctx_t *ctx, const ofccl__comm_init_t *init, const ofccl__xchg_t *x,
+                       ofccl_comm_t **out)
+{
+    size_t slot = OFCCL__BLOB_HDR + SETUP_MAX, blen = 0, *lens = NULL;
+    uint8_t blob[OFCCL__BLOB_HDR + SETUP_MAX], *all = NULL;
+    setup_t mine = {0};
+    uint32_t id = 0;
+    ofccl__err_t e;
+    ofccl_comm_t *comm = calloc(1, sizeof(*comm));
+    int rc, xrc;
+
+    if (comm == NULL)
+        return ofccl__fail(&ctx->log, OFCCL__SUB_CORE, &ctx->err, OFCCL_ERR_NO_MEMORY,
+                           "%s: out of memory", init->what);
+    comm->ctx = ctx;
+    comm->rank = init->rank;
+    comm->size = init->size;
+    comm->local_rank = init->local_rank;
+    comm->local_size = init->local_size;
+    comm->timeout_ms = (uint64_t)ofccl__cfg_int(&ctx->cfg, OFCCL__CFG_TIMEOUT_MS);
+    ofccl__comm_handlers(comm);
+    all = malloc(slot * (size_t)comm->size);
+    lens = calloc((size_t)comm->size, sizeof(*lens));
+    rc = all && lens ? setup_local(comm, &mine, blob, sizeof(blob), &blen)
+                     : ofccl__comm_fail(comm, OFCCL_ERR_NO_MEMORY, "%s: out of memory", init->what);
+    /* Creation is collective: a rank whose side failed still takes part in
+     * both exchanges (with nothing to offer), so that no peer waits for it. */
+    xrc = all && lens ? x->allgather(x->arg, rc ? NULL : blob, rc ? 0 : blen, all, slot, lens, &e)
+                      : OFCCL_ERR_NO_MEMORY;
+    if (xrc && rc == 0)
+        rc = ofccl__comm_fail(comm, xrc, "%s", xrc == OFCCL_ERR_NO_MEMORY ? "no memory" : e.msg);
+    if (rc == 0)
+        rc = setup_peers(comm, &mine, all, slot, lens, &id);
+    free(all);
+    free(lens);
+    rc = setup_status(comm, x, rc);
+    if (rc == 0) {
+        comm->id = id;
+        ctx->comm_seq = OFCCL__MAX(ctx->comm_seq, id);
+        ofccl__ep_peers_ready(comm->ep); /* every peer has inserted (mapped) ours */
+        if ((rc = ofccl__coll_init(comm)) != 0)
+            ofccl__comm_fail(comm, rc, "communicator setup: no memory for the collective engine");
+        else if ((rc = ofccl__pool_init(comm)) != 0)
+            ofccl__comm_fail(comm, rc, "communicator setup: no memory for the pool");
+        else if (ofccl__handle_add(comm) != 0)
+            rc = ofccl__comm_fail(comm, OFCCL_ERR_NO_MEMORY, "%s: out of memory", init->what);
+    } else {
+        /* Ids are numbered alike on every rank, failed or not. */
+        ctx->comm_seq++;
+    }
+    if (rc) {
+        ofccl__fail(NULL, OFCCL__SUB_CORE, &ctx->err, rc, "%s", comm->err.msg);
+        ofccl__comm_free(comm);
+        return rc;
+    }
+    ctx->ncomms++;
+    comm->next = ctx->comms;
+    ctx->comms = comm;
+    OFCCL__INFO(&ctx->log, OFCCL__SUB_CORE,
+                "communicator %u: rank %d of %d (%d on this host) on %s, %s signals", comm->id,
+                comm->rank, comm->size, comm->local_size, ofccl__prov_caps(ctx->prov)->name,
+                comm->signal_mode == OFCCL__SIGNAL_CQDATA ? "CQ data" : "atomic");
+    *out = comm;
+    return 0;
+}
+
+void ofccl__comm_free(ofccl_comm_t *comm)
+{
+    /* A failed communicator's peers may be half-way through writes to us. */
+    ofccl__ep_shutdown(comm->ep,
+                       comm->sticky != 0 || comm->ops_pending > 0 || atomic_load(&comm->aborted));
+    ofccl__memreg_forget_comm(comm);
+    ofccl__pool_fini(comm);
+    if (comm->ctrl_mr)
+        ofccl__mr_dereg(comm->ctrl_mr);
+    ofccl__coll_fini(comm);
+    ofccl__ep_close(comm->ep);
+    ofccl__prov_mem_free((void *)comm->ctrl);
+    free(comm->peer_ctrl);
+    free(comm->peer_ctrl_at);
+    free(comm->host_of);
+    free(comm->host_name);
+    free(comm);
+}
