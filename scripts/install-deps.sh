@@ -3,7 +3,8 @@
 set -eu
 pkgs="build-essential meson ninja-build pkg-config python3 libfabric-dev libfabric-bin
       libhwloc-dev hwloc libpmix-dev libcunit1-dev openmpi-bin libopenmpi-dev gnuplot-nox
-      iproute2 nftables clang libclang-rt-14-dev"
+      iproute2 nftables clang libclang-rt-14-dev
+      python3-dev python3-venv python3-numpy python3-pytest python3-torch python3-matplotlib"
 missing=""
 for p in $pkgs; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||

@@ -235,6 +235,9 @@ typedef struct ofccl__comm_init {
  * failed (then ctx's last error says so). */
 int ofccl__comm_create(ofccl_ctx_t *ctx, const ofccl__comm_init_t *init, const ofccl__xchg_t *x,
                        ofccl_comm_t **out);
+/* Take part in the exchanges of a communicator's creation without joining it
+ * (a split's OFCCL_UNDEFINED color). */
+int ofccl__comm_create_none(ofccl_ctx_t *ctx, const ofccl__xchg_t *x);
 /* Name of the host rank `rank` runs on, for messages ("?" if unknown). */
 const char *ofccl__comm_host(const ofccl_comm_t *comm, int rank);
 /* Record a fatal error: the communicator reports it from every later call. */

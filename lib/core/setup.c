@@ -428,6 +428,23 @@ int ofccl__comm_create(ofccl_ctx_t *ctx, const ofccl__comm_init_t *init, const o
     return 0;
 }
 
+int ofccl__comm_create_none(ofccl_ctx_t *ctx, const ofccl__xchg_t *x)
+{
+    uint8_t none;
+    size_t len = 0;
+    ofccl__err_t e;
+    int rc;
+
+    /* The two exchanges ofccl__comm_create makes, with nothing to give or take. */
+    rc = x->allgather(x->arg, NULL, 0, &none, OFCCL__BLOB_HDR + SETUP_MAX, &len, &e);
+    if (rc == 0)
+        rc = x->allgather(x->arg, NULL, 0, &none, 8, &len, &e);
+    ctx->comm_seq++;
+    if (rc)
+        return ofccl__fail(&ctx->log, OFCCL__SUB_CORE, &ctx->err, rc, "%s", e.msg);
+    return 0;
+}
+
 void ofccl__comm_free(ofccl_comm_t *comm)
 {
     /* A failed communicator's peers may be half-way through writes to us. */

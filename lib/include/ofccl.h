@@ -126,6 +126,13 @@ OFCCL_API const char *ofccl_ctx_provider(const ofccl_ctx_t *ctx);
 
 /* Create a communicator over every rank of the job. Collective. */
 OFCCL_API int ofccl_comm_world(ofccl_ctx_t *ctx, ofccl_comm_t **comm);
+/* Split `comm` (collective over it, MPI semantics): ranks that pass the same
+ * color >= 0 form a new communicator, ranked by key and then by their rank in
+ * `comm`; a rank passing OFCCL_UNDEFINED gets *newcomm = NULL. Built from
+ * `comm`'s fabric, with no bootstrap round trip. The new communicator is
+ * independent of `comm` once created (either may be destroyed first). */
+#define OFCCL_UNDEFINED (-1)
+OFCCL_API int ofccl_comm_split(ofccl_comm_t *comm, int color, int key, ofccl_comm_t **newcomm);
 /* Destroy a communicator. Local (needs no peer), so it works after a peer died. */
 OFCCL_API int ofccl_comm_destroy(ofccl_comm_t *comm);
 OFCCL_API int ofccl_comm_rank(const ofccl_comm_t *comm, int *rank);
