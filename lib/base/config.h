@@ -87,7 +87,10 @@ typedef enum ofccl__cfg_type {
       "Identity of this rank's host for transport choice and locality; empty = boot id + "         \
       "network, mount and PID namespace identities (tests that simulate hosts set it)")            \
     X(LIBRARY, STRING, LOCAL, "", "<path>", 0, 0,                                                  \
-      "Python package only: path of the libofccl.so it loads; the C library ignores it")
+      "Python package only: path of the libofccl.so it loads; the C library ignores it")           \
+    X(ALGO_BC, ENUM, AGREE, "auto", "auto|direct|chain|pull", 0, 0,                                \
+      "Broadcast algorithm; auto = eager when small, pull where peers' memory maps (up to 8 "      \
+      "ranks), chain from 256 KiB on 3 or more ranks, else direct")
 
 enum ofccl__cfg_id {
 #define OFCCL__X_ID(id, type, scope, def, allowed, min, max, help) OFCCL__CFG_##id,

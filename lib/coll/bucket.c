@@ -5,6 +5,7 @@
  * of c_t elements (its shard, zero-padded), and the region is padded to
  * OFCCL_ALIGN bytes. So every rank's region has the same size and layout
  * whatever the tensor sizes, and the library does all the padding.
+ * A broadcast's bucket is not sharded: one region holds every whole tensor.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +16,12 @@
 static size_t chunk_of(size_t count, int n)
 {
     return (count + (size_t)n - 1) / (size_t)n;
+}
+
+/* Elements of tensor `count` in one region of the flat buffer. */
+static size_t slot_of(const ofccl__req_t *r, size_t count)
+{
+    return r->coll == OFCCL__BC ? count : chunk_of(count, r->comm->size);
 }
 
 static size_t shard_len(size_t count, int n, int r)
@@ -55,6 +62,18 @@ void ofccl__bucket_copy_in(ofccl__req_t *r, void *area)
     int n = comm->size;
     char *base = area;
 
+    if (r->coll == OFCCL__BC) { /* the root's tensors, whole */
+        size_t off = 0;
+        for (int t = 0; t < r->ntensors; t++) {
+            size_t len = r->tensors[t].count * r->esize;
+            if (len)
+                memcpy(base + off, r->tensors[t].full, len);
+            off += len;
+        }
+        memset(base + off, 0, r->block - off);
+        comm->ctx->stats.staged_bytes += r->block;
+        return;
+    }
     if (r->coll == OFCCL__AG) {
         /* Our shards into our own region; padding zeroed so results are defined. */
         size_t off = 0;
@@ -96,6 +115,16 @@ static void copy_out(ofccl__req_t *r)
     int n = comm->size;
     size_t off = 0;
 
+    if (r->coll == OFCCL__BC) { /* every rank but the root: the whole tensors */
+        for (int t = 0; t < r->ntensors && comm->rank != r->root; t++) {
+            size_t len = r->tensors[t].count * r->esize;
+            if (len)
+                memcpy(r->tensors[t].full, (const char *)r->dst.ptr + off, len);
+            off += len;
+        }
+        comm->ctx->stats.staged_bytes += comm->rank != r->root ? r->block : 0;
+        return;
+    }
     for (int t = 0; t < r->ntensors; t++) {
         const ofccl_tensor_t *x = &r->tensors[t];
         size_t c = chunk_of(x->count, n);
@@ -118,7 +147,7 @@ static void copy_out(ofccl__req_t *r)
 }
 
 /* Validate the list and size the flat buffer; on success the request holds a copy. */
-static int bucket_setup(ofccl_comm_t *comm, const char *what, const ofccl_tensor_t *tensors,
+int ofccl__bucket_setup(ofccl_comm_t *comm, const char *what, const ofccl_tensor_t *tensors,
                         int ntensors, ofccl_dtype_t dtype, ofccl__req_t *r)
 {
     size_t esize = ofccl_dtype_size(dtype), total = 0;
@@ -134,12 +163,12 @@ static int bucket_setup(ofccl_comm_t *comm, const char *what, const ofccl_tensor
                                 (const void *)tensors);
     for (int t = 0; t < ntensors; t++) {
         const ofccl_tensor_t *x = &tensors[t];
-        size_t c = chunk_of(x->count, n);
+        size_t c = slot_of(r, x->count);
         if (x->count > SIZE_MAX / 2 / esize || total > SIZE_MAX / 2 / (size_t)n - c * esize)
             return ofccl__comm_fail(comm, OFCCL_ERR_INVALID_ARG,
                                     "%s: tensor %d: count %zu overflows", what, t, x->count);
-        if (x->count > 0 &&
-            (x->full == NULL || (x->shard == NULL && shard_len(x->count, n, comm->rank) > 0)))
+        if (x->count > 0 && (x->full == NULL || (r->coll != OFCCL__BC && x->shard == NULL &&
+                                                 shard_len(x->count, n, comm->rank) > 0)))
             return ofccl__comm_fail(comm, OFCCL_ERR_INVALID_ARG,
                                     "%s: tensor %d (%zu elements) has a NULL %s pointer", what, t,
                                     x->count, x->full == NULL ? "full" : "shard");
@@ -211,7 +240,7 @@ static int ofccl_bucket_allgather_unlocked(ofccl_comm_t *comm, const ofccl_tenso
     rc = ofccl__coll_begin(comm, OFCCL__AG, &r);
     if (rc)
         return rc;
-    rc = bucket_setup(comm, "ofccl_bucket_allgather", tensors, n, dtype, r);
+    rc = ofccl__bucket_setup(comm, "ofccl_bucket_allgather", tensors, n, dtype, r);
     if (rc == 0) {
         r->op = (ofccl_redop_t){OFCCL_OP_SUM, 1.0};
         rc = comm->size == 1 ? one_rank(r) : ofccl__post_allgather(r);
@@ -241,7 +270,7 @@ static int ofccl_bucket_reduce_scatter_unlocked(ofccl_comm_t *comm, const ofccl_
     rc = ofccl__coll_begin(comm, OFCCL__RS, &r);
     if (rc)
         return rc;
-    rc = bucket_setup(comm, "ofccl_bucket_reduce_scatter", tensors, n, dtype, r);
+    rc = ofccl__bucket_setup(comm, "ofccl_bucket_reduce_scatter", tensors, n, dtype, r);
     if (rc == 0) {
         r->op = op;
         rc = comm->size == 1 ? one_rank(r) : ofccl__post_reduce_scatter(r);

@@ -14,6 +14,7 @@ enum ofccl__algo_wire_id {
     OFCCL__WIRE_RING = 2,
     OFCCL__WIRE_EAGER = 3,
     OFCCL__WIRE_PULL = 4,
+    OFCCL__WIRE_CHAIN = 5,
 };
 
 extern const ofccl__algo_t ofccl__ag_direct, ofccl__ag_ring, ofccl__ag_eager;
@@ -23,6 +24,9 @@ extern const ofccl__algo_t ofccl__rs_direct, ofccl__rs_ring, ofccl__rs_eager;
  * place and reduces them in one pass, then tells each peer it is done reading
  * (one zero-length signal, the only unit it expects from each). */
 extern const ofccl__algo_t ofccl__rs_pull;
+/* Broadcast (broadcast/): eager for small ones, pull where peers' memory maps,
+ * direct, and the pipelined chain for large ones on many ranks. */
+extern const ofccl__algo_t ofccl__bc_eager, ofccl__bc_direct, ofccl__bc_chain, ofccl__bc_pull;
 
 /* The one place an algorithm is chosen (select.c): OFCCL_ALGO_* first, then
  * size and rank count, then what the memory and provider allow (eager slots
@@ -40,13 +44,23 @@ int ofccl__ring_writer_of(const ofccl__req_t *r, uint32_t unit);
 uint32_t ofccl__ring_unit_of(const ofccl__req_t *r, int p, uint32_t k);
 int ofccl__one_writer_of(const ofccl__req_t *r, uint32_t unit);
 uint32_t ofccl__one_unit_of(const ofccl__req_t *r, int p, uint32_t k);
+/* Broadcast (broadcast/plan.c): the root and every other rank exchange
+ * descriptors both ways; the data comes from `data_from` (the root, or a
+ * chain's predecessor). Unit numbering, and the closing "done" to the root
+ * (1 once posted, 0 to try again, <0 on error). */
+void ofccl__plan_bcast(ofccl__req_t *r, int data_from);
+int ofccl__bcast_writer_of(const ofccl__req_t *r, uint32_t unit);
+uint64_t ofccl__bcast_need_of(const ofccl__req_t *r, int p);
+uint32_t ofccl__bcast_unit_of(const ofccl__req_t *r, int p, uint32_t k);
+int ofccl__bcast_done(ofccl__req_t *r);
 /* Direct: has chunk c arrived from every writer? */
 bool ofccl__direct_chunk_in(const ofccl__req_t *r, unsigned c);
 
-/* Eager algorithms (eager.c): send {header, payload} to every peer (peer p's
- * payload at sendbuf + p * stride); 1 when all are posted, 0 when some must
- * wait, <0 on error. Then, once all have arrived, check every writer's header. */
-int ofccl__eager_send(ofccl__req_t *r, size_t stride);
+/* Eager algorithms (eager.c): send {header, `len` bytes of payload} to every
+ * peer the plan writes to (peer p's payload at sendbuf + p * stride); 1 when
+ * all are posted, 0 when some must wait, <0 on error. Then, once all have
+ * arrived, check every writer's header. */
+int ofccl__eager_send(ofccl__req_t *r, size_t stride, size_t len);
 int ofccl__eager_land(ofccl__req_t *r);
 
 /* Posting (post.c, allgather.c, reduce_scatter.c): argument checks shared by
@@ -68,12 +82,16 @@ int ofccl__post(ofccl_comm_t *comm, int coll, const void *sendbuf, void *recvbuf
 /* ofccl__comm_note_once bits. */
 enum { OFCCL__NOTE_PULL_STAGED = 0 };
 int ofccl__post_reduce_scatter(ofccl__req_t *r);
+int ofccl__post_broadcast(ofccl__req_t *r);
 
 /* Buckets (bucket.c): extra staging bytes a bucket reduce-scatter needs (flat
  * input + flat output), and packing the tensors into the flat buffer (`area`:
  * the flat input for reduce-scatter; for all-gather the own region of r->dst);
  * the results are scattered back by r->finish. */
 size_t ofccl__bucket_extra(const ofccl__req_t *r);
+/* Validate a bucket's tensors and size its flat buffer; the request keeps a copy. */
+int ofccl__bucket_setup(ofccl_comm_t *comm, const char *what, const ofccl_tensor_t *tensors,
+                        int ntensors, ofccl_dtype_t dtype, ofccl__req_t *r);
 void ofccl__bucket_copy_in(ofccl__req_t *r, void *area);
 
 #endif

@@ -1,30 +1,31 @@
-/* What the eager all-gather and reduce-scatter share: sending {header, payload}
- * to every peer and checking every writer's header once all have arrived. */
+/* What the eager algorithms share: sending {header, payload} to the peers the
+ * plan writes to, and checking every writer's header once all have arrived. */
 #include <string.h>
 
 #include "coll.h"
 
-int ofccl__eager_send(ofccl__req_t *r, size_t stride)
+int ofccl__eager_send(ofccl__req_t *r, size_t stride, size_t len)
 {
     ofccl_comm_t *comm = r->comm;
     int n = comm->size, all_sent = 1;
 
     for (int k = 1; k < n; k++) {
         int p = (comm->rank + k) % n;
+        const char *payload = (const char *)r->sendbuf + (size_t)p * stride;
         uint8_t *o;
         int rc;
-        if (r->sent[p])
+        if (r->sent[p] || !r->i_write_to[p])
             continue;
         if (ofccl__eager_mapped(comm, p)) {
-            ofccl__eager_store(r, p, (const char *)r->sendbuf + (size_t)p * stride);
+            ofccl__eager_store(r, p, payload, len);
             r->sent[p]++;
             continue;
         }
         o = ofccl__eager_out(comm, r->slot, p);
         ofccl__eager_header(r, o);
-        if (r->block)
-            memcpy(o + OFCCL__EAGER_HDR, (const char *)r->sendbuf + (size_t)p * stride, r->block);
-        rc = ofccl__coll_put(r, p, o, comm->ctrl_mr, OFCCL__EAGER_HDR + r->block, 0, 0);
+        if (len)
+            memcpy(o + OFCCL__EAGER_HDR, payload, len);
+        rc = ofccl__coll_put(r, p, o, comm->ctrl_mr, OFCCL__EAGER_HDR + len, 0, 0);
         if (rc == OFCCL_ERR_AGAIN) {
             all_sent = 0;
             continue;
@@ -48,7 +49,7 @@ int ofccl__eager_land(ofccl__req_t *r)
                                   .me = comm->rank};
         char why[256];
         int rc;
-        if (p == comm->rank)
+        if (p == comm->rank || !r->writes_to_me[p])
             continue;
         rc = ofccl__eager_check(h, &x, why, sizeof(why)); /* a message only on failure */
         if (rc)

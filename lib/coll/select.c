@@ -12,8 +12,31 @@
 #define RING_MIN_RANKS 9
 #define RING_MIN_BLOCK (64u << 10)
 
+#define CHAIN_MIN_RANKS 3
+#define CHAIN_MIN_BLOCK (256u << 10)
+#define PULL_MAX_RANKS 8
+
+/* Broadcast: eager when small; on mapped memory every rank reads the root's
+ * buffer at once (pull) up to PULL_MAX_RANKS; otherwise direct, or the chain
+ * when large enough for its pipeline to beat the root's n-1 copies. */
+static const ofccl__algo_t *choose_bcast(ofccl_comm_t *comm, size_t block, int bucket)
+{
+    int forced = (int)ofccl__cfg_int(&comm->ctx->cfg, OFCCL__CFG_ALGO_BC);
+
+    if (forced == 0 && !bucket && ofccl__eager_possible(comm, block))
+        return &ofccl__bc_eager;
+    if (forced == 3 ||
+        (forced == 0 && ofccl__comm_caps(comm)->peer_map && comm->size <= PULL_MAX_RANKS))
+        return ofccl__comm_caps(comm)->peer_map ? &ofccl__bc_pull : &ofccl__bc_direct;
+    if (forced == 2 || (forced == 0 && comm->size >= CHAIN_MIN_RANKS && block >= CHAIN_MIN_BLOCK))
+        return &ofccl__bc_chain;
+    return &ofccl__bc_direct;
+}
+
 const ofccl__algo_t *ofccl__choose(ofccl_comm_t *comm, int coll, size_t block, int bucket)
 {
+    if (coll == OFCCL__BC)
+        return choose_bcast(comm, block, bucket);
     int forced = (int)ofccl__cfg_int(&comm->ctx->cfg,
                                      coll == OFCCL__AG ? OFCCL__CFG_ALGO_AG : OFCCL__CFG_ALGO_RS);
     bool ring =

@@ -65,8 +65,22 @@ static void on_error(void *arg, void *op_ctx, int peer, int status, const char *
     /* A peer that has left makes our ops to it fail; a notice that another
      * rank failed first names the real culprit, so it is read first. */
     ofccl__notice_check(comm);
-    if (op == NULL || !op->quiet)
+    if (comm->notice_in != 0)
+        ofccl__notice_fail(comm);
+    if (op != NULL && op->quiet) {
+        /* its caller handles the failure */
+    } else if (status == OFCCL_ERR_REMOTE_ERROR && peer >= 0 && peer < comm->size &&
+               peer != comm->rank) {
+        /* The peer is gone or its endpoint closed: say so, and tell the others
+         * before they blame this rank's departure. */
+        ofccl__notice_send(comm, OFCCL__NOTICE_EXITED, peer, -1);
+        ofccl__comm_fail(comm, status,
+                         "rank %d on %s can no longer be reached (it has exited or closed its "
+                         "endpoint): %s",
+                         peer, ofccl__comm_host(comm, peer), msg);
+    } else {
         ofccl__comm_fail(comm, status, "%s", msg);
+    }
     if (op != NULL && op->cb != NULL)
         op->cb(op, status, msg);
 }

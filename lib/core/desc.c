@@ -34,6 +34,7 @@ uint64_t ofccl__fingerprint(const ofccl__req_t *r)
     return (uint64_t)r->coll | (uint64_t)r->dtype << 4 |
            (uint64_t)(r->coll == OFCCL__RS ? r->op.kind : 0) << 8 |
            (uint64_t)r->algo->wire_id << 12 | (uint64_t)(r->bucket != 0) << 16 |
+           (uint64_t)(r->coll == OFCCL__BC ? (uint32_t)r->root & 0x7fffu : 0) << 17 |
            (uint64_t)(uint32_t)(s ^ (s >> 32)) << 32;
 }
 
@@ -133,6 +134,8 @@ static const char *field_name(uint64_t a, uint64_t b)
         return "algorithm (OFCCL_ALGO_* differs)";
     if (((a >> 16) & 1) != ((b >> 16) & 1))
         return "call (a bucket collective on one rank, a flat one on the other)";
+    if (((a >> 17) & 0x7fff) != ((b >> 17) & 0x7fff))
+        return "root";
     return "premul scalar";
 }
 
@@ -225,7 +228,7 @@ int ofccl__desc_take(ofccl__req_t *r)
         ofccl__desc_expect_t x = {.seq = r->seq,
                                   .fingerprint = r->fingerprint,
                                   .count = r->count,
-                                  .need = r->dst_need,
+                                  .need = r->algo->need_of ? r->algo->need_of(r, p) : r->dst_need,
                                   .from = p,
                                   .me = comm->rank,
                                   .scalar_bits = ofccl__scalar_bits(r),

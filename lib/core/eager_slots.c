@@ -40,7 +40,7 @@ void ofccl__eager_header(const ofccl__req_t *r, uint8_t *area)
     memcpy(area, h, sizeof(h));
 }
 
-void ofccl__eager_store(const ofccl__req_t *r, int p, const void *payload)
+void ofccl__eager_store(const ofccl__req_t *r, int p, const void *payload, size_t len)
 {
     const ofccl_comm_t *comm = r->comm;
     _Atomic uint64_t *slot = comm->peer_ctrl_at[p] + ofccl__ctrl_eager_in(comm, r->seq, comm->rank);
@@ -49,11 +49,11 @@ void ofccl__eager_store(const ofccl__req_t *r, int p, const void *payload)
     ofccl__eager_header(r, (uint8_t *)h);
     for (int w = 0; w < OFCCL__EAGER_MARK; w++)
         atomic_store_explicit(&slot[w], h[w], memory_order_relaxed);
-    if (r->block)
-        memcpy((void *)(slot + OFCCL__EAGER_WORDS), payload, r->block);
+    if (len)
+        memcpy((void *)(slot + OFCCL__EAGER_WORDS), payload, len);
     /* memcpy may use non-temporal stores for large copies, which a release
      * store does not order; eager slots are far below where it starts to. */
-    if (r->block >= ((size_t)64 << 10))
+    if (len >= ((size_t)64 << 10))
         atomic_thread_fence(memory_order_seq_cst);
     atomic_store_explicit(&slot[OFCCL__EAGER_MARK], h[OFCCL__EAGER_MARK], memory_order_release);
 }
@@ -76,10 +76,12 @@ bool ofccl__eager_from_in(const ofccl__req_t *r, int from)
                ->eager_seen[(r->seq % OFCCL__EAGER_RING) * (size_t)comm->size + (size_t)from] != 0;
 }
 
-bool ofccl__eager_all_marked(const ofccl_comm_t *comm, uint64_t seq)
+bool ofccl__eager_all_marked(const ofccl__req_t *r)
 {
+    const ofccl_comm_t *comm = r->comm;
+
     for (int p = 0; p < comm->size; p++)
-        if (p != comm->rank && !eager_marked(comm, seq, p))
+        if (r->writes_to_me[p] && !eager_marked(comm, r->seq, p))
             return false;
     return true;
 }
@@ -102,26 +104,48 @@ int ofccl__eager_arrived(ofccl__req_t *r)
 {
     ofccl_comm_t *comm = r->comm;
     ofccl__coll_state_t *cs = comm->coll;
+    bool mapped = comm->peer_ctrl_at != NULL, all_in = true;
 
-    /* Every mark in: every peer took the eager path. */
-    if (comm->peer_ctrl_at != NULL && ofccl__eager_all_marked(comm, r->seq))
-        return 1;
-    /* A descriptor for this collective means that peer chose the other path. */
-    for (int p = 0; p < comm->size; p++)
-        if (p != comm->rank && ofccl__desc_landed(r, p)) {
+    for (int p = 0; p < comm->size; p++) {
+        bool in;
+        if (p == comm->rank)
+            continue;
+        /* A descriptor for this collective means that peer chose the other path. */
+        if (ofccl__desc_landed(r, p)) {
             ofccl__notice_send(comm, OFCCL__NOTICE_MISMATCH, p, -1);
             return ofccl__coll_fail(r, OFCCL_ERR_MISMATCH,
                                     "rank %d posted it on the descriptor path, rank %d on the "
                                     "eager one: the count (or OFCCL_EAGER_BYTES) differs",
                                     p, comm->rank);
         }
-    if (comm->peer_ctrl_at != NULL)
+        in = ofccl__eager_from_in(r, p);
+        /* Data from a rank the plan does not expect: it planned another
+         * collective (another root, say); its header says which field. */
+        if (in && !r->writes_to_me[p]) {
+            const uint64_t *h = (const uint64_t *)ofccl__eager_in(comm, r->seq, p);
+            ofccl__desc_expect_t x = {.seq = r->seq,
+                                      .fingerprint = r->fingerprint,
+                                      .count = r->count,
+                                      .from = p,
+                                      .me = comm->rank};
+            char why[256] = "";
+            int rc = ofccl__eager_check(h, &x, why, sizeof(why));
+            ofccl__notice_send(comm, OFCCL__NOTICE_MISMATCH, p, -1);
+            return ofccl__coll_fail(r, rc ? rc : OFCCL_ERR_MISMATCH, "%s",
+                                    rc ? why
+                                       : "a rank this collective expects nothing from "
+                                         "sent it data: the ranks planned different "
+                                         "collectives");
+        }
+        all_in &= in || !r->writes_to_me[p];
+    }
+    if (!all_in)
         return 0;
-    if (cs->eager_cnt[r->seq % OFCCL__EAGER_RING] < r->units_in)
-        return 0;
-    cs->eager_cnt[r->seq % OFCCL__EAGER_RING] = 0; /* consumed: the slot may be reused */
-    memset(cs->eager_seen + (r->seq % OFCCL__EAGER_RING) * (size_t)comm->size, 0,
-           (size_t)comm->size);
+    if (!mapped) { /* consumed: the ring slot may be reused */
+        cs->eager_cnt[r->seq % OFCCL__EAGER_RING] = 0;
+        memset(cs->eager_seen + (r->seq % OFCCL__EAGER_RING) * (size_t)comm->size, 0,
+               (size_t)comm->size);
+    }
     return 1;
 }
 

@@ -17,7 +17,7 @@
 
 const char *ofccl__coll_name(int coll)
 {
-    return coll == OFCCL__AG ? "all-gather" : "reduce-scatter";
+    return coll == OFCCL__AG ? "all-gather" : coll == OFCCL__RS ? "reduce-scatter" : "broadcast";
 }
 
 int ofccl__coll_fail(ofccl__req_t *r, int code, const char *fmt, ...)
@@ -347,8 +347,9 @@ static int req_progress(ofccl__req_t *r, bool check_clock)
             ofccl__notice_send(comm, gone >= 0 ? OFCCL__NOTICE_EXITED : OFCCL__NOTICE_SILENT,
                                gone >= 0 ? gone : ofccl__coll_first_owing(r), -1);
             ofccl__coll_fail(r,
-                             gone >= 0 || told == OFCCL__NOTICE_MISMATCH ? OFCCL_ERR_REMOTE_ERROR
-                                                                         : OFCCL_ERR_TIMEOUT,
+                             told == OFCCL__NOTICE_MISMATCH ? OFCCL_ERR_MISMATCH
+                             : gone >= 0                    ? OFCCL_ERR_REMOTE_ERROR
+                                                            : OFCCL_ERR_TIMEOUT,
                              "%snot complete after %llu ms; waiting for %s", cause,
                              (unsigned long long)((ofccl__coarse_ns() - r->start_ns) / 1000000),
                              who);

@@ -34,7 +34,7 @@
 
 /* The operation: names it in messages, picks its staging set, and is part of
  * what ranks must agree on. */
-enum ofccl__coll_kind { OFCCL__AG = 1, OFCCL__RS = 2 };
+enum ofccl__coll_kind { OFCCL__AG = 1, OFCCL__RS = 2, OFCCL__BC = 3 };
 enum ofccl__req_state { OFCCL__REQ_FREE = 0, OFCCL__REQ_ACTIVE, OFCCL__REQ_DONE };
 
 typedef struct ofccl_req ofccl__req_t;
@@ -84,6 +84,9 @@ typedef struct ofccl__algo {
      * writer p's k-th write here. */
     int (*writer_of)(const ofccl__req_t *r, uint32_t unit);
     uint32_t (*unit_of)(const ofccl__req_t *r, int p, uint32_t k);
+    /* Bytes this rank will write into what peer p announced (may be NULL:
+     * r->dst_need for every peer). Checked against p's descriptor. */
+    uint64_t (*need_of)(const ofccl__req_t *r, int p);
 } ofccl__algo_t;
 
 struct ofccl_req {
@@ -104,6 +107,7 @@ struct ofccl_req {
     size_t count; /* elements per rank block */
     ofccl_dtype_t dtype;
     ofccl_redop_t op;
+    int root; /* broadcast: the rank whose buffer everyone gets */
     size_t esize;
     size_t block; /* bytes per rank block */
     uint64_t fingerprint;
@@ -246,9 +250,9 @@ const uint8_t *ofccl__eager_in(const ofccl_comm_t *comm, uint64_t seq, int from)
 void ofccl__eager_header(const ofccl__req_t *r, uint8_t *area);
 /* Can peer p's slot be stored into directly (mapped control regions)? */
 bool ofccl__eager_mapped(const ofccl_comm_t *comm, int p);
-/* Mapped: store {header, r->block bytes of payload} straight into peer p's
+/* Mapped: store {header, `len` bytes of payload} straight into peer p's
  * incoming slot, the header's mark last (release). */
-void ofccl__eager_store(const ofccl__req_t *r, int p, const void *payload);
+void ofccl__eager_store(const ofccl__req_t *r, int p, const void *payload, size_t len);
 /* Eager request r: 1 when every peer's {header, data} is in (0 otherwise), or an
  * error when a peer took the descriptor path for the same collective. */
 int ofccl__eager_arrived(ofccl__req_t *r);

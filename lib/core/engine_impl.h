@@ -80,9 +80,9 @@ void ofccl__on_desc_signal(void *arg, uint32_t payload);
  * path: a mismatch), or -1. */
 int ofccl__eager_sender(const ofccl_comm_t *comm, uint64_t seq);
 void ofccl__on_eager_signal(void *arg, uint32_t payload);
-/* Mapped path: has every peer's {header, data} for collective `seq` been
- * stored here? Acquire loads of the marks: safe without the context lock. */
-bool ofccl__eager_all_marked(const ofccl_comm_t *comm, uint64_t seq);
+/* Mapped path: has every writer's {header, data} for request r been stored
+ * here? Acquire loads of the marks: safe without the context lock. */
+bool ofccl__eager_all_marked(const ofccl__req_t *r);
 
 /* ---- bucket layouts (layout.c) ---- */
 /* A peer's hash differs: a message naming the first tensor that differs (read

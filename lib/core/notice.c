@@ -15,6 +15,7 @@
 #include "util.h"
 
 #define NOTICE_CULPRIT_MASK 0xffffffffull
+#define MISMATCH_GRACE_NS 100000000ull /* 100 ms */
 
 static void notice_done(ofccl__op_t *op, int status, const char *msg)
 {
@@ -30,13 +31,15 @@ void ofccl__notice_send(ofccl_comm_t *comm, int reason, int culprit, int skip)
     uint64_t word = (uint64_t)reason << 32 | ((uint64_t)culprit + 1);
     ofccl__err_t e;
 
-    if (comm->notice_sent || comm->size < 3 || culprit < 0)
-        return; /* once; with two ranks there is nobody else to tell */
+    if (comm->notice_sent || culprit < 0 || (comm->size < 3 && reason != OFCCL__NOTICE_MISMATCH))
+        return; /* once; with two ranks only a mismatch has somebody to tell */
     comm->notice_sent = 1;
     atomic_store_explicit(&comm->ctrl[OFCCL__CTRL_NOTICE_OUT], word, memory_order_relaxed);
     comm->notice_op = (ofccl__op_t){.cb = notice_done, .quiet = 1};
     for (int p = 0; p < comm->size; p++) {
-        if (p == comm->rank || p == culprit || p == skip)
+        /* A culprit of a mismatch may not see it itself (it waits for data
+         * that will never come): it is told too. */
+        if (p == comm->rank || p == skip || (p == culprit && reason != OFCCL__NOTICE_MISMATCH))
             continue;
         if (comm->peer_ctrl_at != NULL && comm->peer_ctrl_at[p] != NULL) {
             atomic_store_explicit(&comm->peer_ctrl_at[p][OFCCL__CTRL_NOTICE_IN], word,
@@ -84,8 +87,9 @@ int ofccl__notice_check(ofccl_comm_t *comm)
     }
     comm->notice_in = reason;
     comm->notice_culprit = culprit;
+    comm->notice_ns = ofccl__coarse_ns();
     comm->notice_sent = 1; /* the rank that saw it first told everyone */
-    if (reason != OFCCL__NOTICE_MISMATCH && any_running(comm))
+    if (any_running(comm))
         return 0;
     return ofccl__notice_fail(comm);
 }
@@ -133,6 +137,15 @@ int ofccl__notice_cause(const ofccl_comm_t *comm, int *culprit, char *buf, size_
         snprintf(buf, len,
                  "a peer timed out waiting for rank %d and told this rank, which stops "
                  "waiting too; ",
+                 comm->notice_culprit);
+    } else if (comm->notice_in == OFCCL__NOTICE_MISMATCH) {
+        /* A rank whose own descriptors show the difference names the field:
+         * give that check a moment before taking the peer's word for it. */
+        if (ofccl__coarse_ns() - comm->notice_ns < MISMATCH_GRACE_NS)
+            return 0;
+        snprintf(buf, len,
+                 "rank %d posted it with arguments that differ from a peer's (that peer's "
+                 "message names the field); ",
                  comm->notice_culprit);
     }
     return comm->notice_in;

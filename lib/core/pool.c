@@ -112,8 +112,9 @@ int ofccl__stage_acquire(ofccl_comm_t *comm, int coll, size_t bytes, int *idx,
                          ofccl__mem_ref_t *ref)
 {
     struct ofccl__pool *pool = comm->pool;
-    ofccl__stage_t *set = coll == OFCCL__AG ? pool->ag : pool->rs;
-    int n = coll == OFCCL__AG ? pool->n_ag : pool->n_rs, k, rc;
+    /* Broadcasts share the all-gather set: both land data where it is read. */
+    ofccl__stage_t *set = coll == OFCCL__RS ? pool->rs : pool->ag;
+    int n = coll == OFCCL__RS ? pool->n_rs : pool->n_ag, k, rc;
 
     for (k = 0; k < n && set[k].busy; k++)
         ;
@@ -121,8 +122,9 @@ int ofccl__stage_acquire(ofccl_comm_t *comm, int coll, size_t bytes, int *idx,
         return ofccl__comm_fail(comm, OFCCL_ERR_AGAIN,
                                 "all %d %s staging buffers are in use by earlier requests; wait "
                                 "for one or raise %s",
-                                n, coll == OFCCL__AG ? "all-gather" : "reduce-scatter",
-                                coll == OFCCL__AG ? "OFCCL_AG_BUFFERS" : "OFCCL_RS_BUFFERS");
+                                n,
+                                coll == OFCCL__RS ? "reduce-scatter" : "all-gather and broadcast",
+                                coll == OFCCL__RS ? "OFCCL_RS_BUFFERS" : "OFCCL_AG_BUFFERS");
     if (set[k].bytes < bytes) {
         /* Grow: only here, with the buffer unused, i.e. at a bucket boundary. */
         size_t old = set[k].mr ? set[k].mr->len : 0;
@@ -149,7 +151,7 @@ int ofccl__stage_acquire(ofccl_comm_t *comm, int coll, size_t bytes, int *idx,
 
 void ofccl__stage_release(ofccl_comm_t *comm, int coll, int idx)
 {
-    (coll == OFCCL__AG ? comm->pool->ag : comm->pool->rs)[idx].busy = 0;
+    (coll == OFCCL__RS ? comm->pool->rs : comm->pool->ag)[idx].busy = 0;
 }
 
 static int ofccl_buffer_alloc_unlocked(ofccl_comm_t *comm, size_t bytes, void **ptr)

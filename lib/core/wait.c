@@ -53,7 +53,7 @@ int ofccl_wait(ofccl_req_t *req)
          * the peer), and once every mark is in, only it is driven, under the
          * lock. Everything else, and every 64th pass, is a full pass. */
         bool full = !mapped || spins % 64 == 0;
-        bool landed = mapped && !full && ofccl__eager_all_marked(req->comm, req->seq);
+        bool landed = mapped && !full && ofccl__eager_all_marked(req);
         if (full || landed) {
             int state, status;
             ofccl__ctx_lock(ctx);

@@ -93,8 +93,11 @@ int ofccl__coll_put(ofccl__req_t *r, int peer, const void *src, const ofccl__mr_
     w->peer = peer;
     w->unit = r->sent[peer];
     w->atomic = 0;
+    /* A zero-length write only signals: it goes to the peer's control region,
+     * whatever (if anything) the peer announced. */
     rc = ofccl__wop_post(
-        r, w, 0, src, mr, len, &r->peer_rk[peer], r->peer_off[peer] + dst_off,
+        r, w, 0, src, mr, len, len ? &r->peer_rk[peer] : &r->comm->peer_ctrl[peer],
+        len ? r->peer_off[peer] + dst_off : 0,
         (r->algo->flags & OFCCL__ALGO_EAGER)
             ? ofccl__sig_encode(OFCCL__SIG_EAGER, r->comm->id,
                                 (uint32_t)(r->seq % OFCCL__EAGER_RING) | (uint32_t)r->comm->rank

@@ -172,6 +172,11 @@ OFCCL_API int ofccl_reduce_scatter(ofccl_comm_t *comm, const void *sendbuf, void
                                    size_t recvcount, ofccl_dtype_t dtype, ofccl_redop_t op,
                                    ofccl_req_t **req);
 
+/* In place: every rank passes `buf` (count elements); at completion each holds
+ * the root's. Ranks must agree on count, dtype and root (else MISMATCH). */
+OFCCL_API int ofccl_broadcast(ofccl_comm_t *comm, void *buf, size_t count, ofccl_dtype_t dtype,
+                              int root, ofccl_req_t **req);
+
 /* *done = 1 once the request completed; returns its error if it failed. */
 OFCCL_API int ofccl_test(ofccl_req_t *req, int *done);
 /* Progress until the request completes (bounded by OFCCL_TIMEOUT_MS). */
@@ -201,6 +206,10 @@ OFCCL_API int ofccl_bucket_allgather(ofccl_comm_t *comm, const ofccl_tensor_t *t
                                      ofccl_dtype_t dtype, ofccl_req_t **req);
 OFCCL_API int ofccl_bucket_reduce_scatter(ofccl_comm_t *comm, const ofccl_tensor_t *tensors, int n,
                                           ofccl_dtype_t dtype, ofccl_redop_t op, ofccl_req_t **req);
+/* Broadcast a bucket: every tensor's `full` (count elements, whole, not
+ * sharded) on every rank gets the root's; `shard` is not used. */
+OFCCL_API int ofccl_bucket_broadcast(ofccl_comm_t *comm, const ofccl_tensor_t *tensors, int n,
+                                     ofccl_dtype_t dtype, int root, ofccl_req_t **req);
 
 /* ---- memory ----
  * Pool buffers are registered once per communicator; collectives on them move

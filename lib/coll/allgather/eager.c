@@ -18,14 +18,14 @@ static int plan(ofccl__req_t *r)
  * cannot fail: the rest is sent from progress). */
 static int start(ofccl__req_t *r)
 {
-    int rc = ofccl__eager_send(r, 0);
+    int rc = ofccl__eager_send(r, 0, r->block);
     return rc < 0 ? rc : 0;
 }
 
 static int progress(ofccl__req_t *r)
 {
     ofccl_comm_t *comm = r->comm;
-    int rc = ofccl__eager_send(r, 0); /* the same block to everyone */
+    int rc = ofccl__eager_send(r, 0, r->block); /* the same block to everyone */
 
     if (rc <= 0 || (rc = ofccl__eager_arrived(r)) <= 0)
         return rc;

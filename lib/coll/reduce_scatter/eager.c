@@ -15,14 +15,14 @@ static int plan(ofccl__req_t *r)
  * cannot fail: the rest is sent from progress). */
 static int start(ofccl__req_t *r)
 {
-    int rc = ofccl__eager_send(r, r->block);
+    int rc = ofccl__eager_send(r, r->block, r->block);
     return rc < 0 ? rc : 0;
 }
 
 static int progress(ofccl__req_t *r)
 {
     ofccl_comm_t *comm = r->comm;
-    int n = comm->size, rc = ofccl__eager_send(r, r->block); /* peer p gets slice p */
+    int n = comm->size, rc = ofccl__eager_send(r, r->block, r->block); /* peer p gets slice p */
     const void **srcs = r->srcs;
 
     if (rc <= 0 || (rc = ofccl__eager_arrived(r)) <= 0)
