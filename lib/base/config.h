@@ -90,7 +90,13 @@ typedef enum ofccl__cfg_type {
       "Python package only: path of the libofccl.so it loads; the C library ignores it")           \
     X(ALGO_BC, ENUM, AGREE, "auto", "auto|direct|chain|pull", 0, 0,                                \
       "Broadcast algorithm; auto = eager when small, pull where peers' memory maps (up to 8 "      \
-      "ranks), chain from 256 KiB on 3 or more ranks, else direct")
+      "ranks), chain from 256 KiB on 3 or more ranks, else direct")                                \
+    X(BOOT_GROUP, STRING, LOCAL, "", "<name>", 0, 0,                                               \
+      "TCP rendezvous of separately launched jobs: this process's group (BOOT_RANK is its rank "   \
+      "in it)")                                                                                    \
+    X(BOOT_GROUPS, STRING, LOCAL, "", "<name:size,...>", 0, 0,                                     \
+      "TCP rendezvous of separately launched jobs: every group and its size, in rank order; the "  \
+      "same on every process (the job's size is their sum)")
 
 enum ofccl__cfg_id {
 #define OFCCL__X_ID(id, type, scope, def, allowed, min, max, help) OFCCL__CFG_##id,

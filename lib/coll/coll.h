@@ -15,6 +15,7 @@ enum ofccl__algo_wire_id {
     OFCCL__WIRE_EAGER = 3,
     OFCCL__WIRE_PULL = 4,
     OFCCL__WIRE_CHAIN = 5,
+    OFCCL__WIRE_PUSH = 6,
 };
 
 extern const ofccl__algo_t ofccl__ag_direct, ofccl__ag_ring, ofccl__ag_eager;
@@ -83,6 +84,9 @@ int ofccl__post(ofccl_comm_t *comm, int coll, const void *sendbuf, void *recvbuf
 enum { OFCCL__NOTE_PULL_STAGED = 0 };
 int ofccl__post_reduce_scatter(ofccl__req_t *r);
 int ofccl__post_broadcast(ofccl__req_t *r);
+/* An all-gather of `bytes` per rank, waited for (creating objects over a
+ * communicator's fabric); the communicator's last error says why it failed. */
+int ofccl__allgather_blocking(ofccl_comm_t *comm, const void *in, void *out, size_t bytes);
 
 /* Buckets (bucket.c): extra staging bytes a bucket reduce-scatter needs (flat
  * input + flat output), and packing the tensors into the flat buffer (`area`:

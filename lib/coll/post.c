@@ -122,3 +122,16 @@ int ofccl__post(ofccl_comm_t *comm, int coll, const void *sendbuf, void *recvbuf
     *req = r;
     return 0;
 }
+
+int ofccl__allgather_blocking(ofccl_comm_t *comm, const void *in, void *out, size_t bytes)
+{
+    ofccl_req_t *req = NULL;
+    int rc = ofccl__post(comm, OFCCL__AG, in, out, bytes, OFCCL_U8,
+                         (ofccl_redop_t){OFCCL_OP_SUM, 1}, bytes, &req);
+
+    if (rc == 0) {
+        rc = ofccl_wait(req);
+        ofccl_req_free(req);
+    }
+    return rc;
+}

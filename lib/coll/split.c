@@ -20,24 +20,6 @@ typedef struct split_xchg {
     int n;              /* 0: this rank takes part but joins nothing */
 } split_xchg_t;
 
-/* Blocking all-gather of `bytes` per rank over the parent's fabric. */
-static int parent_allgather(ofccl_comm_t *parent, const void *in, void *out, size_t bytes,
-                            ofccl__err_t *e)
-{
-    ofccl_req_t *req = NULL;
-    int rc = ofccl__post(parent, OFCCL__AG, in, out, bytes, OFCCL_U8,
-                         (ofccl_redop_t){OFCCL_OP_SUM, 1}, bytes, &req);
-
-    if (rc == 0) {
-        rc = ofccl_wait(req);
-        ofccl_req_free(req);
-    }
-    if (rc)
-        ofccl__strlcpy(e->msg, parent->err.msg, sizeof(e->msg));
-    e->code = rc;
-    return rc;
-}
-
 static int split_allgather(void *arg, const void *in, size_t len, void *out, size_t slot,
                            size_t *lens, ofccl__err_t *e)
 {
@@ -55,7 +37,11 @@ static int split_allgather(void *arg, const void *in, size_t len, void *out, siz
     ofccl__put_le64(send, len);
     if (len > 0)
         memcpy(send + 8, in, len);
-    rc = parent_allgather(x->parent, send, all, rec, e);
+    rc = ofccl__allgather_blocking(x->parent, send, all, rec);
+    if (rc) {
+        ofccl__strlcpy(e->msg, x->parent->err.msg, sizeof(e->msg));
+        e->code = rc;
+    }
     for (int i = 0; rc == 0 && i < x->n; i++) {
         const uint8_t *src = all + (size_t)x->members[i] * rec;
         uint64_t l = ofccl__get_le64(src);
@@ -95,7 +81,6 @@ static int comm_split_locked(ofccl_comm_t *comm, int color, int key, ofccl_comm_
     uint8_t mine[8], *all = malloc((size_t)n * 8);
     ck_t *cks = calloc((size_t)n, sizeof(*cks));
     int *members = calloc((size_t)n, sizeof(*members));
-    ofccl__err_t e;
 
     if (all == NULL || cks == NULL || members == NULL) {
         rc = ofccl__comm_fail(comm, OFCCL_ERR_NO_MEMORY, "ofccl_comm_split: out of memory");
@@ -105,7 +90,7 @@ static int comm_split_locked(ofccl_comm_t *comm, int color, int key, ofccl_comm_
      * exchanges on every rank of the parent, whatever its color. */
     ofccl__put_le32(mine, (uint32_t)color);
     ofccl__put_le32(mine + 4, (uint32_t)key);
-    if ((rc = parent_allgather(comm, mine, all, 8, &e)) != 0)
+    if ((rc = ofccl__allgather_blocking(comm, mine, all, 8)) != 0)
         goto out;
     for (int r = 0; r < n; r++) {
         cks[r] = (ck_t){(int32_t)ofccl__get_le32(all + 8 * (size_t)r),

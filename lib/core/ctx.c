@@ -149,6 +149,49 @@ int ofccl__ctx_choose(const ofccl__config_t *cfg, ofccl__topo_t *topo, bool all_
     return 0;
 }
 
+/* Two (or more) separately launched jobs meeting through one TCP rendezvous:
+ * OFCCL_BOOT_GROUPS lists every group with its size ("trainer:4,rollout:2"),
+ * OFCCL_BOOT_GROUP names this process's, and OFCCL_BOOT_RANK is its rank
+ * within it. The job's ranks are the groups' in the order listed. */
+static int boot_groups(const ofccl__config_t *cfg, int *rank, int *size, ofccl__err_t *e)
+{
+    const char *groups = ofccl__cfg_str(cfg, OFCCL__CFG_BOOT_GROUPS);
+    const char *mine = ofccl__cfg_str(cfg, OFCCL__CFG_BOOT_GROUP);
+    int offset = -1, total = 0, my_size = 0;
+
+    if (groups[0] == '\0' && mine[0] == '\0')
+        return 0;
+    for (const char *p = groups; *p != '\0';) {
+        size_t n = strcspn(p, ":,");
+        char *end;
+        long gsize;
+        if (n == 0 || p[n] != ':')
+            return ofccl__fail(NULL, OFCCL__SUB_BOOT, e, OFCCL_ERR_CONFIG,
+                               "OFCCL_BOOT_GROUPS=%s: expected name:size[,name:size...]", groups);
+        gsize = strtol(p + n + 1, &end, 10);
+        if (end == p + n + 1 || gsize < 1 || gsize > 1048576 || (*end != ',' && *end != '\0'))
+            return ofccl__fail(NULL, OFCCL__SUB_BOOT, e, OFCCL_ERR_CONFIG,
+                               "OFCCL_BOOT_GROUPS=%s: group '%.*s' has no valid size", groups,
+                               (int)n, p);
+        if (strlen(mine) == n && strncmp(p, mine, n) == 0) {
+            offset = total;
+            my_size = (int)gsize;
+        }
+        total += (int)gsize;
+        p = *end == ',' ? end + 1 : end;
+    }
+    if (offset < 0)
+        return ofccl__fail(NULL, OFCCL__SUB_BOOT, e, OFCCL_ERR_CONFIG,
+                           "OFCCL_BOOT_GROUP=%s is not one of OFCCL_BOOT_GROUPS=%s", mine, groups);
+    if (*rank < 0 || *rank >= my_size)
+        return ofccl__fail(NULL, OFCCL__SUB_BOOT, e, OFCCL_ERR_CONFIG,
+                           "OFCCL_BOOT_RANK=%d: group %s has ranks 0..%d", *rank, mine,
+                           my_size - 1);
+    *rank += offset;
+    *size = total;
+    return 0;
+}
+
 static void apply_log_config(ofccl__log_t *lg, const ofccl__config_t *cfg)
 {
     static const unsigned subsys_bits[] = {OFCCL__SUB_CORE, OFCCL__SUB_COLL, OFCCL__SUB_PROV,
@@ -193,6 +236,11 @@ static int ctx_open(ofccl_ctx_t *ctx, const ofccl_ctx_params_t *params)
         .host_id = ofccl__cfg_str(&ctx->cfg, OFCCL__CFG_HOST_ID),
         .log = &ctx->log,
     };
+    rc = boot_groups(&ctx->cfg, &bp.rank, &bp.size, e);
+    if (rc) {
+        OFCCL__WARN(&ctx->log, OFCCL__SUB_BOOT, "%s", e->msg);
+        return rc;
+    }
     rc = ofccl__boot_open(&bp, &ctx->boot, e);
     if (rc)
         return rc;

@@ -21,7 +21,7 @@ uint64_t ofccl__scalar_bits(const ofccl__req_t *r)
 
     if (r->coll == OFCCL__RS && r->op.kind == OFCCL_OP_PREMUL_SUM)
         memcpy(&bits, &r->op.scalar, sizeof(bits));
-    return bits;
+    return bits ^ r->tag; /* what else ranks must agree on (a push's plan) */
 }
 
 /* {operation:4, dtype:4, op:4, algorithm:4, bucket:1, ..., scalar folded:32}.

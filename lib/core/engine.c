@@ -17,7 +17,8 @@
 
 const char *ofccl__coll_name(int coll)
 {
-    return coll == OFCCL__AG ? "all-gather" : coll == OFCCL__RS ? "reduce-scatter" : "broadcast";
+    static const char *const names[] = {"?", "all-gather", "reduce-scatter", "broadcast", "push"};
+    return names[coll >= 1 && coll <= OFCCL__PUSH ? coll : 0];
 }
 
 int ofccl__coll_fail(ofccl__req_t *r, int code, const char *fmt, ...)
@@ -125,6 +126,8 @@ static void req_reset(ofccl__req_t *r)
     r->flush_ns = 0;
     r->copy_out = NULL;
     r->finish = NULL;
+    r->tag = 0;
+    r->algo_state = NULL;
     r->own_dst = NULL;
     r->own_done = 0;
     r->out = NULL;
@@ -188,16 +191,20 @@ int ofccl__coll_start(ofccl__req_t *r)
             r->chunk += (r->esize - r->chunk % r->esize) % r->esize;
             r->nchunks = (unsigned)((r->block + r->chunk - 1) / r->chunk);
         }
-        /* Unit numbers are step * nchunks + chunk, with fewer steps than
-         * ranks: clear only those (the whole table is 64 KiB, longer than a
-         * small collective). Numbers beyond them are never read. */
-        memset(r->unit_cnt, 0,
-               sizeof(*r->unit_cnt) * OFCCL__MIN((size_t)OFCCL__MAX_UNITS,
-                                                 (size_t)comm->size * OFCCL__MAX(r->nchunks, 1u)));
     }
+    r->unit_span = 0;
     rc = r->algo->plan(r);
     if (rc)
         return rc;
+    /* Unit numbers are step * nchunks + chunk, with fewer steps than ranks,
+     * unless the plan says how many it uses: clear only those (the whole
+     * table is 64 KiB, longer than a small collective). */
+    if (!(r->algo->flags & OFCCL__ALGO_EAGER))
+        memset(r->unit_cnt, 0,
+               sizeof(*r->unit_cnt) *
+                   OFCCL__MIN((size_t)OFCCL__MAX_UNITS,
+                              r->unit_span ? (size_t)r->unit_span
+                                           : (size_t)comm->size * OFCCL__MAX(r->nchunks, 1u)));
     r->fingerprint = ofccl__fingerprint(r);
     for (int p = 0; p < comm->size && comm->signal_mode == OFCCL__SIGNAL_ATOMIC; p++) {
         /* Atomic path: counters are monotonic, remember where we start. */
@@ -425,4 +432,13 @@ int ofccl__comm_active_requests(const ofccl_comm_t *comm)
     for (int s = 0; comm->coll != NULL && s < OFCCL__SLOTS; s++)
         n += comm->coll->reqs[s].state == OFCCL__REQ_ACTIVE;
     return n;
+}
+
+bool ofccl__coll_uses(const ofccl_comm_t *comm, const void *algo_state)
+{
+    for (int s = 0; comm->coll != NULL && s < OFCCL__SLOTS; s++)
+        if (comm->coll->reqs[s].state == OFCCL__REQ_ACTIVE &&
+            comm->coll->reqs[s].algo_state == algo_state)
+            return true;
+    return false;
 }

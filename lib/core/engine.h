@@ -34,7 +34,7 @@
 
 /* The operation: names it in messages, picks its staging set, and is part of
  * what ranks must agree on. */
-enum ofccl__coll_kind { OFCCL__AG = 1, OFCCL__RS = 2, OFCCL__BC = 3 };
+enum ofccl__coll_kind { OFCCL__AG = 1, OFCCL__RS = 2, OFCCL__BC = 3, OFCCL__PUSH = 4 };
 enum ofccl__req_state { OFCCL__REQ_FREE = 0, OFCCL__REQ_ACTIVE, OFCCL__REQ_DONE };
 
 typedef struct ofccl_req ofccl__req_t;
@@ -107,7 +107,9 @@ struct ofccl_req {
     size_t count; /* elements per rank block */
     ofccl_dtype_t dtype;
     ofccl_redop_t op;
-    int root; /* broadcast: the rank whose buffer everyone gets */
+    int root;         /* broadcast: the rank whose buffer everyone gets */
+    uint64_t tag;     /* what else every rank must agree on (a push's plan), in fingerprints */
+    void *algo_state; /* what the algorithm keeps for this request (a push's plan) */
     size_t esize;
     size_t block; /* bytes per rank block */
     uint64_t fingerprint;
@@ -137,6 +139,7 @@ struct ofccl_req {
     unsigned nchunks;
     unsigned depth;
     unsigned units_in;     /* units this rank expects to receive */
+    unsigned unit_span;    /* unit numbers in use, when the plan sets it (else size * chunks) */
     uint64_t dst_need;     /* bytes writers may put into a destination (n * block unless
                               the plan says otherwise) */
     uint8_t *writes_to_me; /* [size] 1 if that rank writes into this rank */
@@ -202,6 +205,8 @@ int ofccl__coll_start(ofccl__req_t *r);
 /* Complete a claimed request at once, with `status` (one rank: nothing to
  * exchange); it takes its sequence number like any other. */
 void ofccl__coll_done_now(ofccl__req_t *r, int status);
+/* Is a request with this algo_state still running on the communicator? */
+bool ofccl__coll_uses(const ofccl_comm_t *comm, const void *algo_state);
 /* The provider capabilities of the communicator's endpoint. */
 const ofccl__prov_caps_t *ofccl__comm_caps(const ofccl_comm_t *comm);
 /* True the first time it is called with `bit` on this communicator (logging

@@ -211,6 +211,53 @@ OFCCL_API int ofccl_bucket_reduce_scatter(ofccl_comm_t *comm, const ofccl_tensor
 OFCCL_API int ofccl_bucket_broadcast(ofccl_comm_t *comm, const ofccl_tensor_t *tensors, int n,
                                      ofccl_dtype_t dtype, int root, ofccl_req_t **req);
 
+/* ---- weight push: senders (trainer ranks) push their shards of a set of
+ * tensors to receivers (rollout ranks), bucket by bucket, straight from every
+ * sender into every receiver's bucket buffer, double-buffered ----
+ * Sender i (of the `senders` list) owns elements [i*c, min((i+1)*c, count))
+ * of every tensor, c = ceil(count / nsenders). A receiver gets every tensor,
+ * or the slice it names. The tensors are grouped in order into buckets of
+ * about `bucket_bytes` (one larger tensor is a bucket of its own). */
+typedef struct ofccl_push_spec {
+    size_t size; /* sizeof(ofccl_push_spec_t) */
+    int nsenders;
+    const int *senders; /* ranks of the communicator that hold shards */
+    int nreceivers;
+    const int *receivers; /* ranks that receive (a rank may be in both lists) */
+    int ntensors;
+    const size_t *counts;        /* elements of each full tensor */
+    const ofccl_dtype_t *dtypes; /* per tensor; NULL: every tensor is bytes (OFCCL_U8) */
+    size_t bucket_bytes;         /* 0: 64 MiB */
+    /* Receivers only, may differ per receiver (NULL: whole tensors): the
+     * slice [slice_offset[t], + slice_count[t]) of tensor t, in elements. */
+    const size_t *slice_offset, *slice_count;
+} ofccl_push_spec_t;
+typedef struct ofccl_push_plan ofccl_push_plan_t;
+/* Collective over `comm`: every rank passes the same senders, receivers,
+ * tensors and bucket size (else OFCCL_ERR_MISMATCH naming the field and the
+ * ranks); every rank must be a sender or a receiver. */
+OFCCL_API int ofccl_push_plan_create(ofccl_comm_t *comm, const ofccl_push_spec_t *spec,
+                                     ofccl_push_plan_t **plan);
+/* OFCCL_ERR_BUSY while a bucket of the plan is running. */
+OFCCL_API int ofccl_push_plan_destroy(ofccl_push_plan_t *plan);
+/* Buckets of the plan, and the largest bucket of any receiver (bytes). */
+OFCCL_API int ofccl_push_plan_info(const ofccl_push_plan_t *plan, int *nbuckets,
+                                   size_t *max_bucket_bytes);
+/* Receivers: where tensor t (its slice) lands: bucket, byte offset in that
+ * bucket's buffer, bytes. */
+OFCCL_API int ofccl_push_tensor_where(const ofccl_push_plan_t *plan, int t, int *bucket,
+                                      size_t *offset, size_t *bytes);
+/* Post bucket k on this rank (every rank posts the buckets in the same order).
+ * A sender passes `shards` (shards[t]: its shard of tensor t, for the bucket's
+ * tensors; kept valid until completion). A receiver passes `buf` of `len`
+ * bytes (too small: OFCCL_ERR_INVALID_ARG before any byte moves), or NULL for
+ * the plan's own buffer k % 2 (ofccl_push_buffer): posting k + 2 reuses it,
+ * so read bucket k before. The request completes when the bucket is all in. */
+OFCCL_API int ofccl_push_bucket(ofccl_push_plan_t *plan, int bucket, void *const *shards, void *buf,
+                                size_t len, ofccl_req_t **req);
+/* The plan's own receive buffer for bucket k (after it was posted with NULL). */
+OFCCL_API int ofccl_push_buffer(const ofccl_push_plan_t *plan, int bucket, void **buf);
+
 /* ---- memory ----
  * Pool buffers are registered once per communicator; collectives on them move
  * data with no registration and no staging copy. The pool is bounded by

@@ -1,0 +1,44 @@
+/*
+ * Private to lib/coll: a weight push plan (push_plan.c) and the bucket
+ * collective that moves it (push.c).
+ */
+#ifndef OFCCL_COLL_PUSH_H
+#define OFCCL_COLL_PUSH_H
+
+#include "coll.h"
+
+struct ofccl_push_plan {
+    ofccl_comm_t *comm;
+    int nsenders, nreceivers, ntensors, nbuckets;
+    int *senders, *receivers; /* ranks of comm */
+    int me_send, me_recv;     /* this rank's index in those lists, or -1 */
+    size_t *counts, *esize;   /* [ntensors] */
+    int *first;               /* [nbuckets + 1]: bucket k is tensors [first[k], first[k+1]) */
+    /* [nreceivers * ntensors]: each receiver's slice (elements) and where it
+     * lies in that receiver's bucket buffer (bytes) */
+    size_t *slice_off, *slice_cnt, *where;
+    size_t *bucket_bytes_mine; /* [nbuckets]: this receiver's bucket sizes */
+    size_t max_recv_bytes;     /* the largest bucket of any receiver */
+    uint64_t tag;              /* in every bucket's fingerprint: ranks must agree on the plan */
+    void *buf[2];              /* this receiver's double buffer, allocated on first use */
+    /* per request slot: its bucket, the sender's shards, its unit numbering
+     * (receiving: where each sender's units start; sending: where ours start at
+     * each receiver), and where the shards were staged (strict providers) */
+    int bucket[OFCCL__SLOTS];
+    void *const *shards[OFCCL__SLOTS];
+    uint32_t *base;  /* [SLOTS][nsenders + 1] */
+    uint32_t *sbase; /* [SLOTS][nreceivers] */
+    size_t *soff;    /* [SLOTS][ntensors] */
+};
+
+/* What sender s writes to receiver j of tensor t: offset in its shard, in the
+ * receiver's bucket buffer, and length (0: nothing). */
+void ofccl__push_piece(const ofccl_push_plan_t *pl, int t, int s, int j, size_t *src_off,
+                       size_t *dst_off, size_t *len);
+/* Non-empty pieces sender s has for receiver j in bucket k. */
+unsigned ofccl__push_pieces(const ofccl_push_plan_t *pl, int k, int s, int j);
+void ofccl__push_plan_free(ofccl_push_plan_t *pl);
+
+extern const ofccl__algo_t ofccl__push_algo;
+
+#endif

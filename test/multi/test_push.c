@@ -1,0 +1,224 @@
+/*
+ * Weight push between a trainer group (senders: the first two ranks) and a
+ * rollout group (receivers: the others), either one job or two separately
+ * launched jobs that met through the TCP rendezvous (OFCCL_BOOT_GROUP[S]).
+ * Seven tensors of several dtypes (one larger than a bucket, one empty) in
+ * 256 KiB buckets; receivers take whole tensors into the plan's buffers or
+ * their own, or a slice; buckets double-buffered; every byte checked; pushed
+ * twice. Also: a plan that differs across ranks (MISMATCH naming the field),
+ * and a receive buffer that is too small (INVALID_ARG before any byte moves).
+ * Usage: test_push ok | death   (death: rank 1 dies before pushing; every
+ * receiver must fail naming it, with no bucket reported complete)
+ */
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cu.h"
+#include "ofccl.h"
+
+#define NT 7
+#define NSEND 2
+static const size_t counts[NT] = {1000, 3, 70000, 1, 300000, 0, 5000};
+static const ofccl_dtype_t dtypes[NT] = {OFCCL_F32, OFCCL_U8,  OFCCL_BF16, OFCCL_F64,
+                                         OFCCL_F32, OFCCL_F16, OFCCL_F64};
+
+static ofccl_ctx_t *ctx;
+static ofccl_comm_t *comm;
+static int rank, size, death;
+static int senders[NSEND] = {0, 1}, receivers[64];
+
+static uint8_t byte_of(int t, size_t i, int round)
+{
+    uint64_t h = (uint64_t)(t + 1) * 0x9E3779B97F4A7C15ull ^ i * 0xC2B2AE3Dull ^ (uint64_t)round;
+    h ^= h >> 31;
+    return (uint8_t)(h * 0xBF58476D1CE4E5B9ull >> 56);
+}
+
+/* Rank 4 (if any) takes the second half of each tensor, the others whole ones. */
+static bool sliced(void)
+{
+    return rank == 4;
+}
+
+static int make_plan(ofccl_push_plan_t **plan, size_t bucket_bytes)
+{
+    size_t off[NT], cnt[NT];
+    ofccl_push_spec_t sp = {
+        .size = sizeof(sp),
+        .nsenders = NSEND,
+        .senders = senders,
+        .nreceivers = size - NSEND,
+        .receivers = receivers,
+        .ntensors = NT,
+        .counts = counts,
+        .dtypes = dtypes,
+        .bucket_bytes = bucket_bytes,
+    };
+    for (int t = 0; t < NT; t++) {
+        off[t] = counts[t] / 2;
+        cnt[t] = counts[t] - counts[t] / 2;
+    }
+    if (sliced()) {
+        sp.slice_offset = off;
+        sp.slice_count = cnt;
+    }
+    return ofccl_push_plan_create(comm, &sp, plan);
+}
+
+/* One push: every bucket, double-buffered; receivers check every byte. */
+static int push_round(ofccl_push_plan_t *plan, int round, int own_buffer)
+{
+    int nb = 0, bad = 0, rc = 0, me = rank < NSEND ? rank : -1;
+    size_t maxb = 0;
+    void *shards[NT] = {0}, *mine = NULL;
+    ofccl_req_t *req[2] = {NULL, NULL};
+
+    ofccl_push_plan_info(plan, &nb, &maxb);
+    if (me >= 0)
+        for (int t = 0; t < NT; t++) { /* this sender's shard of tensor t */
+            size_t es = ofccl_dtype_size(dtypes[t]), c = (counts[t] + NSEND - 1) / NSEND;
+            size_t s0 = (size_t)me * c < counts[t] ? (size_t)me * c : counts[t];
+            size_t n = (s0 + c < counts[t] ? s0 + c : counts[t]) - s0;
+            shards[t] = malloc(n * es + 1);
+            for (size_t i = 0; i < n * es; i++)
+                ((uint8_t *)shards[t])[i] = byte_of(t, s0 * es + i, round);
+        }
+    if (own_buffer && me < 0)
+        mine = malloc(2 * maxb);
+    for (int k = 0; k < nb + 2 && rc == 0; k++) {
+        if (k >= 2) { /* bucket k-2 is in: check it, then its buffer is free again */
+            int kk = k - 2;
+            void *buf = mine ? (char *)mine + (size_t)(kk % 2) * maxb : NULL;
+            rc = ofccl_wait(req[kk % 2]);
+            ofccl_req_free(req[kk % 2]);
+            if (rc) {
+                printf("rank %d: bucket %d: %s: %s\n", rank, kk, ofccl_strerror(rc),
+                       ofccl_comm_last_error(comm));
+                break;
+            }
+            if (buf == NULL && me < 0)
+                ofccl_push_buffer(plan, kk, &buf);
+            for (int t = 0; t < NT && me < 0; t++) {
+                int b;
+                size_t at, bytes, es = ofccl_dtype_size(dtypes[t]);
+                size_t first = sliced() ? counts[t] / 2 * es : 0;
+                ofccl_push_tensor_where(plan, t, &b, &at, &bytes);
+                for (size_t i = 0; b == kk && i < bytes; i++)
+                    bad += ((uint8_t *)buf)[at + i] != byte_of(t, first + i, round);
+            }
+        }
+        if (k < nb) {
+            void *buf = mine ? (char *)mine + (size_t)(k % 2) * maxb : NULL;
+            rc = ofccl_push_bucket(plan, k, me >= 0 ? shards : NULL, buf, maxb, &req[k % 2]);
+            if (rc)
+                printf("rank %d: posting bucket %d: %s\n", rank, k, ofccl_comm_last_error(comm));
+        }
+    }
+    if (bad)
+        printf("rank %d: round %d: %d wrong bytes\n", rank, round, bad);
+    for (int t = 0; t < NT; t++)
+        free(shards[t]);
+    free(mine);
+    return rc ? rc : bad ? -1000 : 0;
+}
+
+static void test_push(void)
+{
+    ofccl_push_plan_t *plan = NULL;
+    int nb = 0;
+
+    CU_ASSERT_EQUAL_FATAL(make_plan(&plan, 256 << 10), 0);
+    ofccl_push_plan_info(plan, &nb, NULL);
+    CU_ASSERT(nb >= 3); /* the 1.2 MB tensor is a bucket of its own */
+    CU_ASSERT_EQUAL(push_round(plan, 1, rank == 3), 0);
+    CU_ASSERT_EQUAL(push_round(plan, 2, 0), 0);
+    CU_ASSERT_EQUAL(ofccl_push_plan_destroy(plan), 0);
+}
+
+static void test_too_small(void)
+{
+    ofccl_push_plan_t *plan = NULL;
+    ofccl_req_t *req = NULL;
+    char small[16];
+
+    CU_ASSERT_EQUAL_FATAL(make_plan(&plan, 256 << 10), 0);
+    if (rank >= NSEND) {
+        CU_ASSERT_EQUAL(ofccl_push_bucket(plan, 0, NULL, small, sizeof(small), &req),
+                        OFCCL_ERR_INVALID_ARG);
+        CU_ASSERT_PTR_NOT_NULL(strstr(ofccl_comm_last_error(comm), "receive buffer"));
+    }
+    CU_ASSERT_EQUAL(ofccl_barrier(comm), 0); /* usable: nothing was posted */
+    CU_ASSERT_EQUAL(ofccl_push_plan_destroy(plan), 0);
+}
+
+/* On a communicator split off for it: rank 0 asks for other buckets. */
+static void test_plan_mismatch(void)
+{
+    ofccl_comm_t *parent = comm, *c = NULL;
+    ofccl_push_plan_t *plan = (ofccl_push_plan_t *)&plan;
+    int rc;
+
+    CU_ASSERT_EQUAL_FATAL(ofccl_comm_split(parent, 0, rank, &c), 0);
+    comm = c;
+    rc = make_plan(&plan, rank == 0 ? 128 << 10 : 256 << 10);
+    printf("rank %d: plan mismatch: %s: %s\n", rank, ofccl_strerror(rc), ofccl_comm_last_error(c));
+    CU_ASSERT_EQUAL(rc, OFCCL_ERR_MISMATCH);
+    CU_ASSERT_PTR_NOT_NULL(strstr(ofccl_comm_last_error(c), "bucket_bytes"));
+    comm = parent;
+    CU_ASSERT_EQUAL(ofccl_comm_destroy(c), 0);
+}
+
+static int run_death(void)
+{
+    ofccl_push_plan_t *plan = NULL;
+    int rc;
+
+    ofccl_comm_set_timeout(comm, 5000);
+    if (make_plan(&plan, 256 << 10) != 0)
+        return 2;
+    if (rank == 1) {
+        fflush(NULL);
+        raise(SIGKILL);
+    }
+    rc = push_round(plan, 3, 0);
+    printf("rank %d: push with a dead sender: %s: %s\n", rank, ofccl_strerror(rc),
+           ofccl_comm_last_error(comm));
+    /* Every rank fails; a receiver's message names rank 1. */
+    if (rc != OFCCL_ERR_REMOTE_ERROR && rc != OFCCL_ERR_TIMEOUT)
+        return 3;
+    if (rank >= NSEND && strstr(ofccl_comm_last_error(comm), "rank 1") == NULL)
+        return 4;
+    return ofccl_push_plan_destroy(plan) == 0 ? 0 : 5;
+}
+
+int main(int argc, char **argv)
+{
+    static const cu_test_t tests[] = {
+        {"push 7 tensors in buckets, twice, every byte checked", test_push},
+        {"a receive buffer too small is refused before any byte moves", test_too_small},
+        {"a plan that differs across ranks is a MISMATCH naming the field", test_plan_mismatch},
+        {NULL, NULL},
+    };
+    char err[512];
+    ofccl_ctx_params_t p = {.size = sizeof(p), .errbuf = err, .errlen = sizeof(err)};
+    int rc;
+
+    death = argc > 1 && strcmp(argv[1], "death") == 0;
+    if (ofccl_ctx_create(&p, &ctx) != 0 || ofccl_comm_world(ctx, &comm) != 0) {
+        fprintf(stderr, "setup: %s\n", ctx ? ofccl_ctx_last_error(ctx) : err);
+        return 1;
+    }
+    ofccl_comm_rank(comm, &rank);
+    ofccl_comm_size(comm, &size);
+    if (size < NSEND + 1 || size > 64)
+        return 1;
+    for (int r = NSEND; r < size; r++)
+        receivers[r - NSEND] = r;
+    rc = death ? run_death() : cu_run("push", tests);
+    if (ofccl_comm_destroy(comm) != 0 || ofccl_ctx_destroy(ctx) != 0)
+        rc = rc ? rc : 1;
+    return rc;
+}
