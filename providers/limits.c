@@ -8,7 +8,8 @@
  * OFCCL_ERR_NO_MEMORY, with the limit that was reached and what to raise.
  * Address space is also checked before a step that a provider would take
  * without checking (libfabric 1.17's shm maps every peer's region at AV
- * insert and uses the result of mmap unchecked).
+ * insert and uses the result of mmap unchecked), and a communicator's
+ * footprint before its endpoint is created.
  */
 #include <errno.h>
 #include <limits.h>
@@ -135,8 +136,8 @@ int ofccl__limit_explain(int err, size_t want, char *buf, size_t len)
     }
 }
 
-int ofccl__limit_fail(const ofccl__log_t *log, ofccl__err_t *e, int err, size_t want, int fallback,
-                      const char *fmt, ...)
+int ofccl__limit_fail(const ofccl__log_t *log, ofccl__err_t *e, int err, const char *errtext,
+                      size_t want, int fallback, const char *fmt, ...)
 {
     char what[256], why[256];
     va_list ap;
@@ -145,11 +146,13 @@ int ofccl__limit_fail(const ofccl__log_t *log, ofccl__err_t *e, int err, size_t 
     va_start(ap, fmt);
     vsnprintf(what, sizeof(what), fmt, ap);
     va_end(ap);
+    if (errtext == NULL)
+        errtext = err > 0 ? strerror(err) : "failed";
     code = ofccl__limit_explain(err, want, why, sizeof(why));
     if (code == 0)
         return ofccl__fail(log, OFCCL__SUB_PROV, e, fallback, "%s: %s", what,
-                           err > 0 ? fi_strerror(err) : "failed");
-    return ofccl__fail(log, OFCCL__SUB_PROV, e, code, "%s: %s; %s", what, fi_strerror(err), why);
+                           err > 0 ? errtext : "failed");
+    return ofccl__fail(log, OFCCL__SUB_PROV, e, code, "%s: %s; %s", what, errtext, why);
 }
 
 int ofccl__limit_reserve(const ofccl__log_t *log, ofccl__err_t *e, size_t bytes, const char *what,
@@ -166,7 +169,8 @@ int ofccl__limit_reserve(const ofccl__log_t *log, ofccl__err_t *e, size_t bytes,
         munmap(p, bytes);
         return 0;
     }
-    return ofccl__limit_fail(log, e, errno, bytes, OFCCL_ERR_NO_MEMORY, "rank %d: %s", rank, what);
+    return ofccl__limit_fail(log, e, errno, NULL, bytes, OFCCL_ERR_NO_MEMORY, "rank %d: %s", rank,
+                             what);
 }
 
 /* Used for providers perf/footprint has not measured. */

@@ -1,74 +1,19 @@
 /*
- * Memory registration for every FI_MR_* mode ofccl accepts: provider keys
- * (read back) or unpredictable keys of our own, endpoint-bound regions, and
- * virtual-address or offset addressing.
+ * Memory, whatever the transport: registering regions (argument checks,
+ * least-privilege access, counting, fault injection; the backend makes the
+ * key), and the memory peers write into (ofccl__prov_mem_alloc).
+ *
+ * Every such allocation joins one registry, with the backend that made it:
+ * freeing needs no provider handle (a pool may outlive it), and a backend
+ * can tell its own memory from anyone's (local/ maps only its memfds).
  */
 #include <errno.h>
 #include <stdlib.h>
-#include <string.h>
 
-#include "local.h"
 #include "prov_impl.h"
 #include "util.h"
 
-/* Random keys collide with live ones about never; a few retries bound the
- * damage of a provider that keeps answering -FI_ENOKEY. */
-#define KEY_TRIES 8
-
-static uint64_t key_mask(size_t key_size)
-{
-    return key_size >= 8 ? UINT64_MAX : ((uint64_t)1 << (8 * key_size)) - 1;
-}
-
-int ofccl__mr_reg_raw(ofccl__ep_t *ep, void *addr, size_t len, uint64_t fi_access,
-                      struct fid_mr **out, uint64_t *key_out, ofccl__err_t *e)
-{
-    ofccl__prov_t *prov = ep->prov;
-    const ofccl__prov_caps_t *c = &prov->caps;
-    const ofccl__log_t *log = prov->log;
-    struct fid_mr *mr = NULL;
-    uint64_t key = 0;
-    int ret = -FI_ENOKEY;
-
-    for (int t = 0; t < KEY_TRIES && ret == -FI_ENOKEY; t++) {
-        if (!prov->real_prov_key) {
-            /* Unpredictable keys: a peer cannot guess its way into our memory. */
-            if (ofccl__random_bytes(&key, sizeof(key)) != 0)
-                return ofccl__fail(log, OFCCL__SUB_PROV, e, OFCCL_ERR_INTERNAL,
-                                   "getrandom failed while choosing a memory key");
-            key &= key_mask(c->key_size);
-        }
-        ret = fi_mr_reg(prov->domain, addr, len, fi_access, 0, key, 0, &mr, NULL);
-    }
-    if (ret != 0)
-        return ofccl__fail(log, OFCCL__SUB_PROV, e, OFCCL_ERR_PROVIDER,
-                           "rank %d: registering %zu bytes at %p failed: %s", ep->params.rank, len,
-                           addr, fi_strerror(-ret));
-    if (c->mr_endpoint) {
-        ret = fi_mr_bind(mr, &ep->ep->fid, 0);
-        if (ret == 0)
-            ret = fi_mr_enable(mr);
-        if (ret != 0) {
-            fi_close(&mr->fid);
-            return ofccl__fail(log, OFCCL__SUB_PROV, e, OFCCL_ERR_PROVIDER,
-                               "rank %d: binding a region of %zu bytes to the endpoint failed: %s",
-                               ep->params.rank, len, fi_strerror(-ret));
-        }
-    }
-    /* Strict mode reads the key back even where we chose it, as verbs forces. */
-    if (c->prov_key || prov->real_prov_key)
-        key = fi_mr_key(mr);
-    if (key == FI_KEY_NOTAVAIL) {
-        fi_close(&mr->fid);
-        return ofccl__fail(log, OFCCL__SUB_PROV, e, OFCCL_ERR_NOT_SUPPORTED,
-                           "rank %d: provider %s has no 64-bit key for a region (raw keys)",
-                           ep->params.rank, c->name);
-    }
-    *out = mr;
-    if (key_out != NULL)
-        *key_out = key;
-    return 0;
-}
+#define PAGE 4096u
 
 int ofccl__mr_reg(ofccl__ep_t *ep, void *addr, size_t len, unsigned access, ofccl__mr_t **out,
                   ofccl__err_t *e)
@@ -76,8 +21,6 @@ int ofccl__mr_reg(ofccl__ep_t *ep, void *addr, size_t len, unsigned access, ofcc
     const unsigned all = OFCCL__ACC_LOCAL | OFCCL__ACC_REMOTE_WRITE | OFCCL__ACC_REMOTE_READ |
                          OFCCL__ACC_REMOTE_ATOMIC;
     const ofccl__log_t *log = ep ? ep->prov->log : NULL;
-    uint64_t fi_access = 0, key;
-    struct fid_mr *fmr;
     ofccl__mr_t *mr;
     int ret;
 
@@ -94,37 +37,19 @@ int ofccl__mr_reg(ofccl__ep_t *ep, void *addr, size_t len, unsigned access, ofcc
                            "rank %d: registering %zu bytes failed: Cannot allocate memory "
                            "(injected by OFCCL_FAULT)",
                            ep->params.rank, len);
-    /* Least privilege: each ofccl access maps to the fewest libfabric rights. */
-    if (access & OFCCL__ACC_LOCAL)
-        fi_access |= FI_WRITE | FI_READ;
-    if (access & OFCCL__ACC_REMOTE_WRITE)
-        fi_access |= FI_REMOTE_WRITE;
-    if (access & OFCCL__ACC_REMOTE_READ)
-        fi_access |= FI_REMOTE_READ;
-    if (access & OFCCL__ACC_REMOTE_ATOMIC)
-        fi_access |= FI_REMOTE_WRITE | FI_REMOTE_READ;
-
     mr = calloc(1, sizeof(*mr));
     if (mr == NULL)
         return ofccl__fail(log, OFCCL__SUB_PROV, e, OFCCL_ERR_NO_MEMORY, "out of memory");
-    if (ep->lx != NULL) {
-        ret = ofccl__lx_mr_reg(ep, addr, len, access, &mr->fid, &key, &mr->shared, e);
-        fmr = NULL;
-    } else {
-        ret = ofccl__mr_reg_raw(ep, addr, len, fi_access, &fmr, &key, e);
-        mr->fid = fmr;
-    }
+    mr->addr = addr;
+    mr->len = len;
+    mr->access = access;
+    mr->ep = ep;
+    ret = ep->be->mr_reg(ep, mr, e);
     if (ret != 0) {
         free(mr);
         return ret;
     }
-    mr->addr = addr;
-    mr->len = len;
-    mr->desc = ep->prov->caps.mr_local ? fi_mr_desc(fmr) : NULL;
-    mr->key = key;
     mr->base = ep->prov->caps.virt_addr ? (uint64_t)(uintptr_t)addr : 0;
-    mr->access = access;
-    mr->ep = ep;
     pthread_mutex_lock(&ep->lock);
     ep->n_mrs++;
     pthread_mutex_unlock(&ep->lock);
@@ -140,19 +65,14 @@ int ofccl__mr_dereg(ofccl__mr_t *mr)
     if (mr == NULL)
         return 0;
     ep = mr->ep;
-    /* Closing the MR is what revokes the key: later remote access fails. */
-    if (ep->lx != NULL) {
-        ofccl__lx_mr_dereg(ep, mr->fid);
-        ret = 0;
-    } else {
-        ret = fi_close(&((struct fid_mr *)mr->fid)->fid);
-    }
-    /* A provider that refuses keeps its object (the domain's close reports
-     * it); ours goes regardless, so the endpoint can still be closed. */
+    /* Revoking the key: later remote access fails. A transport that refuses
+     * keeps its object (closing the provider reports it); ours goes
+     * regardless, so the endpoint can still be closed. */
+    ret = ep->be->mr_dereg(mr);
     if (ret != 0)
         ret = ofccl__fail(ep->prov->log, OFCCL__SUB_PROV, NULL, OFCCL_ERR_PROVIDER,
                           "rank %d: deregistering %zu bytes at %p failed: %s", ep->params.rank,
-                          mr->len, mr->addr, fi_strerror(-ret));
+                          mr->len, mr->addr, ep->be->strerror(-ret));
     pthread_mutex_lock(&ep->lock);
     ep->n_mrs--;
     pthread_mutex_unlock(&ep->lock);
@@ -160,15 +80,45 @@ int ofccl__mr_dereg(ofccl__mr_t *mr)
     return ret;
 }
 
+/* ---- memory peers write into ---- */
+
+struct tp_alloc {
+    char *addr;
+    size_t len;
+    const ofccl__backend_t *be;
+    intptr_t cookie;
+    struct tp_alloc *next;
+};
+
+static pthread_mutex_t allocs_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct tp_alloc *allocs;
+
 void *ofccl__prov_mem_alloc_on(const ofccl__prov_t *prov, size_t len)
 {
-    size_t n = (len ? len : 1) + 4095;
+    struct tp_alloc *a;
+    size_t n;
+    int saved;
 
-    if (len > SIZE_MAX - 4096)
+    if (len > SIZE_MAX - PAGE)
         return NULL;
-    if (prov->local)
-        return ofccl__lx_mem_alloc(len);
-    return aligned_alloc(4096, n - n % 4096);
+    n = ((len ? len : 1) + PAGE - 1) / PAGE * PAGE;
+    a = calloc(1, sizeof(*a));
+    if (a == NULL)
+        return NULL;
+    a->addr = prov->be->mem_alloc(n, &a->cookie);
+    if (a->addr == NULL) {
+        saved = errno;
+        free(a);
+        errno = saved; /* for ofccl__prov_mem_error */
+        return NULL;
+    }
+    a->len = n;
+    a->be = prov->be;
+    pthread_mutex_lock(&allocs_lock);
+    a->next = allocs;
+    allocs = a;
+    pthread_mutex_unlock(&allocs_lock);
+    return a->addr;
 }
 
 void *ofccl__prov_mem_alloc(const ofccl__ep_t *ep, size_t len)
@@ -181,13 +131,45 @@ int ofccl__prov_mem_error(const ofccl__ep_t *ep, size_t len, ofccl__err_t *e)
     int err = errno ? errno : ENOMEM;
 
     /* No log: the caller adds where it was and logs once. */
-    return ofccl__limit_fail(NULL, e, err, len, OFCCL_ERR_NO_MEMORY, "allocating %zu bytes%s", len,
-                             ep != NULL && ep->prov->local ? " of shared memory (memfd)" : "");
+    return ofccl__limit_fail(NULL, e, err, NULL, len, OFCCL_ERR_NO_MEMORY, "allocating %zu bytes%s",
+                             len, ep != NULL ? ep->be->mem_what : "");
 }
 
 void ofccl__prov_mem_free(void *ptr)
 {
-    /* Shared memory is known by its address. */
-    if (ptr != NULL && !ofccl__lx_mem_free(ptr))
-        free(ptr);
+    struct tp_alloc **pp, *a = NULL;
+
+    if (ptr == NULL)
+        return;
+    pthread_mutex_lock(&allocs_lock);
+    for (pp = &allocs; *pp != NULL; pp = &(*pp)->next)
+        if ((*pp)->addr == ptr) {
+            a = *pp;
+            *pp = a->next;
+            break;
+        }
+    pthread_mutex_unlock(&allocs_lock);
+    if (a == NULL)
+        return; /* not ours: nothing to free */
+    a->be->mem_free(a->addr, a->len, a->cookie);
+    free(a);
+}
+
+bool ofccl__tp_mem_find(const ofccl__backend_t *be, const void *addr, size_t len, intptr_t *cookie,
+                        uint64_t *off)
+{
+    uintptr_t p = (uintptr_t)addr;
+    bool found = false;
+
+    pthread_mutex_lock(&allocs_lock);
+    for (struct tp_alloc *a = allocs; a != NULL && !found; a = a->next) {
+        uintptr_t b = (uintptr_t)a->addr;
+        if (a->be == be && p >= b && len <= a->len && p - b <= a->len - len) {
+            *cookie = a->cookie;
+            *off = p - b;
+            found = true;
+        }
+    }
+    pthread_mutex_unlock(&allocs_lock);
+    return found;
 }

@@ -1,11 +1,14 @@
 /*
- * The provider layer: the only code in ofccl that calls fi_*.
+ * The transport layer (providers/): what lib/core sees of every transport.
  *
- * Objects: a provider handle (fabric + domain, one per context), an endpoint
- * (RDM endpoint + AV + CQ, one per communicator), memory regions (registered on
- * an endpoint so FI_MR_ENDPOINT works). Algorithms above see only the
- * capability struct and these calls; per-provider differences live in the
- * quirk table (quirks.c), never in string compares scattered through code.
+ * Objects: a provider handle (one per context), an endpoint (one per
+ * communicator), memory regions (registered on an endpoint). Two transports
+ * implement them behind one operations table (prov_impl.h): libfabric
+ * (fabric/, the only code in ofccl that calls fi_*) and ofccl's own
+ * shared-memory transport between processes of one host (local/). Algorithms
+ * above see only the capability struct and these calls; per-provider
+ * differences live in the quirk table (quirks.c), never in string compares
+ * scattered through code.
  */
 #ifndef OFCCL_PROVIDERS_PROV_H
 #define OFCCL_PROVIDERS_PROV_H
@@ -16,6 +19,13 @@
 
 #include "err.h"
 #include "log.h"
+
+/* How arrivals are signalled; the values follow OFCCL_SIGNAL's choices (auto|cqdata|atomic). */
+enum ofccl__prov_signal {
+    OFCCL__PROV_SIGNAL_AUTO = 0,   /* request only: the transport's choice */
+    OFCCL__PROV_SIGNAL_CQDATA = 1, /* remote CQ data of a write (at least 4 bytes) */
+    OFCCL__PROV_SIGNAL_ATOMIC = 2, /* a 64-bit atomic add on the peer's counter */
+};
 
 /* ---- capabilities, as ofccl sees them after probing fi_info (and strict mode) ---- */
 typedef struct ofccl__prov_caps {
@@ -35,6 +45,7 @@ typedef struct ofccl__prov_caps {
     size_t key_size;   /* bytes of key the provider uses (<= 8) */
 
     /* signalling */
+    int signal;             /* enum ofccl__prov_signal: how arrivals are signalled (never AUTO) */
     size_t cq_data_size;    /* bytes of remote CQ data ofccl may use (4 in strict mode) */
     bool rx_cq_data;        /* remote CQ data consumes a posted receive (FI_RX_CQ_DATA) */
     bool atomic_u64_sum;    /* 64-bit unsigned FI_SUM atomics are valid on this domain */
@@ -60,13 +71,18 @@ enum ofccl__quirk_flag {
     OFCCL__Q_NEEDS_RX_CQ_DATA = 1u << 5, /* requires posted receives for remote CQ data */
     OFCCL__Q_NEEDS_MR_LOCAL = 1u << 6,   /* requires FI_MR_LOCAL in practice */
     OFCCL__Q_INTRA_NODE_ONLY = 1u << 7,  /* reaches only processes on this host */
+    /* offer offset addressing first (see its row's note) */
     OFCCL__Q_PREFER_OFFSETS = 1u << 8,
     OFCCL__Q_NAME_PER_PROCESS = 1u << 9, /* default endpoint names collide within a process */
+    /* delivery-complete non-fetching atomics misbehave */
     OFCCL__Q_NO_DC_ATOMIC = 1u << 10,
-    /* delivery-complete non-fetching atomics misbehave */ /* offer offset addressing first (see its
-                                                              row's note) */
-    OFCCL__Q_NO_CLOSE_MIDWRITE = 1u << 11, /* closing an endpoint a peer's RMA write is half-way
-                                              into crashes the provider: leave it open */
+    /* closing an endpoint a peer's RMA write is half-way into crashes the provider: leave it open
+     */
+    OFCCL__Q_NO_CLOSE_MIDWRITE = 1u << 11,
+    /* OFCCL_PROVIDER=auto may choose it: the first such row, in table order, that reaches every
+     * rank (INTRA_NODE_ONLY only when all share a host) and, under OFCCL_STRICT, is
+     * STRICT_CAPABLE (ofccl__prov_auto) */
+    OFCCL__Q_AUTO = 1u << 12,
 };
 
 typedef struct ofccl__quirk {
@@ -85,6 +101,11 @@ extern const size_t ofccl__quirk_count;
 
 /* Row for a libfabric prov_name or a user alias ("verbs" -> "verbs;ofi_rxm"); -1 if none. */
 int ofccl__quirk_find(const char *name);
+/* The provider OFCCL_PROVIDER=auto means for a job whose ranks all share this
+ * host (`all_local`) or not, in strict mode or not: a quirk row's prov_name
+ * (OFCCL__Q_AUTO). `why` gets the reason, for logs ("local: OFCCL_PROVIDER=auto
+ * and all ranks share this host"). */
+const char *ofccl__prov_auto(bool all_local, bool strict, char *why, size_t len);
 /* Apply a row (and strict mode) to caps probed from fi_info. Pure: unit-tested. */
 void ofccl__quirk_apply(ofccl__prov_caps_t *caps, int row, bool strict);
 
@@ -109,7 +130,7 @@ const char *ofccl__prov_fabric_version(void);
 /* ---- fault injection (honoured only in -Dfault_injection=true builds) ----
  * Counters run over the provider handle's lifetime, 1-based; 0 = off. */
 typedef struct ofccl__fault {
-    unsigned eagain_from, eagain_to; /* post attempts in [from, to] see -FI_EAGAIN */
+    unsigned eagain_from, eagain_to; /* post attempts in [from, to] see EAGAIN */
     unsigned mr_fail_at;             /* that registration fails with ENOMEM */
     unsigned cq_error_at;            /* that completion becomes an error entry */
 } ofccl__fault_t;
@@ -123,10 +144,13 @@ typedef struct ofccl__prov_params {
     bool strict;
     const ofccl__log_t *log;     /* lives at least as long as the handle */
     const ofccl__fault_t *fault; /* NULL = none */
+    int signal;                  /* enum ofccl__prov_signal requested (OFCCL_SIGNAL); 0 = auto */
 } ofccl__prov_params_t;
 
 /* Fails with OFCCL_ERR_NOT_SUPPORTED (unknown/unavailable provider: the message
- * lists the providers libfabric offers here) or OFCCL_ERR_PROVIDER. */
+ * lists the providers libfabric offers here; or the requested signal method is
+ * not available: the message says which is) or OFCCL_ERR_PROVIDER. On success
+ * caps.signal holds the method every endpoint of the handle uses. */
 int ofccl__prov_open(const ofccl__prov_params_t *params, ofccl__prov_t **out, ofccl__err_t *e);
 const ofccl__prov_caps_t *ofccl__prov_caps(const ofccl__prov_t *prov);
 /* Returns OFCCL_ERR_BUSY while endpoints are open. */
@@ -162,7 +186,8 @@ int ofccl__ep_shutdown(ofccl__ep_t *ep, bool failed);
 /* Returns OFCCL_ERR_BUSY while memory regions are registered on it. Shuts it
  * down first where ofccl__ep_shutdown was not called. */
 int ofccl__ep_close(ofccl__ep_t *ep);
-/* fi_getname: on entry *len = capacity of buf; on success the name's length. */
+/* The name peers insert (fi_getname on libfabric): on entry *len = capacity
+ * of buf; on success the name's length. */
 int ofccl__ep_name(ofccl__ep_t *ep, void *buf, size_t *len, ofccl__err_t *e);
 /* Insert every rank's name (names[r * stride], lens[r] bytes) into the AV; AV
  * index r addresses rank r. Call once, with all `size` names. */
@@ -189,7 +214,7 @@ typedef struct ofccl__mr {
     uint64_t key;  /* remote key to advertise */
     uint64_t base; /* remote base to advertise: addr when caps.virt_addr, else 0 */
     unsigned access;
-    void *fid; /* struct fid_mr *, opaque above this layer */
+    void *handle; /* the transport's registration, opaque above this layer */
     ofccl__ep_t *ep;
     bool shared; /* caps.peer_map and in memory peers can map (ofccl__ep_peer_map) */
 } ofccl__mr_t;
@@ -212,7 +237,8 @@ int ofccl__mr_dereg(ofccl__mr_t *mr);
 /* ---- memory peers write into (pool buffers, staging and control windows) ----
  * Page-aligned. On the local provider it is shared memory (a memfd) that
  * peers map, so their writes are plain stores; elsewhere ordinary memory.
- * Free with ofccl__prov_mem_free (which needs no endpoint: it may outlive it). */
+ * Free with ofccl__prov_mem_free (which needs no endpoint or provider handle:
+ * it may outlive both). */
 void *ofccl__prov_mem_alloc(const ofccl__ep_t *ep, size_t len);
 /* The same, for memory every endpoint of the provider handle may register. */
 void *ofccl__prov_mem_alloc_on(const ofccl__prov_t *prov, size_t len);
@@ -223,9 +249,10 @@ int ofccl__prov_mem_error(const ofccl__ep_t *ep, size_t len, ofccl__err_t *e);
 void ofccl__prov_mem_free(void *ptr);
 
 /* ---- posting; every call is non-blocking ----
- * Returns 0 when the op is accepted (posted, or queued for retry after
- * -FI_EAGAIN; queued ops are retried from ofccl__ep_progress), OFCCL_ERR_AGAIN
- * when every op descriptor is in use (progress, then call again), or an error.
+ * Returns 0 when the op is accepted (posted, or queued for retry after the
+ * transport said EAGAIN; queued ops are retried from ofccl__ep_progress),
+ * OFCCL_ERR_AGAIN when every op descriptor is in use (progress, then call
+ * again), or an error.
  * `op_ctx` comes back in exactly one completion callback per accepted op.
  * `lmr` may be NULL unless caps.mr_local. Remote offsets are relative to the
  * region's start; the layer adds rk->base, so callers never see the mode. */
@@ -287,6 +314,10 @@ int ofccl__ep_peer_gone(ofccl__ep_t *ep, int *pid);
  * false; OFCCL_ERR_REMOTE_ERROR for a bad key, access or range. */
 int ofccl__ep_peer_map(ofccl__ep_t *ep, int peer, const ofccl__rkey_t *rk, uint64_t roff,
                        size_t len, unsigned access, void **ptr, ofccl__err_t *e);
+/* A descriptor that turns readable when the endpoint may have something for
+ * ofccl__ep_progress, for poll(2); -1 where the transport has none (both
+ * transports today: progress polls). */
+int ofccl__ep_wait_fd(const ofccl__ep_t *ep);
 /* Ops accepted and not yet completed (posted + queued). */
 unsigned ofccl__ep_pending(const ofccl__ep_t *ep);
 const ofccl__prov_caps_t *ofccl__ep_caps(const ofccl__ep_t *ep);

@@ -2,14 +2,17 @@
  * The per-provider quirk table: what fi_info does not say (or says in a way we
  * cannot act on), written down once as data. Every flag below is backed by the
  * provider's man page (fi_<prov>(7), libfabric 1.17) or by what fi_getinfo
- * reports on a 1.17 installation; the note says which.
+ * reports on a 1.17 installation; the note says which. ofccl's own local
+ * transport has a row too, so choosing ("auto", one host only) and sizing
+ * read one table for every transport. Row order matters to "auto": the first
+ * OFCCL__Q_AUTO row that fits the job wins.
  */
 #include <string.h>
 
 #include "prov.h"
 
 const ofccl__quirk_t ofccl__quirks[] = {
-    {"local", "local", OFCCL__Q_INTRA_NODE_ONLY,
+    {"local", "local", OFCCL__Q_INTRA_NODE_ONLY | OFCCL__Q_AUTO,
      "ofccl's own transport between processes of this host, no libfabric: windows peers write "
      "into are memfd shared memory each peer maps once, so an RMA write is one memcpy by the "
      "initiator, an atomic a CPU atomic, CQ data a shared ring; other registered memory is "
@@ -17,7 +20,7 @@ const ofccl__quirk_t ofccl__quirks[] = {
      2, 2, 1},
     {"shm", "shm",
      OFCCL__Q_INTRA_NODE_ONLY | OFCCL__Q_STRICT_CAPABLE | OFCCL__Q_PREFER_OFFSETS |
-         OFCCL__Q_NAME_PER_PROCESS | OFCCL__Q_NO_DC_ATOMIC,
+         OFCCL__Q_NAME_PER_PROCESS | OFCCL__Q_NO_DC_ATOMIC | OFCCL__Q_AUTO,
      "shared memory: reaches processes on this host only; native atomics in the target's "
      "progress; a non-fetching atomic with FI_DELIVERY_COMPLETE corrupts memory in 1.17 once "
      "3+ peers are active (its pending response is built from an unset result iov), so atomic "
@@ -27,7 +30,7 @@ const ofccl__quirk_t ofccl__quirks[] = {
      8, 20, 16},
     {"tcp;ofi_rxm", "tcp",
      OFCCL__Q_ATOMIC_EMULATED | OFCCL__Q_LOOPBACK_DOMAIN | OFCCL__Q_STRICT_CAPABLE |
-         OFCCL__Q_NO_CLOSE_MIDWRITE,
+         OFCCL__Q_NO_CLOSE_MIDWRITE | OFCCL__Q_AUTO,
      "RDM emulated by rxm over tcp MSG endpoints; rxm carries atomics as messages applied in "
      "software at the target; has an 'lo' domain; first ops return EAGAIN while connecting; "
      "closing an endpoint while a peer's RMA write into it is half received makes tcp report "

@@ -16,31 +16,9 @@ ofccl__op_t ofccl__comm_op_plain = {NULL, 0};
 
 int ofccl__comm_choose_signal(ofccl_comm_t *comm, const ofccl__prov_caps_t *caps)
 {
-    ofccl_ctx_t *ctx = comm->ctx;
-    int64_t want = ofccl__cfg_int(&ctx->cfg, OFCCL__CFG_SIGNAL); /* 0 auto, 1 cqdata, 2 atomic */
-    bool cq = caps->cq_data_size >= 4, at = caps->atomic_u64_sum;
-
-    if (want == 1 && !cq)
-        return ofccl__comm_fail(comm, OFCCL_ERR_NOT_SUPPORTED,
-                                "OFCCL_SIGNAL=cqdata: provider %s offers %zu bytes of remote CQ "
-                                "data, 4 needed; use OFCCL_SIGNAL=atomic or auto",
-                                caps->name, caps->cq_data_size);
-    if (want == 2 && !at)
-        return ofccl__comm_fail(comm, OFCCL_ERR_NOT_SUPPORTED,
-                                "OFCCL_SIGNAL=atomic: provider %s has no 64-bit atomic add; use "
-                                "OFCCL_SIGNAL=cqdata or auto",
-                                caps->name);
-    if (!cq && !at)
-        return ofccl__comm_fail(comm, OFCCL_ERR_NOT_SUPPORTED,
-                                "provider %s has neither remote CQ data nor 64-bit atomics: "
-                                "ofccl cannot signal arrivals on it",
-                                caps->name);
-    if (want == 0 && !cq)
-        OFCCL__INFO(&ctx->log, OFCCL__SUB_CORE,
-                    "provider %s has no remote CQ data: signalling with atomic adds instead",
-                    caps->name);
+    /* The transport chose when it was opened (OFCCL_SIGNAL, its capabilities). */
     comm->signal_mode =
-        (want == 2 || (want == 0 && !cq)) ? OFCCL__SIGNAL_ATOMIC : OFCCL__SIGNAL_CQDATA;
+        caps->signal == OFCCL__PROV_SIGNAL_ATOMIC ? OFCCL__SIGNAL_ATOMIC : OFCCL__SIGNAL_CQDATA;
     return 0;
 }
 

@@ -67,12 +67,8 @@ int ofccl__ctx_choose(const ofccl__config_t *cfg, ofccl__topo_t *topo, bool all_
     unsigned flags;
 
     if (strcasecmp(want, "auto") == 0) {
-        /* Strict mode emulates verbs on a libfabric provider: shm, not local. */
         bool strict = ofccl__cfg_int(cfg, OFCCL__CFG_STRICT) != 0;
-        want = !all_local ? "tcp" : strict ? "shm" : "local";
-        snprintf(pwhy, sizeof(pwhy), "%s: OFCCL_PROVIDER=auto and %s%s", want,
-                 all_local ? "all ranks share this host" : "the job spans several hosts",
-                 all_local && strict ? " (OFCCL_STRICT=1 needs a libfabric provider)" : "");
+        want = ofccl__prov_auto(all_local, strict, pwhy, sizeof(pwhy));
     } else {
         snprintf(pwhy, sizeof(pwhy), "%s: set by OFCCL_PROVIDER", want);
     }
@@ -269,6 +265,7 @@ static int ctx_open(ofccl_ctx_t *ctx, const ofccl_ctx_params_t *params)
         .strict = ofccl__cfg_int(&ctx->cfg, OFCCL__CFG_STRICT) != 0,
         .log = &ctx->log,
         .fault = &ctx->fault,
+        .signal = (int)ofccl__cfg_int(&ctx->cfg, OFCCL__CFG_SIGNAL),
     };
     rc = ofccl__prov_open(&pp, &ctx->prov, e);
     if (rc)

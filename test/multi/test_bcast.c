@@ -140,7 +140,7 @@ static void disagree(int by_root, size_t count)
 {
     ofccl_comm_t *c = NULL;
     ofccl_req_t *req = NULL;
-    uint8_t *buf = calloc(count * 4 + 1, 1);
+    uint8_t *buf = calloc((count + 1) * 4, 1); /* room for the larger count */
     int root = by_root && rank == 0 ? 1 : 0, rc;
     size_t n = !by_root && rank == 0 ? count + 1 : count;
     const char *msg;

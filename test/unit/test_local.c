@@ -1,5 +1,5 @@
 /*
- * The local provider (providers/local.c) in one process: two endpoints play
+ * The local provider (providers/local/) in one process: two endpoints play
  * rank 0 (A) and rank 1 (B) of a two-rank communicator and map each other's
  * memfds through /proc/self/fd, as ranks of one host do through /proc/<pid>.
  * Covered: writes, writes with data, delivery-complete writes and atomic adds
@@ -21,19 +21,19 @@
 #include "provpair.h"
 
 #define REGION 4096
-#define RING 256 /* CQ-data entries per source in local.c */
+#define RING 256 /* CQ-data entries per source (LX_RING in providers/local/local.h) */
 
 static ofccl__log_t g_log;
 
 static int prov_open(ofccl__prov_t **prov, ofccl__err_t *e)
 {
-    ofccl__prov_params_t pp = {"local", "", false, &g_log, NULL};
+    ofccl__prov_params_t pp = {"local", "", false, &g_log, NULL, OFCCL__PROV_SIGNAL_AUTO};
     return ofccl__prov_open(&pp, prov, e);
 }
 
 static int open_local_pair(struct pair *p, unsigned ops_inflight, ofccl__err_t *e)
 {
-    ofccl__prov_params_t pp = {"local", "", false, &g_log, NULL};
+    ofccl__prov_params_t pp = {"local", "", false, &g_log, NULL, OFCCL__PROV_SIGNAL_AUTO};
     ofccl__ep_params_t ep = {.ops_inflight = ops_inflight};
     return pair_open(p, &pp, &ep, e);
 }
@@ -738,7 +738,7 @@ static void test_bad_names(void)
 
 static void test_strict_refused(void)
 {
-    ofccl__prov_params_t pp = {"local", "", true, &g_log, NULL};
+    ofccl__prov_params_t pp = {"local", "", true, &g_log, NULL, OFCCL__PROV_SIGNAL_AUTO};
     ofccl__prov_t *prov = NULL;
     ofccl__err_t e;
 

@@ -1,5 +1,6 @@
 /*
- * Choosing a provider and domain, probing what it can do, and opening it.
+ * Discovery on libfabric: which providers and domains it offers, and the
+ * fi_info entry to open for a provider name.
  *
  * The decision is made from fi_getinfo with the hints ofccl can live with;
  * when that fails, the hints are relaxed one requirement at a time so the
@@ -10,8 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "local.h"
-#include "prov_impl.h"
+#include "fabric.h"
 #include "util.h"
 
 #define RMA_CAPS (FI_RMA | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE)
@@ -142,7 +142,7 @@ static void env_defaults_once(void)
     setenv("FI_OFI_RXM_MSG_RX_SIZE", "64", 0);
 }
 
-static void env_defaults(void)
+void ofccl__fab_env_defaults(void)
 {
     pthread_once(&env_once, env_defaults_once);
 }
@@ -168,34 +168,16 @@ const char *ofccl__prov_fabric_version(void)
     return version_str;
 }
 
-/* Append `item` to a ", "-separated list unless it is already there. */
-static void list_add_unique(char *buf, size_t len, const char *item)
-{
-    size_t n = strlen(item), used = strlen(buf);
-
-    for (const char *p = buf; (p = strstr(p, item)) != NULL; p += n) {
-        bool start = p == buf || (p >= buf + 2 && p[-2] == ',' && p[-1] == ' ');
-        bool end = p[n] == '\0' || p[n] == ',';
-        if (start && end)
-            return;
-    }
-    snprintf(buf + used, len - used, "%s%s", used ? ", " : "", item);
-}
-
-void ofccl__prov_available(char *buf, size_t len)
+void ofccl__fab_available(char *buf, size_t len)
 {
     struct fi_info *list = NULL;
 
-    if (buf == NULL || len == 0)
-        return;
-    env_defaults();
-    /* ofccl's own transport is always there. */
-    ofccl__strlcpy(buf, OFCCL__LOCAL_NAME, len);
+    ofccl__fab_env_defaults();
     if (fi_getinfo(OFCCL__FI_VERSION, NULL, NULL, 0, NULL, &list) != 0)
         return;
     for (struct fi_info *i = list; i != NULL; i = i->next)
         if (i->fabric_attr->prov_name != NULL)
-            list_add_unique(buf, len, i->fabric_attr->prov_name);
+            ofccl__tp_list_add(buf, len, i->fabric_attr->prov_name);
     fi_freeinfo(list);
 }
 
@@ -225,7 +207,7 @@ static int diagnose(const ofccl__prov_params_t *p, const char *prov_name, const 
     if (domain[0] != '\0' && first_on_domain(list, domain) == NULL) {
         for (struct fi_info *i = list; i != NULL; i = i->next)
             if (i->domain_attr->name != NULL)
-                list_add_unique(doms, sizeof(doms), i->domain_attr->name);
+                ofccl__tp_list_add(doms, sizeof(doms), i->domain_attr->name);
         fi_freeinfo(list);
         return ofccl__fail(p->log, OFCCL__SUB_PROV, e, OFCCL_ERR_NOT_SUPPORTED,
                            "provider '%s' has no domain '%s' (it offers: %s); set OFCCL_IFACE "
@@ -265,8 +247,8 @@ static int diagnose(const ofccl__prov_params_t *p, const char *prov_name, const 
 }
 
 /* Pick an fi_info for these parameters; on success *list owns *pick. */
-static int choose(const ofccl__prov_params_t *p, const char *prov_name, const char *domain,
-                  struct fi_info **list, struct fi_info **pick, ofccl__err_t *e)
+int ofccl__fab_choose(const ofccl__prov_params_t *p, const char *prov_name, const char *domain,
+                      struct fi_info **list, struct fi_info **pick, ofccl__err_t *e)
 {
     int row = ofccl__quirk_find(prov_name);
     bool prefer_offsets = row >= 0 && (ofccl__quirks[row].flags & OFCCL__Q_PREFER_OFFSETS);
@@ -320,7 +302,7 @@ static bool same_str(const char *a, const char *b)
  * wherever the probe fails: a fetch cannot complete before the target has
  * applied the add and returned the old value.
  */
-static bool probe_delivery_complete(const struct fi_info *chosen)
+bool ofccl__fab_probe_delivery_complete(const struct fi_info *chosen)
 {
     struct hint_opts o = {chosen->fabric_attr->prov_name,
                           chosen->domain_attr->name,
@@ -342,242 +324,6 @@ static bool probe_delivery_complete(const struct fi_info *chosen)
     return ok;
 }
 
-static void fill_caps(ofccl__prov_caps_t *c, const struct fi_info *i)
-{
-    uint64_t mr = i->domain_attr->mr_mode, order = i->tx_attr->msg_order;
-
-    memset(c, 0, sizeof(*c));
-    ofccl__strlcpy(c->name, i->fabric_attr->prov_name, sizeof(c->name));
-    ofccl__strlcpy(c->fabric, i->fabric_attr->name ? i->fabric_attr->name : "", sizeof(c->fabric));
-    ofccl__strlcpy(c->domain, i->domain_attr->name ? i->domain_attr->name : "", sizeof(c->domain));
-    c->virt_addr = (mr & FI_MR_VIRT_ADDR) != 0;
-    c->prov_key = (mr & FI_MR_PROV_KEY) != 0;
-    c->mr_local = (mr & FI_MR_LOCAL) != 0;
-    c->mr_endpoint = (mr & FI_MR_ENDPOINT) != 0;
-    c->mr_allocated = (mr & FI_MR_ALLOCATED) != 0;
-    c->mr_raw = (mr & FI_MR_RAW) != 0;
-    c->key_size = i->domain_attr->mr_key_size;
-    c->cq_data_size = OFCCL__MIN(i->domain_attr->cq_data_size, (size_t)8);
-    c->rx_cq_data = (i->mode & FI_RX_CQ_DATA) != 0;
-    /* Our writes are RMA: the RMA-specific order bits (1.17) count as much as
-     * the generic ones that cover every transfer type. */
-    c->order_waw = (order & (FI_ORDER_WAW | FI_ORDER_RMA_WAW)) != 0;
-    c->order_raw = (order & (FI_ORDER_RAW | FI_ORDER_RMA_RAW)) != 0;
-    c->order_war = (order & (FI_ORDER_WAR | FI_ORDER_RMA_WAR)) != 0;
-    c->max_order_waw_size = i->ep_attr->max_order_waw_size;
-    c->max_order_raw_size = i->ep_attr->max_order_raw_size;
-    c->max_order_war_size = i->ep_attr->max_order_war_size;
-    c->inject_size = i->tx_attr->inject_size;
-    c->max_msg_size = i->ep_attr->max_msg_size;
-}
-
-/* What the chosen entry says that ofccl cannot work with. */
-static int check_info(const ofccl__prov_params_t *p, const struct fi_info *i, ofccl__err_t *e)
-{
-    const char *prov = i->fabric_attr->prov_name;
-
-    if (i->domain_attr->mr_mode & FI_MR_RAW)
-        return ofccl__fail(p->log, OFCCL__SUB_PROV, e, OFCCL_ERR_NOT_SUPPORTED,
-                           "provider '%s' needs raw memory keys (FI_MR_RAW), which ofccl does "
-                           "not support",
-                           prov);
-    if (i->domain_attr->mr_key_size > 8)
-        return ofccl__fail(p->log, OFCCL__SUB_PROV, e, OFCCL_ERR_NOT_SUPPORTED,
-                           "provider '%s' uses %zu-byte memory keys; ofccl supports at most 8",
-                           prov, i->domain_attr->mr_key_size);
-    if (i->domain_attr->cq_data_size < 4)
-        return ofccl__fail(p->log, OFCCL__SUB_PROV, e, OFCCL_ERR_NOT_SUPPORTED,
-                           "provider '%s' does not offer remote CQ data of at least 4 bytes "
-                           "(cq_data_size %zu), which ofccl's signals need",
-                           prov, i->domain_attr->cq_data_size);
-    return 0;
-}
-
-/* Atomic support that needs the open domain. */
-static int probe_atomics(ofccl__prov_t *prov, ofccl__err_t *e)
-{
-    struct fi_atomic_attr attr;
-    ofccl__prov_caps_t *c = &prov->caps;
-
-    c->atomic_u64_sum = fi_query_atomic(prov->domain, FI_UINT64, FI_SUM, &attr, 0) == 0;
-    prov->fetch_atomic_ok =
-        fi_query_atomic(prov->domain, FI_UINT64, FI_SUM, &attr, FI_FETCH_ATOMIC) == 0;
-    if (!c->atomic_u64_sum) {
-        OFCCL__INFO(prov->log, OFCCL__SUB_PROV,
-                    "%s: no 64-bit unsigned FI_SUM atomics; signals must use CQ data", c->name);
-        return 0;
-    }
-    bool dc_atomic = c->delivery_complete && !(c->quirks & OFCCL__Q_NO_DC_ATOMIC);
-    if (!dc_atomic && !prov->fetch_atomic_ok)
-        return ofccl__fail(prov->log, OFCCL__SUB_PROV, e, OFCCL_ERR_NOT_SUPPORTED,
-                           "provider '%s' has neither usable FI_DELIVERY_COMPLETE atomics nor a "
-                           "fetching 64-bit sum, so ofccl has no atomic that completes at the "
-                           "target",
-                           c->name);
-    if (dc_atomic)
-        OFCCL__DEBUG(prov->log, OFCCL__SUB_PROV,
-                     "%s: atomic adds use fi_atomicmsg with FI_DELIVERY_COMPLETE", c->name);
-    else if (c->delivery_complete)
-        OFCCL__INFO(prov->log, OFCCL__SUB_PROV,
-                    "%s: the quirk table rules out delivery-complete atomics; atomic adds use "
-                    "fi_fetch_atomic so their completion means applied at the target",
-                    c->name);
-    else
-        OFCCL__INFO(prov->log, OFCCL__SUB_PROV,
-                    "%s: FI_DELIVERY_COMPLETE not accepted; atomic adds use fi_fetch_atomic so "
-                    "their completion means applied at the target",
-                    c->name);
-    return 0;
-}
-
-/* The local provider: no fabric or domain, only its capability struct. */
-static int open_local(const ofccl__prov_params_t *params, ofccl__prov_t **out, ofccl__err_t *e)
-{
-    ofccl__prov_t *prov = calloc(1, sizeof(*prov));
-    int ret;
-
-    if (prov == NULL)
-        return ofccl__fail(params->log, OFCCL__SUB_PROV, e, OFCCL_ERR_NO_MEMORY, "out of memory");
-    prov->log = params->log;
-    if (params->fault != NULL)
-        prov->fault = *params->fault;
-    ret = ofccl__lx_prov_open(prov, params, e);
-    if (ret != 0) {
-        free(prov);
-        return ret;
-    }
-    pthread_mutex_init(&prov->lock, NULL);
-    *out = prov;
-    return 0;
-}
-
-int ofccl__prov_open(const ofccl__prov_params_t *params, ofccl__prov_t **out, ofccl__err_t *e)
-{
-    const ofccl__log_t *log = params ? params->log : NULL;
-    struct fi_info *list = NULL, *pick = NULL;
-    ofccl__prov_t *prov;
-    const char *prov_name, *domain;
-    char buf[1024];
-    int row, ret;
-
-    if (params == NULL || out == NULL || params->provider == NULL || params->provider[0] == '\0')
-        return ofccl__fail(log, OFCCL__SUB_PROV, e, OFCCL_ERR_INVALID_ARG,
-                           "opening a provider needs a provider name");
-    env_defaults();
-    row = ofccl__quirk_find(params->provider);
-    prov_name = row >= 0 ? ofccl__quirks[row].prov_name : params->provider;
-    domain = params->domain != NULL ? params->domain : "";
-    if (strcmp(prov_name, OFCCL__LOCAL_NAME) == 0)
-        return open_local(params, out, e);
-
-    ret = choose(params, prov_name, domain, &list, &pick, e);
-    if (ret != 0)
-        return ret;
-    ret = check_info(params, pick, e);
-    if (ret != 0)
-        goto err_list;
-
-    prov = calloc(1, sizeof(*prov));
-    if (prov == NULL) {
-        ret = ofccl__fail(log, OFCCL__SUB_PROV, e, OFCCL_ERR_NO_MEMORY, "out of memory");
-        goto err_list;
-    }
-    prov->log = log;
-    if (params->fault != NULL)
-        prov->fault = *params->fault;
-    pthread_mutex_init(&prov->lock, NULL);
-    prov->info = fi_dupinfo(pick);
-    if (prov->info == NULL) {
-        ret = ofccl__fail(log, OFCCL__SUB_PROV, e, OFCCL_ERR_NO_MEMORY, "fi_dupinfo failed");
-        goto err_prov;
-    }
-    fill_caps(&prov->caps, pick);
-    prov->real_prov_key = prov->caps.prov_key;
-    prov->caps.delivery_complete = probe_delivery_complete(pick);
-    fi_freeinfo(list);
-    list = NULL;
-
-    ret = fi_fabric(prov->info->fabric_attr, &prov->fabric, NULL);
-    if (ret != 0) {
-        ret =
-            ofccl__fail(log, OFCCL__SUB_PROV, e, OFCCL_ERR_PROVIDER, "fi_fabric(%s, %s) failed: %s",
-                        prov->caps.name, prov->caps.fabric, fi_strerror(-ret));
-        goto err_info;
-    }
-    ret = fi_domain(prov->fabric, prov->info, &prov->domain, NULL);
-    if (ret != 0) {
-        ret =
-            ofccl__fail(log, OFCCL__SUB_PROV, e, OFCCL_ERR_PROVIDER, "fi_domain(%s, %s) failed: %s",
-                        prov->caps.name, prov->caps.domain, fi_strerror(-ret));
-        goto err_fabric;
-    }
-    ret = probe_atomics(prov, e);
-    if (ret != 0)
-        goto err_domain;
-    ofccl__quirk_apply(&prov->caps, ofccl__quirk_find(prov->caps.name), params->strict);
-    if (prov->caps.quirks & OFCCL__Q_NAME_PER_PROCESS)
-        ofccl__shm_sweep(log); /* endpoint files of killed ofccl processes */
-
-    ofccl__prov_caps_format(&prov->caps, buf, sizeof(buf));
-    OFCCL__DEBUG(log, OFCCL__SUB_PROV, "opened provider:\n%s", buf);
-    *out = prov;
-    return 0;
-
-err_domain:
-    fi_close(&prov->domain->fid);
-err_fabric:
-    fi_close(&prov->fabric->fid);
-err_info:
-    fi_freeinfo(prov->info);
-err_prov:
-    pthread_mutex_destroy(&prov->lock);
-    free(prov);
-err_list:
-    fi_freeinfo(list);
-    return ret;
-}
-
-const ofccl__prov_caps_t *ofccl__prov_caps(const ofccl__prov_t *prov)
-{
-    return &prov->caps;
-}
-
-int ofccl__prov_close(ofccl__prov_t *prov)
-{
-    unsigned n;
-    int ret, rc = 0;
-
-    if (prov == NULL)
-        return 0;
-    pthread_mutex_lock(&prov->lock);
-    n = prov->n_eps;
-    pthread_mutex_unlock(&prov->lock);
-    if (n > 0)
-        return ofccl__fail(prov->log, OFCCL__SUB_PROV, NULL, OFCCL_ERR_BUSY,
-                           "provider %s: %u endpoint(s) still open", prov->caps.name, n);
-    if (prov->local)
-        goto out;
-    if (prov->n_abandoned > 0) {
-        /* Endpoints left open (ofccl__ep_shutdown) still belong to the
-         * domain: keep it, reachable, for the life of the process. */
-        ofccl__ep_keep(prov);
-        return 0;
-    }
-    ret = fi_close(&prov->domain->fid);
-    if (ret != 0)
-        rc = ofccl__fail(prov->log, OFCCL__SUB_PROV, NULL, OFCCL_ERR_PROVIDER,
-                         "closing domain %s: %s", prov->caps.domain, fi_strerror(-ret));
-    ret = fi_close(&prov->fabric->fid);
-    if (ret != 0 && rc == 0)
-        rc = ofccl__fail(prov->log, OFCCL__SUB_PROV, NULL, OFCCL_ERR_PROVIDER,
-                         "closing fabric %s: %s", prov->caps.fabric, fi_strerror(-ret));
-    fi_freeinfo(prov->info);
-out:
-    pthread_mutex_destroy(&prov->lock);
-    free(prov);
-    return rc;
-}
-
 static void pci_busid(const struct fi_info *i, char *buf, size_t len)
 {
     const struct fi_pci_attr *pci;
@@ -590,31 +336,16 @@ static void pci_busid(const struct fi_info *i, char *buf, size_t len)
              pci->function_id);
 }
 
-int ofccl__prov_list(const char *provider, ofccl__prov_dom_t *out, int max, int *n, ofccl__err_t *e)
+int ofccl__fab_list(const char *provider, ofccl__prov_dom_t *out, int max, int *n, ofccl__err_t *e)
 {
     const char *prov_name = NULL;
     struct fi_info *list, *pick;
     int count = 0, ret;
 
-    if (n == NULL || max < 0 || (out == NULL && max > 0))
-        return ofccl__fail(NULL, OFCCL__SUB_PROV, e, OFCCL_ERR_INVALID_ARG,
-                           "ofccl__prov_list: bad arguments");
-    env_defaults();
-    if (provider != NULL && provider[0] != '\0') {
+    ofccl__fab_env_defaults();
+    if (provider != NULL) {
         int row = ofccl__quirk_find(provider);
         prov_name = row >= 0 ? ofccl__quirks[row].prov_name : provider;
-    }
-    /* The local provider first: one domain, nothing to ask libfabric. */
-    if ((prov_name == NULL || strcmp(prov_name, OFCCL__LOCAL_NAME) == 0) && max > 0) {
-        memset(&out[0], 0, sizeof(out[0]));
-        ofccl__strlcpy(out[0].prov_name, OFCCL__LOCAL_NAME, sizeof(out[0].prov_name));
-        ofccl__strlcpy(out[0].fabric, OFCCL__LOCAL_NAME, sizeof(out[0].fabric));
-        ofccl__strlcpy(out[0].domain, OFCCL__LOCAL_NAME, sizeof(out[0].domain));
-        count = 1;
-    }
-    if (prov_name != NULL && strcmp(prov_name, OFCCL__LOCAL_NAME) == 0) {
-        *n = count;
-        return 0;
     }
     {
         struct hint_opts o = {prov_name, NULL, H_FULL, true, false, 0};
@@ -622,7 +353,7 @@ int ofccl__prov_list(const char *provider, ofccl__prov_dom_t *out, int max, int 
     }
     if (ret == -FI_ENODATA) {
         struct hint_opts o = {prov_name, NULL, H_PROV, true, false, 0};
-        *n = count;
+        *n = 0;
         if (prov_name == NULL)
             return 0;
         /* Known to libfabric but unable to do RDM+RMA+atomics: an empty list. */
@@ -652,60 +383,4 @@ int ofccl__prov_list(const char *provider, ofccl__prov_dom_t *out, int max, int 
     fi_freeinfo(list);
     *n = count;
     return 0;
-}
-
-static const char *yn(bool b)
-{
-    return b ? "yes" : "no";
-}
-
-void ofccl__prov_caps_format(const ofccl__prov_caps_t *c, char *buf, size_t len)
-{
-    char flags[240] = "";
-    static const char *const fnames[] = {
-        "CQDATA_4",       "ATOMIC_EMULATED",  "LOOPBACK_DOMAIN", "DEPRECATED",
-        "STRICT_CAPABLE", "NEEDS_RX_CQ_DATA", "NEEDS_MR_LOCAL",  "INTRA_NODE_ONLY",
-        "PREFER_OFFSETS", "NAME_PER_PROCESS", "NO_DC_ATOMIC",    "NO_CLOSE_MIDWRITE"};
-    const char *note = "(no quirk row for this provider)";
-
-    if (buf == NULL || len == 0)
-        return;
-    for (unsigned b = 0; b < OFCCL__ARRAY_LEN(fnames); b++)
-        if (c->quirks & (1u << b))
-            snprintf(flags + strlen(flags), sizeof(flags) - strlen(flags), "%s%s",
-                     flags[0] ? "|" : "", fnames[b]);
-    if (c->quirk_row >= 0 && (size_t)c->quirk_row < ofccl__quirk_count)
-        note = ofccl__quirks[c->quirk_row].note;
-    snprintf(buf, len,
-             "provider           %s\n"
-             "fabric             %s\n"
-             "domain             %s\n"
-             "strict mode        %s\n"
-             "quirks             row %d [%s]\n"
-             "quirk note         %s\n"
-             "virt_addr          %s\n"
-             "prov_key           %s\n"
-             "mr_local           %s\n"
-             "mr_endpoint        %s\n"
-             "mr_allocated       %s\n"
-             "mr_raw             %s\n"
-             "key_size           %zu\n"
-             "cq_data_size       %zu\n"
-             "rx_cq_data         %s\n"
-             "atomic_u64_sum     %s\n"
-             "atomic_native      %s\n"
-             "delivery_complete  %s\n"
-             "order_waw          %s (max_order_waw_size %zu)\n"
-             "order_raw          %s (max_order_raw_size %zu)\n"
-             "order_war          %s (max_order_war_size %zu)\n"
-             "inject_size        %zu\n"
-             "max_msg_size       %zu\n"
-             "peer_map           %s\n",
-             c->name, c->fabric, c->domain, yn(c->strict), c->quirk_row, flags, note,
-             yn(c->virt_addr), yn(c->prov_key), yn(c->mr_local), yn(c->mr_endpoint),
-             yn(c->mr_allocated), yn(c->mr_raw), c->key_size, c->cq_data_size, yn(c->rx_cq_data),
-             yn(c->atomic_u64_sum), yn(c->atomic_native), yn(c->delivery_complete),
-             yn(c->order_waw), c->max_order_waw_size, yn(c->order_raw), c->max_order_raw_size,
-             yn(c->order_war), c->max_order_war_size, c->inject_size, c->max_msg_size,
-             yn(c->peer_map));
 }

@@ -28,7 +28,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "prov_impl.h"
+#include "fabric.h"
 #include "util.h"
 
 #define SHM_DIR "/dev/shm"
@@ -57,13 +57,15 @@ void ofccl__shm_name(char *buf, size_t len)
 
 void ofccl__shm_unlink_own(ofccl__ep_t *ep)
 {
-    if (ep->shm_name[0] == '\0')
+    struct ofccl__fab_ep *f = ofccl__fab_ep_of(ep);
+
+    if (f->shm_name[0] == '\0')
         return;
-    if (shm_unlink(ep->shm_name) != 0 && errno != ENOENT)
+    if (shm_unlink(f->shm_name) != 0 && errno != ENOENT)
         OFCCL__INFO(ep->prov->log, OFCCL__SUB_PROV,
                     "rank %d: cannot unlink %s/%s: %s (removed when the endpoint closes)",
-                    ep->params.rank, SHM_DIR, ep->shm_name, strerror(errno));
-    ep->shm_name[0] = '\0';
+                    ep->params.rank, SHM_DIR, f->shm_name, strerror(errno));
+    f->shm_name[0] = '\0';
 }
 
 void ofccl__shm_sweep(const ofccl__log_t *log)

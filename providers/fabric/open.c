@@ -1,0 +1,219 @@
+/*
+ * Opening a libfabric provider: the fabric and domain of the chosen fi_info,
+ * the capabilities probed from it (and from the open domain, for atomics),
+ * the quirk row applied on top, and the backend's operations table.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fabric.h"
+#include "util.h"
+
+static void fill_caps(ofccl__prov_caps_t *c, const struct fi_info *i)
+{
+    uint64_t mr = i->domain_attr->mr_mode, order = i->tx_attr->msg_order;
+
+    memset(c, 0, sizeof(*c));
+    ofccl__strlcpy(c->name, i->fabric_attr->prov_name, sizeof(c->name));
+    ofccl__strlcpy(c->fabric, i->fabric_attr->name ? i->fabric_attr->name : "", sizeof(c->fabric));
+    ofccl__strlcpy(c->domain, i->domain_attr->name ? i->domain_attr->name : "", sizeof(c->domain));
+    c->virt_addr = (mr & FI_MR_VIRT_ADDR) != 0;
+    c->prov_key = (mr & FI_MR_PROV_KEY) != 0;
+    c->mr_local = (mr & FI_MR_LOCAL) != 0;
+    c->mr_endpoint = (mr & FI_MR_ENDPOINT) != 0;
+    c->mr_allocated = (mr & FI_MR_ALLOCATED) != 0;
+    c->mr_raw = (mr & FI_MR_RAW) != 0;
+    c->key_size = i->domain_attr->mr_key_size;
+    c->cq_data_size = OFCCL__MIN(i->domain_attr->cq_data_size, (size_t)8);
+    c->rx_cq_data = (i->mode & FI_RX_CQ_DATA) != 0;
+    /* Our writes are RMA: the RMA-specific order bits (1.17) count as much as
+     * the generic ones that cover every transfer type. */
+    c->order_waw = (order & (FI_ORDER_WAW | FI_ORDER_RMA_WAW)) != 0;
+    c->order_raw = (order & (FI_ORDER_RAW | FI_ORDER_RMA_RAW)) != 0;
+    c->order_war = (order & (FI_ORDER_WAR | FI_ORDER_RMA_WAR)) != 0;
+    c->max_order_waw_size = i->ep_attr->max_order_waw_size;
+    c->max_order_raw_size = i->ep_attr->max_order_raw_size;
+    c->max_order_war_size = i->ep_attr->max_order_war_size;
+    c->inject_size = i->tx_attr->inject_size;
+    c->max_msg_size = i->ep_attr->max_msg_size;
+}
+
+/* What the chosen entry says that ofccl cannot work with. */
+static int check_info(const ofccl__prov_params_t *p, const struct fi_info *i, ofccl__err_t *e)
+{
+    const char *prov = i->fabric_attr->prov_name;
+
+    if (i->domain_attr->mr_mode & FI_MR_RAW)
+        return ofccl__fail(p->log, OFCCL__SUB_PROV, e, OFCCL_ERR_NOT_SUPPORTED,
+                           "provider '%s' needs raw memory keys (FI_MR_RAW), which ofccl does "
+                           "not support",
+                           prov);
+    if (i->domain_attr->mr_key_size > 8)
+        return ofccl__fail(p->log, OFCCL__SUB_PROV, e, OFCCL_ERR_NOT_SUPPORTED,
+                           "provider '%s' uses %zu-byte memory keys; ofccl supports at most 8",
+                           prov, i->domain_attr->mr_key_size);
+    if (i->domain_attr->cq_data_size < 4)
+        return ofccl__fail(p->log, OFCCL__SUB_PROV, e, OFCCL_ERR_NOT_SUPPORTED,
+                           "provider '%s' does not offer remote CQ data of at least 4 bytes "
+                           "(cq_data_size %zu), which ofccl's signals need",
+                           prov, i->domain_attr->cq_data_size);
+    return 0;
+}
+
+/* Atomic support that needs the open domain. */
+static int probe_atomics(ofccl__prov_t *prov, ofccl__err_t *e)
+{
+    struct ofccl__fab_prov *fp = ofccl__fab_prov_of(prov);
+    struct fi_atomic_attr attr;
+    ofccl__prov_caps_t *c = &prov->caps;
+
+    c->atomic_u64_sum = fi_query_atomic(fp->domain, FI_UINT64, FI_SUM, &attr, 0) == 0;
+    fp->fetch_atomic_ok =
+        fi_query_atomic(fp->domain, FI_UINT64, FI_SUM, &attr, FI_FETCH_ATOMIC) == 0;
+    if (!c->atomic_u64_sum) {
+        OFCCL__INFO(prov->log, OFCCL__SUB_PROV,
+                    "%s: no 64-bit unsigned FI_SUM atomics; signals must use CQ data", c->name);
+        return 0;
+    }
+    bool dc_atomic = c->delivery_complete && !(c->quirks & OFCCL__Q_NO_DC_ATOMIC);
+    if (!dc_atomic && !fp->fetch_atomic_ok)
+        return ofccl__fail(prov->log, OFCCL__SUB_PROV, e, OFCCL_ERR_NOT_SUPPORTED,
+                           "provider '%s' has neither usable FI_DELIVERY_COMPLETE atomics nor a "
+                           "fetching 64-bit sum, so ofccl has no atomic that completes at the "
+                           "target",
+                           c->name);
+    if (dc_atomic)
+        OFCCL__DEBUG(prov->log, OFCCL__SUB_PROV,
+                     "%s: atomic adds use fi_atomicmsg with FI_DELIVERY_COMPLETE", c->name);
+    else if (c->delivery_complete)
+        OFCCL__INFO(prov->log, OFCCL__SUB_PROV,
+                    "%s: the quirk table rules out delivery-complete atomics; atomic adds use "
+                    "fi_fetch_atomic so their completion means applied at the target",
+                    c->name);
+    else
+        OFCCL__INFO(prov->log, OFCCL__SUB_PROV,
+                    "%s: FI_DELIVERY_COMPLETE not accepted; atomic adds use fi_fetch_atomic so "
+                    "their completion means applied at the target",
+                    c->name);
+    return 0;
+}
+
+static int fab_open(ofccl__prov_t *prov, const char *prov_name, const ofccl__prov_params_t *params,
+                    ofccl__err_t *e)
+{
+    const ofccl__log_t *log = prov->log;
+    const char *domain = params->domain != NULL ? params->domain : "";
+    struct fi_info *list = NULL, *pick = NULL;
+    struct ofccl__fab_prov *fp;
+    int ret;
+
+    ofccl__fab_env_defaults();
+    ret = ofccl__fab_choose(params, prov_name, domain, &list, &pick, e);
+    if (ret != 0)
+        return ret;
+    ret = check_info(params, pick, e);
+    if (ret != 0)
+        goto err_list;
+    fp = calloc(1, sizeof(*fp));
+    if (fp == NULL) {
+        ret = ofccl__fail(log, OFCCL__SUB_PROV, e, OFCCL_ERR_NO_MEMORY, "out of memory");
+        goto err_list;
+    }
+    prov->be_state = fp;
+    fp->info = fi_dupinfo(pick);
+    if (fp->info == NULL) {
+        ret = ofccl__fail(log, OFCCL__SUB_PROV, e, OFCCL_ERR_NO_MEMORY, "fi_dupinfo failed");
+        goto err_fp;
+    }
+    fill_caps(&prov->caps, pick);
+    fp->real_prov_key = prov->caps.prov_key;
+    prov->caps.delivery_complete = ofccl__fab_probe_delivery_complete(pick);
+    fi_freeinfo(list);
+    list = NULL;
+
+    ret = fi_fabric(fp->info->fabric_attr, &fp->fabric, NULL);
+    if (ret != 0) {
+        ret =
+            ofccl__fail(log, OFCCL__SUB_PROV, e, OFCCL_ERR_PROVIDER, "fi_fabric(%s, %s) failed: %s",
+                        prov->caps.name, prov->caps.fabric, fi_strerror(-ret));
+        goto err_info;
+    }
+    ret = fi_domain(fp->fabric, fp->info, &fp->domain, NULL);
+    if (ret != 0) {
+        ret =
+            ofccl__fail(log, OFCCL__SUB_PROV, e, OFCCL_ERR_PROVIDER, "fi_domain(%s, %s) failed: %s",
+                        prov->caps.name, prov->caps.domain, fi_strerror(-ret));
+        goto err_fabric;
+    }
+    /* The row first: it can rule out delivery-complete atomics. */
+    ofccl__quirk_apply(&prov->caps, ofccl__quirk_find(prov->caps.name), params->strict);
+    ret = probe_atomics(prov, e);
+    if (ret != 0)
+        goto err_domain;
+    if (prov->caps.quirks & OFCCL__Q_NAME_PER_PROCESS)
+        ofccl__shm_sweep(log); /* endpoint files of killed ofccl processes */
+    return 0;
+
+err_domain:
+    fi_close(&fp->domain->fid);
+err_fabric:
+    fi_close(&fp->fabric->fid);
+err_info:
+    fi_freeinfo(fp->info);
+err_fp:
+    free(fp);
+    prov->be_state = NULL;
+err_list:
+    fi_freeinfo(list);
+    return ret;
+}
+
+static int fab_close(ofccl__prov_t *prov)
+{
+    struct ofccl__fab_prov *fp = ofccl__fab_prov_of(prov);
+    int ret, rc = 0;
+
+    ret = fi_close(&fp->domain->fid);
+    if (ret != 0)
+        rc = ofccl__fail(prov->log, OFCCL__SUB_PROV, NULL, OFCCL_ERR_PROVIDER,
+                         "closing domain %s: %s", prov->caps.domain, fi_strerror(-ret));
+    ret = fi_close(&fp->fabric->fid);
+    if (ret != 0 && rc == 0)
+        rc = ofccl__fail(prov->log, OFCCL__SUB_PROV, NULL, OFCCL_ERR_PROVIDER,
+                         "closing fabric %s: %s", prov->caps.fabric, fi_strerror(-ret));
+    fi_freeinfo(fp->info);
+    free(fp);
+    prov->be_state = NULL;
+    return rc;
+}
+
+const ofccl__backend_t ofccl__fabric_backend = {
+    .size = sizeof(ofccl__backend_t),
+    .name = "libfabric",
+    .serves = NULL, /* every provider name the local transport does not serve */
+    .mem_what = "",
+    .open = fab_open,
+    .close = fab_close,
+    .list = ofccl__fab_list,
+    .available = ofccl__fab_available,
+    .ep_setup = ofccl__fab_ep_setup,
+    .ep_stop = ofccl__fab_ep_stop,
+    .ep_close = ofccl__fab_ep_close,
+    .ep_name = ofccl__fab_ep_name,
+    .insert_peers = ofccl__fab_insert_peers,
+    .peers_ready = ofccl__fab_peers_ready,
+    .mr_reg = ofccl__fab_mr_reg,
+    .mr_dereg = ofccl__fab_mr_dereg,
+    .mem_alloc = ofccl__fab_mem_alloc,
+    .mem_free = ofccl__fab_mem_free,
+    .post = ofccl__fab_post,
+    .cq_read = ofccl__fab_cq_read,
+    .cq_readerr = ofccl__fab_cq_readerr,
+    .idle = ofccl__tp_stub_idle,
+    .strerror = ofccl__fab_strerror,
+    .op_name = ofccl__fab_op_name,
+    .peer_gone = ofccl__tp_stub_peer_gone,
+    .peer_map = ofccl__tp_stub_peer_map,
+    .wait_fd = ofccl__tp_stub_wait_fd,
+};

@@ -1,0 +1,329 @@
+/*
+ * Local transport: an endpoint's shared segment (registration table and
+ * CQ-data rings), its name, attaching to the peers' segments, and watching
+ * the peers' processes.
+ *
+ * A name carries pid, segment fd, a random nonce and the kernel's boot id:
+ * a peer on another host is refused by name, and a mapped segment whose
+ * nonce differs from the name's is refused as CORRUPT (a different process,
+ * or another PID namespace).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "local.h"
+#include "util.h"
+
+#define LX_WATCH_NS 1000000ull /* how often peers' processes are checked */
+
+/* The endpoint name peers receive through the bootstrap. */
+struct lx_name {
+    uint64_t magic;
+    uint64_t nonce;
+    int32_t pid;
+    int32_t fd;
+    char boot_id[40]; /* this host's boot id: peers elsewhere are refused by name */
+};
+
+static size_t seg_size(int ranks)
+{
+    return ofccl__lx_page_round(ofccl__lx_rings_off() + (size_t)ranks * sizeof(struct lx_ring));
+}
+
+int ofccl__lx_ep_setup(ofccl__ep_t *ep, ofccl__err_t *e)
+{
+    const ofccl__log_t *log = ep->prov->log;
+    int rank = ep->params.rank;
+    struct ofccl__lx *lx = calloc(1, sizeof(*lx));
+
+    if (lx == NULL)
+        return ofccl__limit_fail(log, e, ENOMEM, NULL, sizeof(*lx), OFCCL_ERR_NO_MEMORY,
+                                 "rank %d: allocating the local endpoint", rank);
+    ep->be_state = lx;
+    lx->fd = -1;
+    lx->gone = -1;
+    lx->dying = -1;
+    lx->cq = calloc(ep->params.ops_inflight, sizeof(*lx->cq));
+    if (lx->cq == NULL)
+        return ofccl__limit_fail(log, e, ENOMEM, NULL, ep->params.ops_inflight * sizeof(*lx->cq),
+                                 OFCCL_ERR_NO_MEMORY, "rank %d: allocating the local CQ", rank);
+    lx->seg_len = seg_size(ep->params.size);
+    lx->fd = memfd_create("ofccl-endpoint", MFD_CLOEXEC);
+    if (lx->fd < 0 || ftruncate(lx->fd, (off_t)lx->seg_len) != 0)
+        return ofccl__limit_fail(log, e, errno, NULL, lx->seg_len, OFCCL_ERR_NO_MEMORY,
+                                 "rank %d: local provider: creating a %zu-byte shared segment",
+                                 rank, lx->seg_len);
+    lx->seg = mmap(NULL, lx->seg_len, PROT_READ | PROT_WRITE, MAP_SHARED, lx->fd, 0);
+    if (lx->seg == MAP_FAILED) {
+        lx->seg = NULL;
+        return ofccl__limit_fail(log, e, errno, NULL, lx->seg_len, OFCCL_ERR_NO_MEMORY,
+                                 "rank %d: local provider: mapping its shared segment", rank);
+    }
+    if (ofccl__random_bytes(&lx->nonce, sizeof(lx->nonce)) != 0)
+        return ofccl__fail(log, OFCCL__SUB_PROV, e, OFCCL_ERR_INTERNAL,
+                           "getrandom failed while naming the endpoint");
+    lx->seg->nonce = lx->nonce;
+    lx->seg->pid = (int32_t)getpid();
+    lx->seg->ranks = ep->params.size;
+    lx->seg->magic = LX_MAGIC;
+    return 0;
+}
+
+static void unmap_peer(struct ofccl__lx *lx, int r)
+{
+    struct lx_peer *p = &lx->peers[r];
+
+    if (p->maps != NULL)
+        for (unsigned s = 0; s < LX_REGIONS; s++)
+            if (p->maps[s].base != NULL)
+                munmap(p->maps[s].base, p->maps[s].len);
+    free(p->maps);
+    if (p->pidfd >= 0)
+        close(p->pidfd);
+    if (p->seg != NULL && p->seg != lx->seg)
+        munmap(p->seg, p->seg_len);
+}
+
+/* Every op completes at its post: nothing is in flight to cancel. Mappings
+ * stay until close, which frees them after the caller's memory is gone. */
+int ofccl__lx_ep_stop(ofccl__ep_t *ep, bool failed)
+{
+    (void)ep;
+    (void)failed;
+    return 0;
+}
+
+int ofccl__lx_ep_close(ofccl__ep_t *ep)
+{
+    struct ofccl__lx *lx = ofccl__lx_of(ep);
+
+    if (lx == NULL)
+        return 0;
+    if (lx->peers != NULL)
+        for (int r = 0; r < ep->params.size; r++)
+            unmap_peer(lx, r);
+    free(lx->peers);
+    if (lx->seg != NULL)
+        munmap(lx->seg, lx->seg_len);
+    if (lx->fd >= 0)
+        close(lx->fd);
+    free(lx->cq);
+    free(lx);
+    ep->be_state = NULL;
+    return 0;
+}
+
+/* The kernel's boot id: equal for exactly the processes of one host boot. */
+static void boot_id(char *buf, size_t len)
+{
+    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+
+    memset(buf, 0, len);
+    if (f == NULL)
+        return;
+    if (fgets(buf, (int)len, f) == NULL)
+        buf[0] = '\0';
+    buf[strcspn(buf, "\n")] = '\0';
+    fclose(f);
+}
+
+int ofccl__lx_ep_name(ofccl__ep_t *ep, void *buf, size_t *len, ofccl__err_t *e)
+{
+    struct ofccl__lx *lx = ofccl__lx_of(ep);
+    struct lx_name name;
+
+    if (*len < sizeof(name))
+        return ofccl__fail(ep->prov->log, OFCCL__SUB_PROV, e, OFCCL_ERR_INVALID_ARG,
+                           "rank %d: endpoint name needs %zu bytes, buffer has %zu",
+                           ep->params.rank, sizeof(name), *len);
+    memset(&name, 0, sizeof(name));
+    name.magic = LX_MAGIC;
+    name.nonce = lx->nonce;
+    name.pid = (int32_t)getpid();
+    name.fd = lx->fd;
+    boot_id(name.boot_id, sizeof(name.boot_id));
+    memcpy(buf, &name, sizeof(name));
+    *len = sizeof(name);
+    return 0;
+}
+
+void *ofccl__lx_map_remote_fd(int pid, int fd, size_t *len)
+{
+    char path[64];
+    struct stat st;
+    void *p;
+    int lfd, saved;
+
+    snprintf(path, sizeof(path), "/proc/%d/fd/%d", pid, fd);
+    lfd = open(path, O_RDWR | O_CLOEXEC);
+    if (lfd < 0)
+        return NULL;
+    if (fstat(lfd, &st) != 0 || st.st_size <= 0) {
+        saved = errno ? errno : EINVAL;
+        close(lfd);
+        errno = saved;
+        return NULL;
+    }
+    p = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, lfd, 0);
+    saved = errno;
+    close(lfd);
+    if (p == MAP_FAILED) {
+        errno = saved;
+        return NULL;
+    }
+    *len = (size_t)st.st_size;
+    return p;
+}
+
+static int attach_peer(ofccl__ep_t *ep, int r, const struct lx_name *nm, ofccl__err_t *e)
+{
+    const ofccl__log_t *log = ep->prov->log;
+    char why[256];
+    struct ofccl__lx *lx = ofccl__lx_of(ep);
+    struct lx_peer *p = &lx->peers[r];
+    int rank = ep->params.rank;
+    char mine[40];
+
+    boot_id(mine, sizeof(mine));
+    if (nm->magic != LX_MAGIC)
+        return ofccl__fail(log, OFCCL__SUB_PROV, e, OFCCL_ERR_CORRUPT,
+                           "rank %d: the endpoint name of peer %d is not a local-provider name "
+                           "(magic 0x%016" PRIx64 ")",
+                           rank, r, nm->magic);
+    if (memchr(nm->boot_id, '\0', sizeof(nm->boot_id)) == NULL || strcmp(nm->boot_id, mine) != 0)
+        return ofccl__fail(log, OFCCL__SUB_PROV, e, OFCCL_ERR_NOT_SUPPORTED,
+                           "rank %d: peer %d runs on another host (boot id differs); the local "
+                           "provider reaches only processes on this host: use "
+                           "OFCCL_PROVIDER=tcp or verbs",
+                           rank, r);
+    p->pid = nm->pid;
+    p->pidfd = -1;
+    p->maps = calloc(LX_REGIONS, sizeof(*p->maps));
+    if (p->maps == NULL)
+        return ofccl__fail(log, OFCCL__SUB_PROV, e, OFCCL_ERR_NO_MEMORY, "out of memory");
+    if (r == rank) {
+        p->seg = lx->seg;
+        p->seg_len = lx->seg_len;
+        return nm->nonce == lx->nonce
+                   ? 0
+                   : ofccl__fail(log, OFCCL__SUB_PROV, e, OFCCL_ERR_CORRUPT,
+                                 "rank %d: its own endpoint name came back altered", rank);
+    }
+    p->seg = ofccl__lx_map_remote_fd(nm->pid, nm->fd, &p->seg_len);
+    if (p->seg == NULL && ofccl__limit_explain(errno, 0, why, sizeof(why)) != 0)
+        return ofccl__limit_fail(log, e, errno, NULL, seg_size(ep->params.size),
+                                 OFCCL_ERR_NO_MEMORY,
+                                 "rank %d: mapping the shared segment of peer %d (/proc/%d/fd/%d)",
+                                 rank, r, nm->pid, nm->fd);
+    if (p->seg == NULL)
+        return ofccl__fail(log, OFCCL__SUB_PROV, e, OFCCL_ERR_NOT_SUPPORTED,
+                           "rank %d: cannot map the shared segment of peer %d "
+                           "(/proc/%d/fd/%d): %s; the local provider needs every rank in one "
+                           "PID namespace under one user: use OFCCL_PROVIDER=shm or tcp",
+                           rank, r, nm->pid, nm->fd, strerror(errno));
+    if (p->seg_len < seg_size(ep->params.size) || p->seg->magic != LX_MAGIC ||
+        p->seg->nonce != nm->nonce || p->seg->ranks != ep->params.size)
+        return ofccl__fail(log, OFCCL__SUB_PROV, e, OFCCL_ERR_CORRUPT,
+                           "rank %d: /proc/%d/fd/%d is not peer %d's endpoint (size %zu, ranks "
+                           "%d, nonce %s)",
+                           rank, nm->pid, nm->fd, r, p->seg_len, (int)p->seg->ranks,
+                           p->seg->nonce == nm->nonce ? "equal" : "differs");
+    /* The segment proved the pid is the peer's: watch that process. */
+    p->pidfd = (int)syscall(SYS_pidfd_open, nm->pid, 0);
+    if (p->pidfd < 0)
+        OFCCL__INFO(log, OFCCL__SUB_PROV,
+                    "rank %d: pidfd_open(%d) for peer %d failed (%s): its exit will be noticed "
+                    "at the deadline only",
+                    rank, nm->pid, r, strerror(errno));
+    return 0;
+}
+
+int ofccl__lx_insert_peers(ofccl__ep_t *ep, const void *names, size_t stride, const size_t *lens,
+                           int n, ofccl__err_t *e)
+{
+    struct ofccl__lx *lx = ofccl__lx_of(ep);
+    int rc;
+
+    /* A failed earlier attempt left some peers attached: start over. */
+    if (lx->peers != NULL) {
+        for (int r = 0; r < ep->params.size; r++)
+            unmap_peer(lx, r);
+        free(lx->peers);
+    }
+    lx->peers = calloc((size_t)n, sizeof(*lx->peers));
+    if (lx->peers == NULL)
+        return ofccl__fail(ep->prov->log, OFCCL__SUB_PROV, e, OFCCL_ERR_NO_MEMORY, "out of memory");
+    for (int r = 0; r < n; r++)
+        lx->peers[r].pidfd = -1; /* not 0: closing a refused peer must not close stdin */
+    for (int r = 0; r < n; r++) {
+        struct lx_name nm;
+
+        /* Names come from peers through the bootstrap: never trust their length. */
+        if (lens[r] != sizeof(nm) || stride < sizeof(nm))
+            return ofccl__fail(ep->prov->log, OFCCL__SUB_PROV, e, OFCCL_ERR_CORRUPT,
+                               "rank %d: name of peer %d has length %zu (a local-provider name "
+                               "has %zu)",
+                               ep->params.rank, r, lens[r], sizeof(nm));
+        memcpy(&nm, (const char *)names + (size_t)r * stride, sizeof(nm));
+        rc = attach_peer(ep, r, &nm, e);
+        if (rc != 0)
+            return rc;
+    }
+    return 0;
+}
+
+/* Lowest rank seen exited, reported one check late (see below). */
+static int watch(ofccl__ep_t *ep, struct ofccl__lx *lx)
+{
+    struct pollfd fds[64];
+    int ranks[64], n = 0;
+    uint64_t now;
+
+    if (lx->gone >= 0 || lx->peers == NULL)
+        return lx->gone;
+    now = ofccl__coarse_ns();
+    if (now < lx->next_watch_ns)
+        return -1;
+    lx->next_watch_ns = now + LX_WATCH_NS;
+    /* Reported one check late: whatever the peer wrote before it exited has
+     * been drained by the progress passes in between, so a collective it
+     * finished feeding still completes. */
+    if (lx->dying >= 0) {
+        lx->gone = lx->dying;
+        return lx->gone;
+    }
+    /* One poll(2) per 64 peers; a pidfd turns readable when its process exits. */
+    for (int r = 0; r < ep->params.size && lx->dying < 0; r++) {
+        if (lx->peers[r].pidfd >= 0) {
+            fds[n] = (struct pollfd){.fd = lx->peers[r].pidfd, .events = POLLIN};
+            ranks[n++] = r;
+        }
+        if (n == 64 || (r == ep->params.size - 1 && n > 0)) {
+            if (poll(fds, (nfds_t)n, 0) > 0)
+                for (int i = 0; i < n && lx->dying < 0; i++)
+                    if (fds[i].revents & (POLLIN | POLLHUP | POLLERR))
+                        lx->dying = ranks[i];
+            n = 0;
+        }
+    }
+    return -1;
+}
+
+int ofccl__lx_peer_gone(ofccl__ep_t *ep, int *pid)
+{
+    struct ofccl__lx *lx = ofccl__lx_of(ep);
+    int peer = watch(ep, lx);
+
+    if (pid != NULL)
+        *pid = peer >= 0 && lx->peers != NULL ? lx->peers[peer].pid : -1;
+    return peer;
+}
