@@ -1,10 +1,12 @@
 /*
  * mpi_perf: the MPI baseline for ofccl_perf — same sweep, same columns, same
- * checks — through MPI_Allgather and MPI_Reduce_scatter_block.
+ * checks — through MPI_Allgather and MPI_Reduce_scatter_block, and for
+ * broadcast and weight push MPI_Bcast and gather-then-broadcast
+ * (mpi_perf_bp.c).
  *
- *   mpirun -np 2 --mca pml ob1 --mca btl self,vader mpi_perf -o ag|rs|all
+ *   mpirun -np 2 --mca pml ob1 --mca btl self,vader mpi_perf -o ag|rs|all|bc|push|bp
  *          -b 8 -e 64M -f 2 -n 20 -w 5 -d f32|f64|bf16|f16 -r sum|avg -c 0|1
- *          [-T label] [-C out.csv] [-J out.json]
+ *          [-R root] [-S senders] [-K bucket] [-T label] [-C out.csv] [-J out.json]
  *
  * MPI has no bf16 or f16: all-gather moves them as MPI_UINT16_T; reduce-scatter
  * uses a user-defined commutative op that sums in f32 and rounds to nearest
@@ -19,6 +21,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "mpi_perf_bp.h"
 #include "perfutil.h"
 
 static void sum_bf16(void *in, void *inout, int *len, MPI_Datatype *type)
@@ -123,7 +126,7 @@ static int run_size(bench_t *b, perf_out_t *out, int coll, size_t bytes, long *t
 
 int main(int argc, char **argv)
 {
-    static const char *const coll_names[] = {"ag", "rs", "all"};
+    static const char *const coll_names[] = {"ag", "rs", "all", "bc", "push", "bp"};
     bench_t bb = {.iters = 20, .warmup = 5}, *b = &bb;
     size_t minb = 8, maxb = 64u << 20, sizes[PERF_MAX_SIZES], bufbytes;
     double factor = 2;
@@ -131,14 +134,16 @@ int main(int argc, char **argv)
     const char *csv = NULL, *json = NULL, *label = getenv("OMPI_MCA_btl");
     long total_wrong = 0;
     perf_out_t out = {0};
+    mpi_bp_t bp = {.bucket_bytes = 4u << 20, .senders = MPI_COMM_NULL, .bcast = MPI_COMM_NULL};
+    perf_progress_t prog;
 
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &b->rank);
     MPI_Comm_size(MPI_COMM_WORLD, &b->size);
-    while ((c = getopt(argc, argv, "o:b:e:f:n:w:d:r:c:T:C:J:h")) != -1) {
+    while ((c = getopt(argc, argv, "o:b:e:f:n:w:d:r:c:R:S:K:T:C:J:h")) != -1) {
         switch (c) {
         case 'o':
-            bad |= (colls = perf_lookup(optarg, coll_names, 3)) < 0;
+            bad |= (colls = perf_lookup(optarg, coll_names, 6)) < 0;
             break;
         case 'b':
             bad |= !(minb = perf_parse_size(optarg));
@@ -164,6 +169,15 @@ int main(int argc, char **argv)
         case 'c':
             b->check = atoi(optarg) != 0;
             break;
+        case 'R':
+            bp.root = atoi(optarg);
+            break;
+        case 'S':
+            bad |= (bp.nsenders = atoi(optarg)) < 1;
+            break;
+        case 'K':
+            bad |= !(bp.bucket_bytes = perf_parse_size(optarg));
+            break;
         case 'T':
             label = optarg;
             break;
@@ -182,7 +196,9 @@ int main(int argc, char **argv)
         if (b->rank == 0)
             fprintf(stderr, "usage: mpi_perf [-o ag|rs|all] [-b min] [-e max] [-f factor] "
                             "[-n iters] [-w warmup] [-d f32|f64|bf16|f16] [-r sum|avg] "
-                            "[-c 0|1] [-T label] [-C file.csv] [-J file.json]\n");
+                            "[-c 0|1] [-R root] [-S senders] [-K bucket] [-T label] "
+                            "[-C file.csv] [-J file.json]\n"
+                            "-o: ag, rs, all (ag and rs), bc, push, bp (bc and push)\n");
         MPI_Finalize();
         return 2;
     }
@@ -232,12 +248,42 @@ int main(int argc, char **argv)
                         .check = b->check};
     if (b->rank == 0 && perf_out_open(&out, &meta, csv, json) != 0)
         MPI_Abort(MPI_COMM_WORLD, 1);
-    for (int coll = 0; coll < 2 && rc == 0; coll++) {
-        if (colls != 2 && colls != coll)
-            continue;
-        for (int i = 0; i < nsizes && rc == 0; i++)
-            rc = run_size(b, &out, coll, sizes[i], &total_wrong);
+    bp.rank = b->rank;
+    bp.size = b->size;
+    bp.dt = b->dt;
+    bp.iters = b->iters;
+    bp.warmup = b->warmup;
+    bp.check = b->check;
+    bp.nsenders = bp.nsenders ? bp.nsenders : b->size / 2;
+    bp.maxb = maxb;
+    if (colls >= 3 && (bp.root < 0 || bp.root >= b->size || bp.nsenders < 1 ||
+                       bp.nsenders >= b->size || mpi_bp_setup(&bp) != 0)) {
+        if (b->rank == 0)
+            fprintf(stderr,
+                    "mpi_perf: -R %d / -S %d: the root must be a rank and the senders "
+                    "at least 1 and fewer than the %d ranks (or out of memory)\n",
+                    bp.root, bp.nsenders, b->size);
+        MPI_Abort(MPI_COMM_WORLD, 2);
     }
+    perf_progress_start(&prog, "mpi_perf", b->rank == 0);
+    for (int coll = 0; coll < 5; coll++)
+        if (perf_coll_selected(colls, coll))
+            perf_progress_add(&prog, sizes, nsizes);
+    for (int coll = 0; coll < 5 && rc == 0; coll++) {
+        if (!perf_coll_selected(colls, coll))
+            continue;
+        for (int i = 0; i < nsizes && rc == 0; i++) {
+            if (coll < 2)
+                rc = run_size(b, &out, coll, sizes[i], &total_wrong);
+            else if (coll == 3)
+                rc = mpi_bp_bcast_size(&bp, &out, sizes[i], &total_wrong);
+            else if (coll == 4)
+                rc = mpi_bp_push_size(&bp, &out, sizes[i], &total_wrong);
+            perf_progress_step(&prog, coll_names[coll], sizes[i]);
+        }
+    }
+    perf_progress_end(&prog);
+    mpi_bp_teardown(&bp);
     if (b->rank == 0) {
         char extra[64];
         snprintf(extra, sizeof(extra), "\"wrong\": %ld, \"ok\": %s", total_wrong,

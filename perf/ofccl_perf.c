@@ -1,10 +1,14 @@
 /*
- * ofccl_perf: all-gather / reduce-scatter bandwidth in the style of
- * nccl-tests, through the public API only.
+ * ofccl_perf: all-gather / reduce-scatter / broadcast / weight push bandwidth
+ * in the style of nccl-tests, through the public API only.
  *
- *   mpirun -np 2 ofccl_perf -o ag|rs|all -b 8 -e 64M -f 2 -n 20 -w 5 -d f32 -r sum
- *          -a auto|direct|ring -c 0|1 -i 0|1 -z pool|reg|plain [-B] [-C out.csv]
- *          [-J out.json] [-s NAME=value ...]
+ *   mpirun -np 2 ofccl_perf -o ag|rs|all|bc|push|bp -b 8 -e 64M -f 2 -n 20 -w 5 -d f32
+ *          -r sum -a auto|direct|ring -c 0|1 -i 0|1 -z pool|reg|plain [-B] [-R root]
+ *          [-S senders] [-K bucket] [-C out.csv] [-J out.json] [-s NAME=value ...]
+ *
+ * -o all runs all-gather and reduce-scatter, bp broadcast and push (their
+ * options and layout: ofccl_perf_bp.c). Progress goes to stderr when it is a
+ * terminal.
  *
  * Timing: a barrier, then -n back-to-back iterations (post, wait, free); the
  * time is their average, taken on the slowest rank. With -c 1 another -n
@@ -26,6 +30,7 @@
 #include <unistd.h>
 
 #include "ofccl.h"
+#include "ofccl_perf_bp.h"
 #include "perfutil.h"
 
 #define NT 5 /* tensors per bucket with -B */
@@ -361,8 +366,13 @@ static void usage(void)
         stderr,
         "usage: ofccl_perf [-o ag|rs|all] [-b min] [-e max] [-f factor] [-n iters] [-w warmup]\n"
         "       [-d f32|bf16|f16|f64] [-r sum|avg] [-a auto|direct|ring] [-c 0|1] [-i 0|1]\n"
-        "       [-z pool|reg|plain] [-B] [-C file.csv] [-J file.json] [-s NAME=value]...\n"
-        "sizes: bytes of the gathered buffer / reduce input, suffixes K M G\n"
+        "       [-z pool|reg|plain] [-B] [-R root] [-S senders] [-K bucket]\n"
+        "       [-C file.csv] [-J file.json] [-s NAME=value]...\n"
+        "-o: ag, rs, all (ag and rs), bc (broadcast), push (weight push), bp (bc and push)\n"
+        "sizes: bytes of the gathered buffer / reduce input / broadcast buffer / pushed\n"
+        "       weights (what each receiver gets), suffixes K M G\n"
+        "-R: broadcast root (0); -S: push senders, ranks 0..S-1 (half the ranks);\n"
+        "-K: push bucket bytes (4M)\n"
         "-i 1: in place (all-gather: sendbuf = recvbuf + rank * block; reduce-scatter:\n"
         "      recvbuf = sendbuf + rank * block); not with -B\n");
 }
@@ -380,21 +390,23 @@ static int get_choice(const char *arg, const char *const *names, int n, int *out
 
 int main(int argc, char **argv)
 {
-    static const char *const coll_names[] = {"ag", "rs", "all"};
+    static const char *const coll_names[] = {"ag", "rs", "all", "bc", "push", "bp"};
     bench_t bb = {.iters = 20, .warmup = 5, .mem = MEM_POOL}, *b = &bb;
     size_t minb = 8, maxb = 64u << 20, sizes[PERF_MAX_SIZES];
     double factor = 2;
+    bp_t bp = {.root = 0, .nsenders = 0, .bucket_bytes = 4u << 20};
+    perf_progress_t prog;
     int colls = 2, algo = 0, dt = PERF_F32, op = PERF_SUM, nsizes, c, rc, ns = 0;
     const char *csv = NULL, *json = NULL, *settings[MAX_SETTINGS + 1];
     char algo_ag[32], algo_rs[32], err[512] = "", extra[1024];
     ofccl_ctx_params_t p = {.size = sizeof(p), .errbuf = err, .errlen = sizeof(err)};
     long total_wrong = 0;
 
-    while ((c = getopt(argc, argv, "o:b:e:f:n:w:d:r:a:c:i:z:BC:J:s:h")) != -1) {
+    while ((c = getopt(argc, argv, "o:b:e:f:n:w:d:r:a:c:i:z:BR:S:K:C:J:s:h")) != -1) {
         int bad = 0;
         switch (c) {
         case 'o':
-            bad = get_choice(optarg, coll_names, 3, &colls);
+            bad = get_choice(optarg, coll_names, 6, &colls);
             break;
         case 'b':
             bad = !(minb = perf_parse_size(optarg));
@@ -431,6 +443,15 @@ int main(int argc, char **argv)
             break;
         case 'B':
             b->bucket = 1;
+            break;
+        case 'R':
+            bp.root = atoi(optarg);
+            break;
+        case 'S':
+            bad = (bp.nsenders = atoi(optarg)) < 1;
+            break;
+        case 'K':
+            bad = !(bp.bucket_bytes = perf_parse_size(optarg));
             break;
         case 'C':
             csv = optarg;
@@ -486,10 +507,31 @@ int main(int argc, char **argv)
      * alignment gaps between bucket tensors. */
     b->bufbytes = (maxb > b->es * (size_t)b->size ? maxb : b->es * (size_t)b->size) +
                   NT * (64 + b->es * (size_t)b->size) + 4096;
-    rc = alloc_buffers(b);
+    rc = colls <= 2 ? alloc_buffers(b) : 0;
     if (rc == 0 && (rc = ofccl_buffer_alloc(b->comm, sizeof(double) * XCH * (size_t)b->size,
                                             (void **)&b->xch)) != 0)
         fail(b, "ofccl_buffer_alloc", rc);
+    bp.ctx = b->ctx;
+    bp.comm = b->comm;
+    bp.rank = b->rank;
+    bp.size = b->size;
+    bp.dt = b->dt;
+    bp.iters = b->iters;
+    bp.warmup = b->warmup;
+    bp.check = b->check;
+    bp.nsenders = bp.nsenders ? bp.nsenders : b->size / 2;
+    bp.maxb = maxb;
+    if (rc == 0 && colls >= 3) {
+        if (bp.root < 0 || bp.root >= b->size || bp.nsenders < 1 || bp.nsenders >= b->size) {
+            fprintf(stderr,
+                    "ofccl_perf: -R %d / -S %d: the root must be a rank (0..%d) and the "
+                    "senders at least 1 and fewer than the %d ranks\n",
+                    bp.root, bp.nsenders, b->size - 1, b->size);
+            rc = OFCCL_ERR_INVALID_ARG;
+        } else {
+            rc = bp_setup(&bp);
+        }
+    }
     stats(b, &b->start);
 
     perf_out_t out = {0};
@@ -506,12 +548,28 @@ int main(int argc, char **argv)
                         b->in_place};
     if (rc == 0 && b->rank == 0 && !(opened = perf_out_open(&out, &meta, csv, json) == 0))
         rc = OFCCL_ERR_INVALID_ARG; /* other ranks then wait for rank 0 until the timeout */
+    perf_progress_start(&prog, "ofccl_perf", b->rank == 0);
+    for (int coll = 0; coll < 5; coll++)
+        if (perf_coll_selected(colls, coll))
+            perf_progress_add(&prog, sizes, nsizes);
     for (int coll = 0; coll < 2 && rc == 0; coll++) {
-        if (colls != 2 && colls != coll)
+        if (!perf_coll_selected(colls, coll))
             continue;
-        for (int i = 0; i < nsizes && rc == 0; i++)
+        for (int i = 0; i < nsizes && rc == 0; i++) {
             rc = run_size(b, &out, coll, sizes[i], &total_wrong);
+            perf_progress_step(&prog, coll_names[coll], sizes[i]);
+        }
     }
+    for (int coll = 3; coll < 5 && rc == 0; coll++) {
+        if (!perf_coll_selected(colls, coll))
+            continue;
+        for (int i = 0; i < nsizes && rc == 0; i++) {
+            rc = coll == 3 ? bp_bcast_size(&bp, &out, sizes[i], &total_wrong)
+                           : bp_push_size(&bp, &out, sizes[i], &total_wrong);
+            perf_progress_step(&prog, coll_names[coll], sizes[i]);
+        }
+    }
+    perf_progress_end(&prog);
     stats(b, &b->end);
     if (rc == 0 && b->rank == 0) {
         int grew = b->max_growth > 0;
@@ -539,6 +597,7 @@ int main(int argc, char **argv)
     }
     if (b->xch)
         ofccl_buffer_free(b->comm, b->xch);
+    bp_teardown(&bp);
     free_buffers(b);
     ofccl_comm_destroy(b->comm);
     ofccl_ctx_destroy(b->ctx);

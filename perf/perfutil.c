@@ -7,6 +7,7 @@
 #include <string.h>
 #include <strings.h>
 #include <time.h>
+#include <unistd.h>
 
 const char *const perf_dtype_names[PERF_DTYPE_COUNT] = {"f32", "f64", "bf16", "f16"};
 const char *const perf_op_names[2] = {"sum", "avg"};
@@ -264,8 +265,10 @@ int perf_out_open(perf_out_t *o, const perf_meta_t *meta, const char *csv, const
            "warm-up%s\n",
            m->impl, m->transport, m->nranks, m->algo, m->mem, m->mode, place_name(m), m->iters,
            m->warmup, m->check ? ", every iteration checked element by element" : "");
-    printf("# size: bytes of the gathered buffer / reduce input; count: elements per rank%s\n"
-           "# time: average per iteration, slowest rank; busbw = algbw * (n-1)/n\n",
+    printf("# size: bytes of the gathered buffer / reduce input / broadcast buffer / pushed "
+           "weights; count: elements per rank%s (push: buckets)\n"
+           "# time: average per iteration, slowest rank; busbw = algbw * (n-1)/n (bc, push: "
+           "algbw)\n",
            strcmp(m->mode, "bucket") == 0 ? " (bucket: of the whole bucket)" : "");
     printf("# %4s %12s %12s %6s %6s %11s %11s %11s %8s\n", "coll", "size(B)", "count", "type",
            "redop", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong");
@@ -286,10 +289,26 @@ void perf_out_result(perf_out_t *o, int coll, size_t bytes, size_t count, perf_d
     perf_out_row(o, &row);
 }
 
+void perf_out_bytes(perf_out_t *o, const char *coll, size_t bytes, size_t count, const char *type,
+                    double us, long wrong, int nranks)
+{
+    perf_row_t row = {coll, bytes, count, type, "none", us, wrong, nranks};
+    perf_out_row(o, &row);
+}
+
+/* Bytes each rank's link carries per byte of `bytes`: (n-1)/n for all-gather
+ * and reduce-scatter, 1 for broadcast and push (every receiver gets it all). */
+static double bus_factor(const perf_row_t *r)
+{
+    if (strcmp(r->coll, "bc") == 0 || strcmp(r->coll, "push") == 0)
+        return 1.0;
+    return (r->nranks - 1) / (double)r->nranks;
+}
+
 void perf_out_row(perf_out_t *o, const perf_row_t *r)
 {
     double algbw = (double)r->bytes / r->us / 1e3;
-    double busbw = algbw * (r->nranks - 1) / (double)r->nranks;
+    double busbw = algbw * bus_factor(r);
     const perf_meta_t *m = &o->meta;
 
     printf("  %4s %12zu %12zu %6s %6s %11.2f %11.3f %11.3f %8ld\n", r->coll, r->bytes, r->count,
@@ -320,4 +339,82 @@ int perf_out_close(perf_out_t *o, const char *extra_json)
         rc |= fclose(o->csv);
     o->csv = o->json = NULL;
     return rc ? -1 : 0;
+}
+
+int perf_coll_selected(int sel, int coll)
+{
+    return sel == coll || (sel == 2 && coll < 2) || (sel == 5 && coll >= 3);
+}
+
+size_t perf_push_tensor_bytes(size_t bytes, int t)
+{
+    size_t each = bytes / PERF_PUSH_NT;
+    return t < PERF_PUSH_NT - 1 ? each : bytes - each * (PERF_PUSH_NT - 1);
+}
+
+int perf_push_buckets(size_t bytes, size_t bucket_bytes, int first[PERF_PUSH_NT + 1])
+{
+    size_t acc = 0;
+    int nb = 0;
+
+    for (int t = 0; t < PERF_PUSH_NT; t++) {
+        size_t len = perf_push_tensor_bytes(bytes, t);
+        if (t == 0 || (acc > 0 && acc + len > bucket_bytes)) {
+            first[nb++] = t;
+            acc = 0;
+        }
+        acc += len;
+    }
+    first[nb] = PERF_PUSH_NT;
+    return nb;
+}
+
+size_t perf_push_shard(size_t len, int nsenders, int i, size_t *off)
+{
+    size_t c = (len + (size_t)nsenders - 1) / (size_t)nsenders;
+    size_t a = (size_t)i * c < len ? (size_t)i * c : len;
+    *off = a;
+    return len - a < c ? len - a : c;
+}
+
+unsigned char perf_push_byte(int t, size_t i, int it)
+{
+    return (unsigned char)(i * 131u + (i >> 9) * 7u + (size_t)t * 29u + (size_t)it * 53u + 1u);
+}
+
+void perf_progress_start(perf_progress_t *p, const char *tool, int enabled)
+{
+    memset(p, 0, sizeof(*p));
+    p->tool = tool;
+    p->on = enabled && isatty(STDERR_FILENO);
+    p->t0_us = perf_now_us();
+}
+
+void perf_progress_add(perf_progress_t *p, const size_t *sizes, int n)
+{
+    for (int i = 0; i < n; i++)
+        p->bytes_total += (double)sizes[i] + 65536.0; /* a fixed cost per size too */
+    p->total += n;
+}
+
+void perf_progress_step(perf_progress_t *p, const char *what, size_t bytes)
+{
+    double el;
+
+    p->done++;
+    p->bytes_done += (double)bytes + 65536.0;
+    if (!p->on)
+        return;
+    el = (perf_now_us() - p->t0_us) / 1e6;
+    fprintf(stderr, "\r%s: %s %d/%d sizes done, about %.0f s left   ", p->tool, what, p->done,
+            p->total,
+            p->bytes_done > 0 ? el * (p->bytes_total - p->bytes_done) / p->bytes_done : 0.0);
+    fflush(stderr);
+}
+
+void perf_progress_end(perf_progress_t *p)
+{
+    if (p->on && p->done)
+        fprintf(stderr, "\r%s: %d sizes in %.0f s%30s\n", p->tool, p->done,
+                (perf_now_us() - p->t0_us) / 1e6, "");
 }

@@ -59,7 +59,7 @@ int perf_sweep(size_t b, size_t e, double f, size_t *sizes);
 
 /* One line of the table. */
 typedef struct perf_row {
-    const char *coll; /* "ag" or "rs" */
+    const char *coll; /* "ag", "rs", "bc" (broadcast) or "push" */
     size_t bytes;     /* full gathered buffer / reduce input, as nccl-tests */
     size_t count;     /* elements per rank (bucket: elements of the whole bucket) */
     const char *type, *redop;
@@ -92,7 +92,50 @@ void perf_out_row(perf_out_t *o, const perf_row_t *r);
  * reduce-scatter ("rs" with `op`). */
 void perf_out_result(perf_out_t *o, int coll, size_t bytes, size_t count, perf_dtype_t dt,
                      perf_op_t op, double us, long wrong, int nranks);
+/* Broadcast ("bc") or push: size is the bytes every receiver gets, busbw =
+ * algbw (as nccl-tests for broadcast). */
+void perf_out_bytes(perf_out_t *o, const char *coll, size_t bytes, size_t count, const char *type,
+                    double us, long wrong, int nranks);
 /* `extra_json`: optional "key": value members appended to the JSON object. */
 int perf_out_close(perf_out_t *o, const char *extra_json);
+
+/* The -o choices of ofccl_perf and mpi_perf: ag, rs, all, bc, push, bp, in
+ * that order; whether choice `sel` runs collective `coll` (0 ag, 1 rs, 3 bc,
+ * 4 push): all is ag and rs, bp is bc and push. */
+int perf_coll_selected(int sel, int coll);
+
+/*
+ * Weight push layout shared by ofccl_perf and mpi_perf: PERF_PUSH_NT tensors
+ * of bytes/PERF_PUSH_NT bytes (the last takes the rest), grouped in order into
+ * buckets of about bucket_bytes (a larger tensor alone), as
+ * ofccl_push_plan_create groups them. Sender i of n owns bytes
+ * [i*c, min((i+1)*c, len)) of each tensor, c = ceil(len / n).
+ */
+#define PERF_PUSH_NT 8
+size_t perf_push_tensor_bytes(size_t bytes, int t);
+/* First tensor of each bucket, and the number of buckets (<= PERF_PUSH_NT);
+ * first[nbuckets] = PERF_PUSH_NT. */
+int perf_push_buckets(size_t bytes, size_t bucket_bytes, int first[PERF_PUSH_NT + 1]);
+/* Sender i's piece of a len-byte tensor: offset, length. */
+size_t perf_push_shard(size_t len, int nsenders, int i, size_t *off);
+/* Byte i of tensor t at iteration it: what senders write and receivers check. */
+unsigned char perf_push_byte(int t, size_t i, int it);
+
+/*
+ * Progress of a sweep on stderr ("ofccl_perf: bc 5/14 sizes, about 12 s
+ * left"), only when stderr is a terminal: piped or redirected runs stay
+ * quiet. Sizes grow geometrically, so time left is estimated from the bytes
+ * still to move at the rate measured so far.
+ */
+typedef struct perf_progress {
+    const char *tool;
+    int on, total, done;
+    double t0_us, bytes_total, bytes_done;
+} perf_progress_t;
+void perf_progress_start(perf_progress_t *p, const char *tool, int enabled);
+/* Announce a sweep of n sizes (called once per sweep; totals add up). */
+void perf_progress_add(perf_progress_t *p, const size_t *sizes, int n);
+void perf_progress_step(perf_progress_t *p, const char *what, size_t bytes);
+void perf_progress_end(perf_progress_t *p);
 
 #endif
