@@ -66,7 +66,6 @@ run_one() {
         echo "scale.sh: $coll on $prov with $n ranks FAILED (logs: $out/scale-$prov-$coll.rank*.log)"
         failed=1
     fi
-    rm -f /dev/shm/ofccl_* 2>/dev/null
     done_runs=$((done_runs + 1))
     if [ $tty -eq 1 ]; then
         el=$(($(date +%s) - start))

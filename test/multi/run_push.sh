@@ -28,5 +28,4 @@ for p in $pids; do
     fi
     i=$((i + 1))
 done
-rm -f /dev/shm/ofccl_* 2>/dev/null
 exit $status

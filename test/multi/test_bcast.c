@@ -2,9 +2,10 @@
  * Broadcast, multi-rank (provider and algorithm from OFCCL_PROVIDER and
  * OFCCL_ALGO_BC): from every root, every dtype, sizes from 0 elements to
  * 64 MiB, user / pool / registered memory, flat and bucket (uneven tensors,
- * bytes), checked element by element on every rank; then ranks that disagree
- * on the root or the count, on a communicator split off for it, get
- * OFCCL_ERR_MISMATCH naming the field, and the parent stays usable.
+ * bytes), checked element by element on every rank; a root out of range is
+ * INVALID_ARG; then ranks that disagree on the root, the count or the dtype,
+ * on a communicator split off for it, get OFCCL_ERR_MISMATCH naming the field
+ * and a rank, and the parent stays usable.
  * Usage: test_bcast [big]   (big: also a 64 MiB broadcast)
  */
 #include <stdio.h>
@@ -135,30 +136,59 @@ static void test_bucket(void)
     CU_ASSERT_EQUAL(bad, 0);
 }
 
-/* On a communicator split off for it: rank 0 names another root (or count). */
-static void disagree(int by_root, size_t count)
+/* A root outside the communicator is refused where it is passed, naming the
+ * root and the valid range, before anything is posted: the communicator stays
+ * usable. */
+static void test_root_out_of_range(void)
+{
+    static const int roots[] = {-1, 0 /* size */, 1000};
+    uint8_t buf[16];
+
+    for (int i = 0; i < 3; i++) {
+        ofccl_req_t *req = NULL;
+        int root = i == 1 ? size : roots[i];
+        ofccl_tensor_t t = {sizeof(buf), buf, NULL};
+        CU_ASSERT_EQUAL(ofccl_broadcast(comm, buf, sizeof(buf), OFCCL_U8, root, &req),
+                        OFCCL_ERR_INVALID_ARG);
+        CU_ASSERT_PTR_NULL(req);
+        CU_ASSERT_PTR_NOT_NULL(strstr(ofccl_comm_last_error(comm), "root"));
+        CU_ASSERT_EQUAL(ofccl_bucket_broadcast(comm, &t, 1, OFCCL_U8, root, &req),
+                        OFCCL_ERR_INVALID_ARG);
+        CU_ASSERT_PTR_NOT_NULL(strstr(ofccl_comm_last_error(comm), "root"));
+    }
+    CU_ASSERT_EQUAL(ofccl_barrier(comm), 0);
+}
+
+enum { BY_ROOT, BY_COUNT, BY_DTYPE };
+static const char *const by_name[] = {"root", "count", "dtype"};
+
+/* On a communicator split off for it: rank 0 names another root, count or
+ * dtype (f64 for f32, the same element count). */
+static void disagree(int by, size_t count)
 {
     ofccl_comm_t *c = NULL;
     ofccl_req_t *req = NULL;
-    uint8_t *buf = calloc((count + 1) * 4, 1); /* room for the larger count */
-    int root = by_root && rank == 0 ? 1 : 0, rc;
-    size_t n = !by_root && rank == 0 ? count + 1 : count;
+    uint8_t *buf = calloc((count + 1) * 8, 1); /* room for the larger count and dtype */
+    int root = by == BY_ROOT && rank == 0 ? 1 : 0, rc;
+    size_t n = by == BY_COUNT && rank == 0 ? count + 1 : count;
+    ofccl_dtype_t dt = by == BY_DTYPE && rank == 0 ? OFCCL_F64 : OFCCL_F32;
     const char *msg;
 
     CU_ASSERT_EQUAL_FATAL(ofccl_comm_split(comm, 0, rank, &c), 0);
     ofccl_comm_set_timeout(c, 20000);
-    rc = ofccl_broadcast(c, buf, n, OFCCL_F32, root, &req);
+    rc = ofccl_broadcast(c, buf, n, dt, root, &req);
     if (rc == 0) {
         rc = ofccl_wait(req);
         ofccl_req_free(req);
     }
     msg = ofccl_comm_last_error(c);
-    printf("rank %d: %s of %zu: %s: %s\n", rank, by_root ? "root" : "count", count,
-           ofccl_strerror(rc), msg);
-    /* Ranks 0 and 1 always meet: the message names the field there. */
+    printf("rank %d: %s of %zu: %s: %s\n", rank, by_name[by], count, ofccl_strerror(rc), msg);
+    /* Ranks 0 and 1 always meet: the message names the field and a rank there. */
     CU_ASSERT(rc == OFCCL_ERR_MISMATCH || (rank > 1 && rc != 0));
-    if (rank <= 1)
-        CU_ASSERT_PTR_NOT_NULL(strstr(msg, by_root ? "root" : "count"));
+    if (rank <= 1) {
+        CU_ASSERT_PTR_NOT_NULL(strstr(msg, by_name[by]));
+        CU_ASSERT_PTR_NOT_NULL(strstr(msg, "rank "));
+    }
     CU_ASSERT_EQUAL(ofccl_comm_destroy(c), 0);
     free(buf);
     CU_ASSERT_EQUAL(ofccl_barrier(comm), 0); /* the parent is fine */
@@ -166,9 +196,11 @@ static void disagree(int by_root, size_t count)
 
 static void test_disagree(void)
 {
-    disagree(1, 3);      /* eager-sized */
-    disagree(1, 100000); /* descriptors */
-    disagree(0, 100000);
+    disagree(BY_ROOT, 3);      /* eager-sized */
+    disagree(BY_ROOT, 100000); /* descriptors */
+    disagree(BY_COUNT, 100000);
+    disagree(BY_DTYPE, 3);
+    disagree(BY_DTYPE, 100000);
 }
 
 int main(int argc, char **argv)
@@ -177,7 +209,8 @@ int main(int argc, char **argv)
         {"every root, every dtype, 0 elements to 4 MiB, three memory kinds", test_every_root},
         {"64 MiB", test_big},
         {"buckets of uneven tensors, bytes and bf16", test_bucket},
-        {"ranks disagreeing on root or count get MISMATCH", test_disagree},
+        {"a root out of range is INVALID_ARG naming the root", test_root_out_of_range},
+        {"ranks disagreeing on root, count or dtype get MISMATCH", test_disagree},
         {NULL, NULL},
     };
     char err[512];
