@@ -170,6 +170,8 @@ static void test_plan_mismatch(void)
     printf("rank %d: plan mismatch: %s: %s\n", rank, ofccl_strerror(rc), ofccl_comm_last_error(c));
     CU_ASSERT_EQUAL(rc, OFCCL_ERR_MISMATCH);
     CU_ASSERT_PTR_NOT_NULL(strstr(ofccl_comm_last_error(c), "bucket_bytes"));
+    /* ... and the two ranks: "rank 0 passed other bucket_bytes than rank 2" */
+    CU_ASSERT_PTR_NOT_NULL(strstr(ofccl_comm_last_error(c), "bucket_bytes than rank"));
     comm = parent;
     CU_ASSERT_EQUAL(ofccl_comm_destroy(c), 0);
 }
