@@ -511,27 +511,8 @@ int main(int argc, char **argv)
     if (rc == 0 && (rc = ofccl_buffer_alloc(b->comm, sizeof(double) * XCH * (size_t)b->size,
                                             (void **)&b->xch)) != 0)
         fail(b, "ofccl_buffer_alloc", rc);
-    bp.ctx = b->ctx;
-    bp.comm = b->comm;
-    bp.rank = b->rank;
-    bp.size = b->size;
-    bp.dt = b->dt;
-    bp.iters = b->iters;
-    bp.warmup = b->warmup;
-    bp.check = b->check;
-    bp.nsenders = bp.nsenders ? bp.nsenders : b->size / 2;
-    bp.maxb = maxb;
-    if (rc == 0 && colls >= 3) {
-        if (bp.root < 0 || bp.root >= b->size || bp.nsenders < 1 || bp.nsenders >= b->size) {
-            fprintf(stderr,
-                    "ofccl_perf: -R %d / -S %d: the root must be a rank (0..%d) and the "
-                    "senders at least 1 and fewer than the %d ranks\n",
-                    bp.root, bp.nsenders, b->size - 1, b->size);
-            rc = OFCCL_ERR_INVALID_ARG;
-        } else {
-            rc = bp_setup(&bp);
-        }
-    }
+    if (rc == 0 && colls >= 3)
+        rc = bp_open(&bp, b->ctx, b->comm, b->dt, b->iters, b->warmup, b->check, maxb);
     stats(b, &b->start);
 
     perf_out_t out = {0};

@@ -41,7 +41,7 @@ static int wait_free(bp_t *b, ofccl_req_t *req, const char *what)
     return rc;
 }
 
-int bp_setup(bp_t *b)
+static int bp_setup(bp_t *b)
 {
     int rc;
 
@@ -59,6 +59,29 @@ int bp_setup(bp_t *b)
     }
     memset(b->buf, 0, b->maxb + 64);
     return 0;
+}
+
+int bp_open(bp_t *b, ofccl_ctx_t *ctx, ofccl_comm_t *comm, perf_dtype_t dt, int iters, int warmup,
+            int check, size_t maxb)
+{
+    b->ctx = ctx;
+    b->comm = comm;
+    ofccl_comm_rank(comm, &b->rank);
+    ofccl_comm_size(comm, &b->size);
+    b->dt = dt;
+    b->iters = iters;
+    b->warmup = warmup;
+    b->check = check;
+    b->maxb = maxb;
+    b->nsenders = b->nsenders ? b->nsenders : b->size / 2;
+    if (b->root < 0 || b->root >= b->size || b->nsenders < 1 || b->nsenders >= b->size) {
+        fprintf(stderr,
+                "ofccl_perf: -R %d / -S %d: the root must be a rank (0..%d) and the senders at "
+                "least 1 and fewer than the %d ranks\n",
+                b->root, b->nsenders, b->size - 1, b->size);
+        return OFCCL_ERR_INVALID_ARG;
+    }
+    return bp_setup(b);
 }
 
 void bp_teardown(bp_t *b)

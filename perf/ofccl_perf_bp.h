@@ -23,8 +23,11 @@ typedef struct bp {
     double *xch;         /* pool buffer: 2 doubles per rank */
 } bp_t;
 
-/* Allocate the buffers for sizes up to b->maxb; 0 or an ofccl error code. */
-int bp_setup(bp_t *b);
+/* Fill in the run's parameters (root, nsenders and bucket_bytes already set,
+ * nsenders 0 for half the ranks), check them and allocate the buffers for
+ * sizes up to maxb; 0 or an ofccl error code. */
+int bp_open(bp_t *b, ofccl_ctx_t *ctx, ofccl_comm_t *comm, perf_dtype_t dt, int iters, int warmup,
+            int check, size_t maxb);
 void bp_teardown(bp_t *b);
 /* One size of broadcast ("bc") or push ("push"): a row on rank 0, the wrong
  * elements (summed over ranks) added to *wrong; 0 or an ofccl error code. */
