@@ -12,16 +12,24 @@ and of the layers below it (LAYERS). Also checked:
   - one struct per name: no tag or typedef name is defined twice.
 The meson build enforces the include rule too (each layer's static library
 sees only its own include directories and those below); this script names
-file and line, and covers the rules a compiler cannot see.
+file and line, and covers the rules a compiler cannot see. With --symbols it
+reads the layers' static libraries (nm) and reports an object that calls or
+uses a symbol another layer defines, unless that layer is below it (a
+declaration written by hand, or a header included by a relative path, passes
+the include rule but not this one).
 
 Usage: check_layers.py [SOURCE_ROOT]   check a tree (default: this checkout)
-       check_layers.py --self-check    plant violations in small trees and
-                                       assert each one is reported
+       check_layers.py --symbols LAYER LIB [LAYER LIB ...]
+                                       check the layers' static libraries
+       check_layers.py --self-check    plant violations in small trees (and
+                                       symbol tables) and assert each one is
+                                       reported
 Exit status: 0 clean, 1 violations (listed on stdout), 2 usage error.
 """
 
 import os
 import re
+import subprocess
 import sys
 import tempfile
 
@@ -202,6 +210,42 @@ def check(root):
     return problems
 
 
+def nm_symbols(lib):
+    """{object: (defined symbols, undefined symbols)} of a static library."""
+    out = subprocess.run(["nm", "-P", "-A", "-g", lib], check=True, capture_output=True,
+                         text=True).stdout
+    objs = {}
+    for line in out.split("\n"):
+        m = re.match(r"^[^\[]*\[([^\]]+)\]: (\S+) (\S)", line)
+        if not m:
+            continue
+        obj, sym, kind = os.path.basename(m.group(1)), m.group(2), m.group(3)
+        defs, undefs = objs.setdefault(obj, (set(), set()))
+        (undefs if kind in "Uw" else defs).add(sym)
+    return objs
+
+
+def check_symbols(layers):
+    """layers: {layer: {object: (defined, undefined)}}. An object may use
+    symbols of its own layer and of the layers LAYERS lets it include."""
+    allowed = {name: may | {name} for name, _, may in LAYERS}
+    owner = {}
+    for layer, objs in layers.items():
+        for defs, _ in objs.values():
+            for sym in defs:
+                owner.setdefault(sym, layer)
+    problems = []
+    for layer, objs in sorted(layers.items()):
+        for obj, (_, undefs) in sorted(objs.items()):
+            for sym in sorted(undefs):
+                other = owner.get(sym)
+                if other is not None and other not in allowed.get(layer, {layer}):
+                    problems.append("%s (layer %s) uses %s, defined by layer %s; %s may use "
+                                    "only %s" % (obj, layer, sym, other, layer,
+                                                 ", ".join(sorted(allowed[layer]))))
+    return problems
+
+
 # ---- self-check: each planted violation must be reported, naming its line ----
 
 CLEAN = {
@@ -274,7 +318,28 @@ def self_check():
                 print("self-check: case %d (%s): want one report containing %s, got:\n  %s"
                       % (i, plants[0][0], words, "\n  ".join(got) or "(nothing)"))
                 failed += 1
-    total = 1 + len(PLANTED)
+    # Symbol tables: core calling into coll, bootstrap into providers; and a
+    # clean set (core using providers and base).
+    clean = {"base": {"util.c.o": ({"ofccl__now_ns"}, set())},
+             "providers": {"mr.c.o": ({"ofccl__mr_reg"}, {"ofccl__now_ns"})},
+             "core": {"pool.c.o": ({"ofccl__pool_init"}, {"ofccl__mr_reg", "malloc"})},
+             "coll": {"post.c.o": ({"ofccl__post"}, {"ofccl__pool_init"})},
+             "bootstrap": {"tcp.c.o": ({"ofccl__boot_open"}, {"ofccl__now_ns"})}}
+    sym_cases = [
+        (None, None, []),
+        ("core", "ofccl__post", ["wait.c.o (layer core) uses ofccl__post", "layer coll"]),
+        ("bootstrap", "ofccl__mr_reg", ["wait.c.o (layer bootstrap) uses ofccl__mr_reg"]),
+    ]
+    for layer, sym, words in sym_cases:
+        tables = {k: dict(v) for k, v in clean.items()}
+        if layer:
+            tables[layer]["wait.c.o"] = (set(), {sym})
+        got = check_symbols(tables)
+        if (len(got) != 1 or not all(w in got[0] for w in words)) if words else got:
+            print("self-check: symbols, %s using %s: want %s, got:\n  %s"
+                  % (layer, sym, words or "nothing", "\n  ".join(got) or "(nothing)"))
+            failed += 1
+    total = 1 + len(PLANTED) + len(sym_cases)
     print("self-check: %d of %d cases right" % (total - failed, total))
     return 1 if failed else 0
 
@@ -282,6 +347,15 @@ def self_check():
 def main(argv):
     if len(argv) == 2 and argv[1] == "--self-check":
         return self_check()
+    if len(argv) >= 4 and argv[1] == "--symbols" and len(argv) % 2 == 0:
+        layers = {argv[i]: nm_symbols(argv[i + 1]) for i in range(2, len(argv), 2)}
+        problems = check_symbols(layers)
+        for p in problems:
+            print(p)
+        nobj = sum(len(o) for o in layers.values())
+        print("%d objects in %d layer libraries: %s" % (nobj, len(layers), "%d violations"
+                                                        % len(problems) if problems else "clean"))
+        return 1 if problems else 0
     if len(argv) > 2 or (len(argv) == 2 and argv[1].startswith("-")):
         print(__doc__.split("\n\n")[-2], file=sys.stderr)
         return 2
