@@ -121,7 +121,7 @@ struct ofccl_comm {
      * descriptors and eager data are stored straight into them; NULL: written
      * through the ep. */
     _Atomic uint64_t **peer_ctrl_at;
-    int nwins; /* windows open (lib/coll/window.c): destroy refuses while any is */
+    int nwins; /* open windows (lib/coll/window.c): destroy is BUSY until 0 */
     /* host names for messages: rank r runs on host_name[host_of[r]] */
     int *host_of;          /* [size] */
     char (*host_name)[64]; /* [nhosts] (allocated [size]) */
