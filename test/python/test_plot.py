@@ -6,6 +6,8 @@ import importlib.util
 import os
 import struct
 
+import pytest
+
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DATA = os.path.join(ROOT, "test", "data", "plot")
@@ -89,11 +91,53 @@ def test_compare_directory():
     ]
 
 
+def test_compare_printed_tables():
+    # perf/compare's printed result: busbw tables as they are, latency tables
+    # (us per call) as busbw = S / t * (n-1)/n, a "-" cell as not measured.
+    data, charts = charts_of("compare.txt")
+
+    def lat(size, us):
+        return pytest.approx(size / (us * 1e3) / 2)
+
+    ag, rs = charts["ag"], charts["rs"]
+    assert set(ag) == {"ofccl-local", "ofccl-local in-place", "ofccl-shm", "ofccl-tcp",
+                       "mpi-vader", "mpi-vader-nocma", "mpi-tcp"}
+    assert ag["ofccl-local"] == [(8, lat(8, 0.20)), (16, lat(16, 0.18)), (1 * M, 15.72),
+                                 (2 * M, 24.92)]
+    assert ag["mpi-vader"] == [(8, lat(8, 0.20)), (16, lat(16, 0.21)), (1 * M, 9.73),
+                               (2 * M, 10.83)]
+    assert ag["mpi-vader-nocma"] == [(1 * M, 13.69)]
+    assert ag["mpi-tcp"] == [(1 * M, 3.62), (2 * M, 3.92)]
+    assert ag["ofccl-local in-place"] == [(1 * M, 43.02), (2 * M, 57.17)]
+    assert rs["ofccl-tcp"] == [(8, lat(8, 13.50)), (16, lat(16, 13.54)), (1 * M, 4.09),
+                               (2 * M, 3.50)]
+    assert rs["ofccl-local bf16"] == [(1 * M, 24.65), (2 * M, 26.15)]
+    assert set(rs) == {"ofccl-local", "ofccl-local bf16", "ofccl-shm", "ofccl-tcp",
+                       "mpi-vader", "mpi-vader-nocma", "mpi-tcp"}
+    assert [(label, pts) for label, pts, _ in plot.ceiling_lines(data, "ag")] == [
+        ("memcpy(B) = ceiling of ofccl-local, ofccl-shm, ofccl-tcp, ofccl-local-inplace",
+         [(1 * M, 93.65), (2 * M, 54.23)]),
+        ("memcpy(B)/2", [(1 * M, 46.82), (2 * M, 27.12)])]
+    # "push/pull" holds two ceilings: push for shm and tcp, pull for local.
+    assert [(label, pts) for label, pts, _ in plot.ceiling_lines(data, "rs")] == [
+        ("memcpy(B)", [(1 * M, 93.65), (2 * M, 54.23)]),
+        ("ceiling of ofccl-shm, ofccl-tcp", [(1 * M, 27.9), (2 * M, 20.8)]),
+        ("ceiling of ofccl-local", [(1 * M, 39.8), (2 * M, 33.9)]),
+        ("ceiling of ofccl-local-bf16", [(1 * M, 35.91), (2 * M, 33.25)])]
+
+
 def test_ceiling_csv_by_block_size():
     # perf/ceiling measures per block B; at 2 ranks the line sits at S = 2 B.
     data, _ = charts_of("ofccl_perf.txt", ceiling="ceiling.csv")
     assert plot.ceiling_lines(data, "ag") == [
         ("memcpy(B)", [(1 * K, 40.0), (4 * K, 50.0), (16 * K, 60.0)], [])]
+
+
+def test_no_line_across_unmeasured_sizes():
+    # 8 and 16 B measured, then 1 MiB: the line breaks between 16 B and 1 MiB.
+    xs, ys = plot.gaps([(8, 1.0), (16, 2.0), (1 * M, 3.0), (2 * M, 4.0)])
+    assert xs[:2] == [8, 16] and xs[3:] == [1 * M, 2 * M] and 16 < xs[2] < 1 * M
+    assert ys[:2] == [1.0, 2.0] and ys[2] != ys[2] and ys[3:] == [3.0, 4.0]
 
 
 def png_size(path):
