@@ -77,10 +77,11 @@ def test_compare_directory():
                                  "mpi-vader"}
     assert charts["rs"]["ofccl-local bf16"] == [(1 * M, 24.6492), (2 * M, 26.1490)]
     assert set(charts["rs"]) == {"ofccl-local", "ofccl-local bf16", "ofccl-shm"}
-    # All-gather: every path's ceiling is memcpy(B): one line.
+    # All-gather: every path's ceiling is memcpy(B): one line; and memcpy(B)/2.
     assert plot.ceiling_lines(data, "ag") == [
         ("memcpy(B) = ceiling of ofccl-local, ofccl-shm, ofccl-local-inplace",
-         [(1 * M, 93.65), (2 * M, 54.23)], ["ofccl-local", "ofccl-shm", "ofccl-local-inplace"])]
+         [(1 * M, 93.65), (2 * M, 54.23)], ["ofccl-local", "ofccl-shm", "ofccl-local-inplace"]),
+        ("memcpy(B)/2", [(1 * M, 46.825), (2 * M, 27.115)], [])]
     # Reduce-scatter: memcpy(B) and three distinct ceilings (pull, push, bf16 pull).
     rs = plot.ceiling_lines(data, "rs")
     assert [(label, pts) for label, pts, _ in rs] == [
@@ -165,14 +166,15 @@ def test_charts(tmp_path, capsys):
         colours = {tuple(px) for px in img.reshape(-1, img.shape[-1])[::7].tolist()}
         assert len(colours) > 50
     printed = capsys.readouterr().out
-    assert "busbw-ag.png: 5 lines" in printed and "busbw-rs.png: 7 lines" in printed
+    assert "busbw-ag.png: 6 lines" in printed and "busbw-rs.png: 7 lines" in printed
     # Measured series solid (ofccl) or dotted (MPI); every ceiling dashed.
     data = plot.load([os.path.join(DATA, "compare")])
     drawn = plot.draw(data, str(tmp_path / "again"))
     ag = dict(drawn[str(tmp_path / "again" / "busbw-ag.png")])
     assert ag == {"ofccl-local": "-", "ofccl-local in-place": "-", "ofccl-shm": "-",
                   "mpi-vader": ":",
-                  "memcpy(B) = ceiling of ofccl-local, ofccl-shm, ofccl-local-inplace": "--"}
+                  "memcpy(B) = ceiling of ofccl-local, ofccl-shm, ofccl-local-inplace": "--",
+                  "memcpy(B)/2": "--"}
 
 
 def test_list_and_errors(tmp_path, capsys):
