@@ -55,9 +55,11 @@ typedef enum ofccl__cfg_type {
     X(RX_POSTED, INT, LOCAL, "256", "", 8, 65536,                                                  \
       "Receives kept posted for remote CQ data where the provider consumes one per signal")        \
     X(ALGO_AG, ENUM, AGREE, "auto", "auto|direct|ring", 0, 0,                                      \
-      "All-gather algorithm; auto = direct up to 8 ranks or for small buffers, else ring")         \
+      "All-gather algorithm; auto = direct up to 8 ranks, for small buffers or on the local "      \
+      "transport, else ring")                                                                      \
     X(ALGO_RS, ENUM, AGREE, "auto", "auto|direct|ring", 0, 0,                                      \
-      "Reduce-scatter algorithm; auto = direct up to 8 ranks or for small buffers, else ring; "    \
+      "Reduce-scatter algorithm; auto = direct up to 8 ranks, for small buffers or on the local "  \
+      "transport, else ring; "                                                                     \
       "on the local transport direct reads peers' blocks in place (pull)")                         \
     X(CHUNK_BYTES, SIZE, AGREE, "512K", "", 4096, 1073741824,                                      \
       "Pipeline chunk: a collective moves each rank's block in chunks of this size")               \
