@@ -18,7 +18,8 @@ every rank's loss at every step with the gloo run:
   gloo-timed, ofccl-timed
                   every all-gather and reduce-scatter blocking and timed, for the
                   split of a step into communication and the rest
-  ofccl-cuda      CUDA tensors, every process on GPU 0, staged through ofccl memory;
+  ofccl-cuda      CUDA tensors, every process on GPU 0 (or rank r on GPU r mod the
+                  GPU count with --spread-gpus), staged through ofccl memory;
                   compared with the gloo CPU run (different kernels, looser tolerance)
 
 Prints one table per rank count and writes results.json under --out.
@@ -55,9 +56,10 @@ def worker(args: argparse.Namespace) -> None:
     rank, size, mode = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), args.mode
     torch.set_num_threads(max(1, (os.cpu_count() or size) // size))
     cuda = mode.endswith("cuda")
-    device = torch.device("cuda", 0) if cuda else torch.device("cpu")
+    gpu = rank % torch.cuda.device_count() if cuda and args.spread_gpus else 0
+    device = torch.device("cuda", gpu) if cuda else torch.device("cpu")
     if cuda:
-        torch.cuda.set_device(0)
+        torch.cuda.set_device(gpu)
     backend = "ofccl" if mode.startswith("ofccl-backend") else "gloo"
     if backend == "ofccl" or mode.startswith("ofccl"):
         import ofccl.torch as ot
@@ -201,7 +203,7 @@ def launch(args, mode: str, n: int) -> dict:
                        max(1, (os.cpu_count() or n) // n)))
         cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--mode", mode,
                "--steps", str(args.steps), "--out", args.out, "--dim", str(args.dim),
-               "--layers", str(args.layers)]
+               "--layers", str(args.layers)] + (["--spread-gpus"] if args.spread_gpus else [])
         procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE,
                                       stderr=subprocess.STDOUT))
     t0, outs, rcs = time.time(), [], []
@@ -248,6 +250,8 @@ def main() -> None:
     ap.add_argument("--dim", type=int, default=256)
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--cuda", action="store_true")
+    ap.add_argument("--spread-gpus", action="store_true",
+                    help="ofccl-cuda: rank r on GPU r mod the GPU count (default: all on GPU 0)")
     ap.add_argument("--modes", default="", help="comma-separated subset of the runs")
     ap.add_argument("--timeout", type=float, default=300)
     ap.add_argument("--out", default="fsdp2-out")
