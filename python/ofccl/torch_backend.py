@@ -9,7 +9,8 @@ meet through ofccl's TCP rendezvous, whose address rank 0 publishes in the
 group's torch store; with OFCCL_BOOT=pmix set, PMIx is used instead (and its
 ranks must be torch's). Supported: all-gather into a tensor (and the list
 form), reduce-scatter from a tensor (and the list form), their coalesced
-forms, all-reduce (reduce-scatter then all-gather, in place), barrier. Every
+forms, all-reduce (reduce-scatter then all-gather, in place), broadcast (any
+root, any dtype as bytes), barrier. Every
 other collective raises ofccl.NotSupported naming it. CUDA tensors are staged
 through pinned ofccl memory (see _staging.py).
 """
@@ -51,7 +52,8 @@ def _unsupported(name: str) -> Any:
     def method(self: Any, *args: Any, **kwargs: Any) -> Any:
         raise NotSupported(f"torch.distributed {name} on the 'ofccl' backend: ofccl offers "
                            "all_gather(_into_tensor), reduce_scatter(_tensor), all_reduce "
-                           "(SUM, AVG, PREMUL_SUM) and barrier; use a gloo group for the rest")
+                           "(SUM, AVG, PREMUL_SUM), broadcast and barrier; use a gloo group "
+                           "for the rest")
     method.__name__ = name
     return method
 
@@ -175,6 +177,19 @@ class ProcessGroupOfccl(dist.ProcessGroup):
         if not direct:
             t.copy_(flat[:n].view_as(t))
 
+    # ---- broadcast -----------------------------------------------------------
+    def broadcast(self, tensors: List[torch.Tensor], opts: Any = None) -> Work:
+        root = getattr(opts, "rootRank", 0) if opts is not None else 0
+        if getattr(opts, "rootTensor", 0):
+            raise NotSupported("broadcast: ofccl takes one tensor per rank (rootTensor 0)")
+        works = [self._coll.broadcast(t, root) for t in tensors]
+        for w in works[:-1]:
+            w.wait()
+        return works[-1] if works else done_work([])
+
+    def broadcast_coalesced(self, tensors: List[torch.Tensor], opts: Any = None) -> Work:
+        return self.broadcast(tensors, opts)
+
     # ---- control -----------------------------------------------------------
     def barrier(self, opts: Any = None) -> Work:
         self.ofccl_comm.barrier()
@@ -196,7 +211,6 @@ class ProcessGroupOfccl(dist.ProcessGroup):
     def shutdown(self) -> None:
         self.ofccl_comm.close()
 
-    broadcast = _unsupported("broadcast")
     reduce = _unsupported("reduce")
     gather = _unsupported("gather")
     scatter = _unsupported("scatter")

@@ -78,6 +78,20 @@ def scenario_collectives(settings):
     fut = work.get_future()
     fut.wait()
     assert torch.equal(out, torch.arange(size).float().repeat_interleave(3))
+    # broadcast from every root: every dtype (int64 as bytes), non-contiguous, async
+    for root in range(size):
+        for dt in (torch.float32, torch.bfloat16, torch.float16, torch.float64, torch.uint8,
+                   torch.int64):
+            want = torch.from_numpy(oracle.values(root, 53, salt=7)).to(dt)
+            t = want.clone() if rank == root else torch.zeros(53, dtype=dt)
+            dist.broadcast(t, root)
+            assert torch.equal(t, want), (root, dt)
+        t = torch.full((4, 6), float(rank)).t()  # non-contiguous: through a copy
+        dist.broadcast(t, root)
+        assert torch.all(t == root) and t.stride() == (1, 6)
+        t = torch.full((1000,), float(rank))
+        work = dist.broadcast(t, root, async_op=True)
+        assert work.wait() and torch.all(t == root)
     dist.barrier()
     dist.destroy_process_group()
     return "ok"
@@ -88,7 +102,7 @@ def scenario_unsupported(settings):
     dist, rank, size = _init(settings)
     t = torch.ones(4)
     errors = {}
-    for name, call in (("broadcast", lambda: dist.broadcast(t, 0)),
+    for name, call in (("scatter", lambda: dist.scatter(t, [t] * size if rank == 0 else None)),
                        ("reduce", lambda: dist.reduce(t, 0)),
                        ("max", lambda: dist.all_reduce(t, op=dist.ReduceOp.MAX)),
                        ("int64 sum", lambda: dist.all_reduce(torch.ones(4, dtype=torch.int64)))):
@@ -118,7 +132,7 @@ def test_backend_collectives(n):
 def test_backend_unsupported_is_clear():
     res = ranks.run(2, __file__, "scenario_unsupported")
     for errors in res:
-        assert "broadcast" in errors["broadcast"] and "gloo" in errors["broadcast"]
+        assert "scatter" in errors["scatter"] and "gloo" in errors["scatter"]
         assert "reduce" in errors["reduce"]
         assert "SUM, AVG and PREMUL_SUM" in errors["max"]
         assert "torch.int64" in errors["int64 sum"]
