@@ -267,7 +267,7 @@ class OfcclCheckpointEngine:
         return [name, list(t.shape), dt, code, t.numel() * t.element_size()], flat
 
     # ---- the sync -------------------------------------------------------------
-    async def send_weights(self, weights: Iterable[Tuple[str, Any]]) -> None:
+    async def send_weights(self, weights: Iterable[Tuple[str, Any]], **_: Any) -> None:
         """Trainer ranks: push every (name, full tensor) of `weights`; each rank
         sends only its own shard of each. Every trainer rank yields the same
         names, shapes and dtypes (else ofccl.Mismatch). The iterator is read
@@ -286,7 +286,7 @@ class OfcclCheckpointEngine:
         async for _ in plan.push_async(shards):
             pass
 
-    async def receive_weights(self) -> AsyncIterator[Tuple[str, Any]]:
+    async def receive_weights(self, **_: Any) -> AsyncIterator[Tuple[str, Any]]:
         """Rollout ranks: yield (name, tensor) bucket by bucket as each arrives
         (the trainer's names, shapes and dtypes). Unless copy=True a tensor views
         the bucket buffer: use or copy it before asking for the first tensor

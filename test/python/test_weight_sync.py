@@ -72,3 +72,41 @@ def test_two_groups_sync():
     assert results[0]["steps"][0]["sha"] != results[0]["steps"][1]["sha"]
     for r in results:
         assert "tensors" in r["mismatch"] or "counts" in r["mismatch"], r["mismatch"]
+
+
+def test_registries(tmp_path):
+    """Our registry names the engine; with a verl installed, importing
+    ofccl.checkpoint registers it in verl's CheckpointEngineRegistry too."""
+    import ofccl
+    from ofccl.checkpoint import OfcclCheckpointEngine, get_engine, new_engine
+    with pytest.raises(ofccl.InvalidArgument, match="ofccl"):
+        get_engine("nccl")
+    e = new_engine("ofccl", bucket_size=1 << 20, is_master=True, host="127.0.0.1")
+    assert isinstance(e, OfcclCheckpointEngine)
+    assert e.prepare()["boot_root"].startswith("127.0.0.1:")
+    with pytest.raises(ofccl.StateError, match="init_process_group"):
+        e._live("send_weights")
+    with pytest.raises(ofccl.InvalidArgument, match="boot_root"):
+        OfcclCheckpointEngine.build_topology(2, 2, [None] * 4)
+    # a stand-in verl package with the registry shape verl has
+    base = tmp_path / "verl" / "checkpoint_engine"
+    base.mkdir(parents=True)
+    (tmp_path / "verl" / "__init__.py").write_text("")
+    (base / "__init__.py").write_text("")
+    (base / "base.py").write_text(
+        "class CheckpointEngineRegistry:\n"
+        "    _registry = {}\n"
+        "    def register(name):\n"
+        "        def wrap(cls):\n"
+        "            CheckpointEngineRegistry._registry[name] = cls\n"
+        "            return cls\n"
+        "        return wrap\n")
+    code = ("import ofccl.checkpoint as c\n"
+            "from verl.checkpoint_engine.base import CheckpointEngineRegistry as R\n"
+            "assert R._registry['ofccl'] is c.OfcclCheckpointEngine\n"
+            "print('registered')\n")
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), env.get("PYTHONPATH", "")])
+    p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 0 and "registered" in p.stdout, p.stdout + p.stderr
