@@ -162,6 +162,8 @@ def scenario_bad_input(comm):
     _raises(ofccl.InvalidArgument, lambda: comm.bucket_broadcast([x, np.zeros(2)], 0), "float")
     _raises(ofccl.NotSupported, lambda: comm.reduce_scatter(np.ones(size * 4, np.uint8),
                                                             np.zeros(4, np.uint8)), "u8")
+    u8 = np.zeros(size * 4, np.uint8)
+    _raises(ofccl.NotSupported, lambda: comm.bucket_reduce_scatter([(u8, u8[:4])]), "u8")
     # push: wrong dtype, too few elements, a receive buffer too small
     plan = comm.push_plan(TENSORS[:3], [0], list(range(size)), bucket_bytes=1 << 20)
     if rank == 0:
