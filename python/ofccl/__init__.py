@@ -36,7 +36,8 @@ def library_version() -> str:
 
 
 __all__ = [
-    "Context", "Comm", "Request", "Op", "PushPlan", "UNDEFINED", "Error", "InvalidArgument", "OutOfMemory", "NotSupported",
+    "Context", "Comm", "Request", "Op", "PushPlan", "UNDEFINED", "Error", "InvalidArgument",
+    "OutOfMemory", "NotSupported",
     "ProviderError", "BootstrapError", "Timeout", "Again", "RemoteError", "Corrupt",
     "ConfigError", "Busy", "InternalError", "Aborted", "Mismatch", "StateError", "OverBudget",
     "ResourceError", "LibraryNotFound", "errors", "strerror", "address_of", "library_version",
