@@ -20,14 +20,14 @@ from __future__ import annotations
 import os
 import socket
 from datetime import timedelta
-from typing import Any, List, Optional
+from typing import Any, Callable, List, Optional
 
 import torch
 import torch.distributed as dist
 
 from ._torchcoll import Collectives, Work, done_work, redop
 from .comm import Context
-from .errors import NotSupported
+from .errors import Again, NotSupported
 
 BACKEND = "ofccl"
 
@@ -56,6 +56,24 @@ def _unsupported(name: str) -> Any:
                            "for the rest")
     method.__name__ = name
     return method
+
+
+def _in_order(posts: List[Callable[[], Work]]) -> Work:
+    """Post one collective per tensor, in order, and return the last Work once
+    the others are done. A post the library refuses with Again (its staging
+    buffers or request slots are all in use) waits for the earlier ones and is
+    posted again: every rank posts the same sequence, so the order holds."""
+    works: List[Work] = []
+    for post in posts:
+        try:
+            works.append(post())
+        except Again:
+            for w in works:
+                w.wait()
+            works = [post()]
+    for w in works[:-1]:
+        w.wait()
+    return works[-1] if works else done_work([])
 
 
 def _op_of(opts: Any) -> Any:
@@ -119,10 +137,8 @@ class ProcessGroupOfccl(dist.ProcessGroup):
 
     def all_gather_single_coalesced(self, outputs: List[torch.Tensor],
                                     inputs: List[torch.Tensor], opts: Any = None) -> Work:
-        works = [self._coll.all_gather(o, i) for o, i in zip(outputs, inputs)]
-        for w in works[:-1]:  # at most 8 requests in flight: keep one
-            w.wait()
-        return works[-1] if works else done_work([])
+        return _in_order([lambda o=o, i=i: self._coll.all_gather(o, i)
+                          for o, i in zip(outputs, inputs)])
 
     allgather_into_tensor_coalesced = all_gather_single_coalesced
 
@@ -145,10 +161,8 @@ class ProcessGroupOfccl(dist.ProcessGroup):
     def reduce_scatter_single_coalesced(self, outputs: List[torch.Tensor],
                                         inputs: List[torch.Tensor], opts: Any = None) -> Work:
         op = redop(_op_of(opts))
-        works = [self._coll.reduce_scatter(o, i, op) for o, i in zip(outputs, inputs)]
-        for w in works[:-1]:
-            w.wait()
-        return works[-1] if works else done_work([])
+        return _in_order([lambda o=o, i=i: self._coll.reduce_scatter(o, i, op)
+                          for o, i in zip(outputs, inputs)])
 
     reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
 
@@ -182,10 +196,7 @@ class ProcessGroupOfccl(dist.ProcessGroup):
         root = getattr(opts, "rootRank", 0) if opts is not None else 0
         if getattr(opts, "rootTensor", 0):
             raise NotSupported("broadcast: ofccl takes one tensor per rank (rootTensor 0)")
-        works = [self._coll.broadcast(t, root) for t in tensors]
-        for w in works[:-1]:
-            w.wait()
-        return works[-1] if works else done_work([])
+        return _in_order([lambda t=t: self._coll.broadcast(t, root) for t in tensors])
 
     def broadcast_coalesced(self, tensors: List[torch.Tensor], opts: Any = None) -> Work:
         return self.broadcast(tensors, opts)

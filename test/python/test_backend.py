@@ -16,7 +16,7 @@ import ranks  # noqa: E402
 
 def _init(settings):
     import torch.distributed as dist
-    import ofccl.torch  # noqa: F401 - registers the backend
+    import ofccl.torch  # registers the backend
     rank, size = settings["BOOT_RANK"], settings["BOOT_SIZE"]
     port = settings["BOOT_ROOT"].rsplit(":", 1)[1]
     dist.init_process_group("ofccl", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
@@ -36,6 +36,7 @@ def _reduce_scatter_tensor(dist, out, inp, **kw):
 
 
 def scenario_collectives(settings):
+    import ofccl.torch
     dist, rank, size = _init(settings)
     n = 37
     # all-gather into a tensor, every dtype; int64 travels as bytes
@@ -93,6 +94,22 @@ def scenario_collectives(settings):
         t = torch.full((1000,), float(rank))
         work = dist.broadcast(t, root, async_op=True)
         assert work.wait() and torch.all(t == root)
+    # the coalesced forms FSDP calls on the process group itself
+    pg = dist.distributed_c10d._get_default_group()
+    if not isinstance(pg, ofccl.torch.ProcessGroupOfccl):
+        pg = pg._get_backend(torch.device("cpu"))
+    ins = [torch.full((n,), float(rank + 1)), torch.full((3,), float(rank), dtype=torch.float64)]
+    outs = [torch.zeros(size * n), torch.zeros(size * 3, dtype=torch.float64)]
+    pg.allgather_into_tensor_coalesced(outs, ins).wait()
+    assert torch.equal(outs[0], torch.arange(1, size + 1).float().repeat_interleave(n))
+    assert torch.equal(outs[1], torch.arange(size).double().repeat_interleave(3))
+    fulls = [torch.full((size * 2,), float(rank)), torch.ones(size * 5, dtype=torch.bfloat16)]
+    outs = [torch.zeros(2), torch.zeros(5, dtype=torch.bfloat16)]
+    pg.reduce_scatter_tensor_coalesced(outs, fulls).wait()
+    assert torch.all(outs[0] == sum(range(size))) and torch.all(outs[1] == size)
+    ts = [torch.full((7,), float(rank)), torch.full((2, 2), 1.0)]
+    pg.allreduce_coalesced(ts).wait()
+    assert torch.all(ts[0] == sum(range(size))) and torch.all(ts[1] == size)
     dist.barrier()
     dist.destroy_process_group()
     return "ok"
