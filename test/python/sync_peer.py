@@ -61,7 +61,7 @@ def main():
     role, rank = sys.argv[1], int(sys.argv[2])
     engine = ofccl.checkpoint.new_engine(
         "ofccl", bucket_size=BUCKET, is_master=(role == "trainer" and rank == 0),
-        host="127.0.0.1", settings={"TIMEOUT_MS": 60000, "BOOT_TIMEOUT_MS": 60000})
+        host="127.0.0.1", settings={"TIMEOUT_MS": 60000, "BOOT_TIMEOUT_MS": 120000})
     print("META " + json.dumps(engine.prepare()), flush=True)
     kwargs = json.loads(sys.stdin.readline())
     out = {"steps": []}

@@ -16,6 +16,8 @@ import ranks  # noqa: E402
 from test_errors import _raises  # noqa: E402
 
 COUNTS = [0, 5, 3000]
+# Generous deadlines: on a loaded machine starting a rank can take many seconds.
+SLOW = {"settings": {"BOOT_TIMEOUT_MS": 120000, "TIMEOUT_MS": 60000}, "timeout": 200}
 
 
 def _root_data(root, count, dtype, salt):
@@ -143,7 +145,7 @@ def scenario_split_broadcast_push(comm):
 
 @pytest.mark.parametrize("n", [1, 2, 3, 4])
 def test_split_broadcast_push_match_numpy(n):
-    res = ranks.run(n, __file__, "scenario_split_broadcast_push")
+    res = ranks.run(n, __file__, "scenario_split_broadcast_push", **SLOW)
     _, receivers = _push_layout(n)
     for r, out in enumerate(res):
         assert out["world"] > 0 and out["half"] > 0
@@ -205,5 +207,5 @@ def scenario_bad_input(comm):
 
 @pytest.mark.parametrize("n", [1, 3])
 def test_bad_input_raises_and_comm_stays_usable(n):
-    msgs = ranks.run(n, __file__, "scenario_bad_input")
+    msgs = ranks.run(n, __file__, "scenario_bad_input", **SLOW)
     assert msgs == ["ok"] if n == 1 else any("count" in m for m in msgs), msgs

@@ -43,7 +43,7 @@ def test_two_groups_sync():
     trainers = _launch("trainer", 2)
     rollout = _launch("rollout", 2)  # the second job, launched on its own
     procs = trainers + rollout
-    deadline = time.monotonic() + 150
+    deadline = time.monotonic() + 200
     try:
         metas = [_line(p, "META", deadline) for p in procs]
         assert metas[0]["boot_root"].startswith("127.0.0.1:") and metas[1:] == [None] * 3
