@@ -115,6 +115,7 @@ class PushPlan:
         self._check(_lib.lib().ofccl_push_plan_info(self._h, byref(nb), byref(mx)))
         self.nbuckets, self.max_bucket_bytes = nb.value, mx.value
         self._where: List[Tuple[int, int, int]] = []
+        self.in_flight: dict = {}
         if self.is_receiver:
             b, off, n = c_int(), c_size_t(), c_size_t()
             for t in range(nt):
@@ -246,10 +247,12 @@ class PushPlan:
              buffers: Optional[Sequence[Any]] = None) -> Iterator[Tuple[int, Any]]:
         """Every bucket, two in flight: yields (k, receive buffer or None) as
         bucket k completes; bucket k + 2 is posted into the same buffer only
-        when the caller asks for the next one."""
+        when the caller asks for the next one. ``in_flight`` maps the buckets
+        posted and not yet yielded to their Requests."""
         arr = self._shards(shards)
         bufs = self._bufs(buffers)
         reqs = {k: self.post(k, arr, bufs[k % 2]) for k in range(min(2, self.nbuckets))}
+        self.in_flight = reqs
         try:
             for k in range(self.nbuckets):
                 out = reqs.pop(k).wait()
@@ -266,6 +269,7 @@ class PushPlan:
         arr = self._shards(shards)
         bufs = self._bufs(buffers)
         reqs = {k: self.post(k, arr, bufs[k % 2]) for k in range(min(2, self.nbuckets))}
+        self.in_flight = reqs
         try:
             for k in range(self.nbuckets):
                 out = await reqs.pop(k)

@@ -115,6 +115,8 @@ def scenario_push(comm):
             if rnd == 1 and plan.is_receiver else None
         seen = set()
         for k, buf in plan.push(shards, own):
+            # double-buffered: bucket k + 1 is on its way while k is read
+            assert sorted(plan.in_flight) == list(range(k + 1, min(k + 2, plan.nbuckets)))
             if not plan.is_receiver:
                 assert buf is None
                 continue
