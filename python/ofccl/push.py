@@ -22,7 +22,7 @@ import ctypes
 import gc
 import weakref
 from ctypes import byref, c_int, c_size_t, c_void_p
-from typing import Any, AsyncIterator, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, AsyncIterator, Callable, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -238,10 +238,20 @@ class PushPlan:
             result = buf if buf is not None else self.buffer(k)
         return Request(self.comm, req.value, (shards, arr, buf, self), result)
 
-    def _bufs(self, buffers_: Optional[Sequence[Any]]) -> Sequence[Any]:
+    def _start(self, shards: Optional[Sequence[Any]],
+               buffers_: Optional[Sequence[Any]]) -> Callable[[int], None]:
+        """Post the first two buckets; returns what posts bucket k + 2 once k
+        was handed to the caller (into k's buffer)."""
         if buffers_ is not None and len(buffers_) != 2:
             raise InvalidArgument("push: pass two receive buffers (double buffering) or none")
-        return buffers_ or (None, None)
+        arr = self._shards(shards)
+        bufs = buffers_ or (None, None)
+        self.in_flight = {k: self.post(k, arr, bufs[k % 2]) for k in range(min(2, self.nbuckets))}
+
+        def advance(k: int) -> None:
+            if k + 2 < self.nbuckets:
+                self.in_flight[k + 2] = self.post(k + 2, arr, bufs[k % 2])
+        return advance
 
     def push(self, shards: Optional[Sequence[Any]] = None,
              buffers: Optional[Sequence[Any]] = None) -> Iterator[Tuple[int, Any]]:
@@ -249,35 +259,25 @@ class PushPlan:
         bucket k completes; bucket k + 2 is posted into the same buffer only
         when the caller asks for the next one. ``in_flight`` maps the buckets
         posted and not yet yielded to their Requests."""
-        arr = self._shards(shards)
-        bufs = self._bufs(buffers)
-        reqs = {k: self.post(k, arr, bufs[k % 2]) for k in range(min(2, self.nbuckets))}
-        self.in_flight = reqs
+        advance = self._start(shards, buffers)
         try:
             for k in range(self.nbuckets):
-                out = reqs.pop(k).wait()
-                yield k, out
-                if k + 2 < self.nbuckets:
-                    reqs[k + 2] = self.post(k + 2, arr, bufs[k % 2])
+                yield k, self.in_flight.pop(k).wait()
+                advance(k)
         finally:
-            self._drain(reqs)
+            self._drain(self.in_flight)
 
     async def push_async(self, shards: Optional[Sequence[Any]] = None,
                          buffers: Optional[Sequence[Any]] = None
                          ) -> AsyncIterator[Tuple[int, Any]]:
         """push() for asyncio: awaits each bucket instead of blocking."""
-        arr = self._shards(shards)
-        bufs = self._bufs(buffers)
-        reqs = {k: self.post(k, arr, bufs[k % 2]) for k in range(min(2, self.nbuckets))}
-        self.in_flight = reqs
+        advance = self._start(shards, buffers)
         try:
             for k in range(self.nbuckets):
-                out = await reqs.pop(k)
-                yield k, out
-                if k + 2 < self.nbuckets:
-                    reqs[k + 2] = self.post(k + 2, arr, bufs[k % 2])
+                yield k, await self.in_flight.pop(k)
+                advance(k)
         finally:
-            self._drain(reqs)
+            self._drain(self.in_flight)
 
     @staticmethod
     def _drain(reqs: dict) -> None:
