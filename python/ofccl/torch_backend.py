@@ -9,7 +9,8 @@ meet through ofccl's TCP rendezvous, whose address rank 0 publishes in the
 group's torch store; with OFCCL_BOOT=pmix set, PMIx is used instead (and its
 ranks must be torch's). Supported: all-gather into a tensor (and the list
 form), reduce-scatter from a tensor (and the list form), their coalesced
-forms, all-reduce (reduce-scatter then all-gather, in place), barrier. Every
+forms, all-reduce (reduce-scatter then all-gather, in place), broadcast (any
+root, any dtype as bytes), barrier. Every
 other collective raises ofccl.NotSupported naming it. CUDA tensors are staged
 through pinned ofccl memory (see _staging.py).
 """
@@ -19,14 +20,14 @@ from __future__ import annotations
 import os
 import socket
 from datetime import timedelta
-from typing import Any, List, Optional
+from typing import Any, Callable, List, Optional
 
 import torch
 import torch.distributed as dist
 
 from ._torchcoll import Collectives, Work, done_work, redop
 from .comm import Context
-from .errors import NotSupported
+from .errors import Again, NotSupported
 
 BACKEND = "ofccl"
 
@@ -51,9 +52,28 @@ def _unsupported(name: str) -> Any:
     def method(self: Any, *args: Any, **kwargs: Any) -> Any:
         raise NotSupported(f"torch.distributed {name} on the 'ofccl' backend: ofccl offers "
                            "all_gather(_into_tensor), reduce_scatter(_tensor), all_reduce "
-                           "(SUM, AVG, PREMUL_SUM) and barrier; use a gloo group for the rest")
+                           "(SUM, AVG, PREMUL_SUM), broadcast and barrier; use a gloo group "
+                           "for the rest")
     method.__name__ = name
     return method
+
+
+def _in_order(posts: List[Callable[[], Work]]) -> Work:
+    """Post one collective per tensor, in order, and return the last Work once
+    the others are done. A post the library refuses with Again (its staging
+    buffers or request slots are all in use) waits for the earlier ones and is
+    posted again: every rank posts the same sequence, so the order holds."""
+    works: List[Work] = []
+    for post in posts:
+        try:
+            works.append(post())
+        except Again:
+            for w in works:
+                w.wait()
+            works = [post()]
+    for w in works[:-1]:
+        w.wait()
+    return works[-1] if works else done_work([])
 
 
 def _op_of(opts: Any) -> Any:
@@ -137,10 +157,8 @@ class ProcessGroupOfccl(dist.ProcessGroup):
 
     def all_gather_single_coalesced(self, outputs: List[torch.Tensor],
                                     inputs: List[torch.Tensor], opts: Any = None) -> Work:
-        works = [self._coll.all_gather(o, i) for o, i in zip(outputs, inputs)]
-        for w in works[:-1]:  # at most 8 requests in flight: keep one
-            w.wait()
-        return works[-1] if works else done_work([])
+        return _in_order([lambda o=o, i=i: self._coll.all_gather(o, i)
+                          for o, i in zip(outputs, inputs)])
 
     allgather_into_tensor_coalesced = all_gather_single_coalesced
 
@@ -163,10 +181,8 @@ class ProcessGroupOfccl(dist.ProcessGroup):
     def reduce_scatter_single_coalesced(self, outputs: List[torch.Tensor],
                                         inputs: List[torch.Tensor], opts: Any = None) -> Work:
         op = redop(_op_of(opts))
-        works = [self._coll.reduce_scatter(o, i, op) for o, i in zip(outputs, inputs)]
-        for w in works[:-1]:
-            w.wait()
-        return works[-1] if works else done_work([])
+        return _in_order([lambda o=o, i=i: self._coll.reduce_scatter(o, i, op)
+                          for o, i in zip(outputs, inputs)])
 
     reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
 
@@ -195,6 +211,16 @@ class ProcessGroupOfccl(dist.ProcessGroup):
         if not direct:
             t.copy_(flat[:n].view_as(t))
 
+    # ---- broadcast -----------------------------------------------------------
+    def broadcast(self, tensors: List[torch.Tensor], opts: Any = None) -> Work:
+        root = getattr(opts, "rootRank", 0) if opts is not None else 0
+        if getattr(opts, "rootTensor", 0):
+            raise NotSupported("broadcast: ofccl takes one tensor per rank (rootTensor 0)")
+        return _in_order([lambda t=t: self._coll.broadcast(t, root) for t in tensors])
+
+    def broadcast_coalesced(self, tensors: List[torch.Tensor], opts: Any = None) -> Work:
+        return self.broadcast(tensors, opts)
+
     # ---- control -----------------------------------------------------------
     def barrier(self, opts: Any = None) -> Work:
         self.ofccl_comm.barrier()
@@ -216,7 +242,6 @@ class ProcessGroupOfccl(dist.ProcessGroup):
     def shutdown(self) -> None:
         self.ofccl_comm.close()
 
-    broadcast = _unsupported("broadcast")
     reduce = _unsupported("reduce")
     gather = _unsupported("gather")
     scatter = _unsupported("scatter")
