@@ -101,7 +101,7 @@ typedef enum ofccl__cfg_type {
       "Write a timeline of every collective, its phases per peer and its writes to "               \
       "<directory>/ofccl-trace-<job>-<rank>.json (Chrome trace-event JSON; merge the ranks' "      \
       "files with ofccl-trace merge); empty = off")                                                \
-    X(TRACE_EVENTS, INT, LOCAL, "262144", "", 1024, 67108864,                                      \
+    X(TRACE_EVENTS, INT, LOCAL, "262144", "", 16, 67108864,                                        \
       "Events a context's trace buffer holds (64 B each); later ones are counted as dropped")      \
     X(DUMP_SIGNAL, BOOL, LOCAL, "0", "0|1", 0, 0,                                                  \
       "On SIGUSR1, log every pending request of every communicator (operation, sequence, phase, "  \
