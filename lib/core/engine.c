@@ -251,10 +251,15 @@ static void complete(ofccl__req_t *r)
 {
     ofccl__ctx_moved(r->comm->ctx);
     ofccl__coll_history(r, 1);
-    if (r->status == 0 && r->finish != NULL)
+    uint64_t finish_ns = 0;
+
+    if (r->status == 0 && r->finish != NULL) {
+        if (r->comm->ctx->trace != NULL)
+            finish_ns = ofccl__now_ns();
         r->finish(r);
+    }
     if (r->comm->ctx->trace != NULL)
-        ofccl__trace_req_done(r);
+        ofccl__trace_req_done(r, finish_ns);
     if (r->staging_idx >= 0) {
         ofccl__stage_release(r->comm, r->coll, r->staging_idx);
         r->staging_idx = -1;

@@ -212,7 +212,7 @@ void ofccl__trace_chunk(ofccl__req_t *r, int peer, uint32_t unit, size_t len, ui
     p->bytes_out += len;
 }
 
-void ofccl__trace_req_done(ofccl__req_t *r)
+void ofccl__trace_req_done(ofccl__req_t *r, uint64_t finish_ns)
 {
     ofccl__trace_t *t = r->comm->ctx->trace;
     uint64_t now = ofccl__now_ns(), t0 = r->tr_t0;
@@ -236,13 +236,18 @@ void ofccl__trace_req_done(ofccl__req_t *r)
             ofccl__trace_add(t, &ev);
         }
     }
+    if (finish_ns != 0) {
+        ev = req_event(r, OFCCL__TR_FINISH, -1, finish_ns, now, 0);
+        ofccl__trace_add(t, &ev);
+    }
     ev = req_event(r, r->bucket ? OFCCL__TR_BUCKET : OFCCL__TR_COLL, -1, t0, now,
                    (uint64_t)r->block * (uint64_t)r->comm->size);
     ofccl__trace_add(t, &ev);
 }
 
 /* ---- the file ---- */
-static const char *const kind_cat[] = {"coll", "bucket", "phase", "phase", "phase", "chunk"};
+static const char *const kind_cat[] = {"coll",  "bucket", "phase", "phase",
+                                       "phase", "chunk",  "phase"};
 
 static void event_name(const ofccl__trace_ev_t *ev, char *buf, size_t len)
 {
@@ -264,6 +269,9 @@ static void event_name(const ofccl__trace_ev_t *ev, char *buf, size_t len)
     case OFCCL__TR_RECV:
         snprintf(buf, len, "receive from %d", ev->peer);
         break;
+    case OFCCL__TR_FINISH:
+        snprintf(buf, len, "copy out");
+        break;
     default:
         snprintf(buf, len, "chunk to %d", ev->peer);
     }
@@ -271,9 +279,9 @@ static void event_name(const ofccl__trace_ev_t *ev, char *buf, size_t len)
 
 static const char *phase_word(int kind)
 {
-    static const char *const w[] = {"collective", "bucket",  "descriptor",
-                                    "send",       "receive", "chunk"};
-    return kind >= 0 && kind <= OFCCL__TR_CHUNK ? w[kind] : "?";
+    static const char *const w[] = {"collective", "bucket", "descriptor", "send",
+                                    "receive",    "chunk",  "finish"};
+    return kind >= 0 && kind <= OFCCL__TR_FINISH ? w[kind] : "?";
 }
 
 static void write_event(FILE *f, const ofccl__trace_t *t, const ofccl__trace_ev_t *ev, int rank)

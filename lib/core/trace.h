@@ -21,6 +21,7 @@ enum ofccl__trace_kind {
     OFCCL__TR_SEND = 3,   /* phase: first write posted to a peer until the last completed */
     OFCCL__TR_RECV = 4,   /* phase: post until the last unit from a peer arrived */
     OFCCL__TR_CHUNK = 5,  /* one data write (a chunk of a block at a step) */
+    OFCCL__TR_FINISH = 6, /* phase: results copied out of staging at completion */
 };
 
 typedef struct ofccl__trace_ev {
@@ -64,12 +65,13 @@ void ofccl__trace_counts(const ofccl__trace_t *t, uint64_t *events, uint64_t *dr
 
 /* The engine's hooks, called only when ctx->trace != NULL: a request was
  * posted; a descriptor from `peer` was taken; a unit from `peer` arrived; a
- * request completed (records its span and its phases). */
+ * request completed (records its span and its phases; `finish_ns`: when its
+ * copy out of staging began, 0 if it had none). */
 void ofccl__trace_req_start(ofccl_req_t *r);
 void ofccl__trace_req_ready(ofccl_req_t *r, int peer);
 void ofccl__trace_req_in(ofccl_req_t *r, int peer);
 /* A data write of `len` bytes to `peer`, posted at `t0`, completed now. */
 void ofccl__trace_chunk(ofccl_req_t *r, int peer, uint32_t unit, size_t len, uint64_t t0);
-void ofccl__trace_req_done(ofccl_req_t *r);
+void ofccl__trace_req_done(ofccl_req_t *r, uint64_t finish_ns);
 
 #endif

@@ -72,8 +72,10 @@ def check_rank_file(path):
                                                           [(x["args"]["peer"]) for x in chunks]))
         check(sum(x["args"]["bytes"] for x in chunks) == MIB, "chunk bytes add up to 1 MiB")
         by = {x["args"]["phase"]: x for x in mine if x["cat"] == "phase"}
-        check(set(by) == {"descriptor", "send", "receive"}, "phases %s" % sorted(by))
-        check(all(x["args"]["peer"] == peer for x in by.values()), "phases name rank %d" % peer)
+        check({"descriptor", "send", "receive"} <= set(by) <= {"descriptor", "send", "receive",
+                                                               "finish"}, "phases %s" % sorted(by))
+        check(all(x["args"]["peer"] == (-1 if k == "finish" else peer) for k, x in by.items()),
+              "phases name rank %d" % peer)
         check(by.get("send", {}).get("args", {}).get("bytes") == MIB, "send phase: 1 MiB")
         check(by.get("receive", {}).get("args", {}).get("units") == MIB // CHUNK,
               "receive phase: 2 units")

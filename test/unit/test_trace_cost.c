@@ -55,7 +55,7 @@ static void test_hook_cost(void)
         posted = ofccl__now_ns();
         ofccl__trace_chunk(&r, 1, 0, 512 << 10, posted);
         ofccl__trace_req_in(&r, 1);
-        ofccl__trace_req_done(&r);
+        ofccl__trace_req_done(&r, 0);
     }
     ns = (ofccl__now_ns() - t0) / ROUNDS;
     ofccl__trace_counts(ctx->trace, &n, &dropped);
