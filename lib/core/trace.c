@@ -27,6 +27,7 @@ struct ofccl__trace {
     int64_t offset_ns;
     char offset_method[64];
     char transport[64];
+    pid_t pid; /* the process that opened it (a forked child must not write it) */
 };
 
 /* Traces of live contexts, written at exit by an atexit handler. */
@@ -43,7 +44,7 @@ static void write_all_at_exit(void)
         ofccl__trace_t *t = live[k];
         /* A thread may hold the context's lock (stuck in a call): skip it
          * rather than write a buffer that is changing under us. */
-        if (t != NULL && pthread_mutex_trylock(&t->ctx->lock) == 0) {
+        if (t != NULL && t->pid == getpid() && pthread_mutex_trylock(&t->ctx->lock) == 0) {
             ofccl__trace_write(t);
             pthread_mutex_unlock(&t->ctx->lock);
         }
@@ -101,6 +102,7 @@ int ofccl__trace_open(ofccl_ctx_t *ctx)
     }
     t->ctx = ctx;
     t->cap = cap;
+    t->pid = getpid();
     ofccl__strlcpy(t->offset_method, "none (no world communicator yet)", sizeof(t->offset_method));
     ofccl__strlcpy(t->transport, ofccl__prov_caps(ctx->prov)->name, sizeof(t->transport));
     file_safe(ctx->boot->job, job, sizeof(job));
