@@ -7,6 +7,7 @@ Usage: check_trace.py <test_observe> <ofccl-trace> <provider>
 """
 import json
 import os
+import xml.dom.minidom
 import subprocess
 import sys
 import tempfile
@@ -88,7 +89,9 @@ def main():
         for f in files:
             check_rank_file(f)
         merged, summary = os.path.join(tmp, "merged.out"), os.path.join(tmp, "summary.out")
-        r = subprocess.run([sys.executable, tool, "merge", "-o", merged, "--json", summary, tmp],
+        svg = os.path.join(tmp, "timeline.svg")
+        r = subprocess.run([sys.executable, tool, "merge", "-o", merged, "--json", summary,
+                            "--svg", svg, tmp],
                            capture_output=True, text=True, timeout=120)
         print(r.stdout, r.stderr)
         check(r.returncode == 0, "merge exited %d" % r.returncode)
@@ -107,6 +110,9 @@ def main():
             check(all(a["start_us"] <= b["end_us"] + 1 for a, b in zip(path, path[1:])),
                   "critical path of #%d in time order" % o["seq"])
         check("comm " in r.stdout and "critical path:" in r.stdout, "summary printed")
+        rects = xml.dom.minidom.parse(svg).getElementsByTagName("rect")
+        check(sum(x.getAttribute("stroke") == "black" for x in rects) >= len(ops),
+              "the timeline picture outlines the critical paths")
     with tempfile.TemporaryDirectory() as tmp:  # a buffer too small: counted, and said
         for f in run_workload(exe, provider, tmp, events=16):
             with open(f) as fh:
