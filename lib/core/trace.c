@@ -27,7 +27,10 @@ struct ofccl__trace {
     int64_t offset_ns;
     char offset_method[64];
     char transport[64];
-    pid_t pid; /* the process that opened it (a forked child must not write it) */
+    pid_t pid;                /* the process that opened it (a forked child must not write it) */
+    size_t written_n;         /* events and drops in the file last written: */
+    uint64_t written_dropped; /* nothing new, no rewrite */
+    bool written;
 };
 
 /* Traces of live contexts, written at exit by an atexit handler. */
@@ -315,6 +318,8 @@ int ofccl__trace_write(ofccl__trace_t *t)
     size_t nnamed = 0;
     FILE *f;
 
+    if (t->written && t->written_n == t->n && t->written_dropped == t->dropped)
+        return 0;
     snprintf(tmp, sizeof(tmp), "%s.tmp", t->path);
     f = fopen(tmp, "w");
     if (f == NULL) {
@@ -361,5 +366,8 @@ int ofccl__trace_write(ofccl__trace_t *t)
         unlink(tmp);
         return OFCCL_ERR_INTERNAL;
     }
+    t->written = true;
+    t->written_n = t->n;
+    t->written_dropped = t->dropped;
     return 0;
 }
