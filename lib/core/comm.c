@@ -5,7 +5,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "blob.h"
 #include "comm_impl.h"
 #include "engine_impl.h"
 #include "core.h"

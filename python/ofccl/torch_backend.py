@@ -85,6 +85,26 @@ class ProcessGroupOfccl(dist.ProcessGroup):
     def _get_backend_name(self) -> str:
         return BACKEND
 
+    @property
+    def group_name(self) -> str:
+        """The name torch gave this group. A Python ProcessGroup that a backend's
+        creator returns replaces the object torch created and named, so the
+        name (which DeviceMesh and FSDP2 resolve groups by) is looked up in
+        torch's registry and recorded on this object the first time."""
+        c10d = dist.distributed_c10d
+        world = getattr(c10d, "_world", None)
+        names = getattr(world, "pg_names", None) or getattr(c10d, "_pg_names", {})
+        name = names.get(self)
+        if name is None:
+            base = getattr(dist.ProcessGroup, "group_name", None)
+            if base is None:
+                raise AttributeError("group_name: this group is not registered with torch")
+            return base.fget(self)
+        if not getattr(self, "_ofccl_named", False) and hasattr(self, "_set_group_name"):
+            self._set_group_name(name)
+            self._ofccl_named = True
+        return name
+
     def getRank(self) -> int:
         return self._rank
 

@@ -78,6 +78,12 @@ def scenario_collectives(settings):
     fut = work.get_future()
     fut.wait()
     assert torch.equal(out, torch.arange(size).float().repeat_interleave(3))
+    # DeviceMesh and FSDP2 find the group by the name torch registered it under
+    c10d = dist.distributed_c10d
+    names = getattr(getattr(c10d, "_world", None), "pg_names", None)
+    if names is not None:
+        pg = c10d._get_default_group()
+        assert pg.group_name == names[pg], (pg.group_name, names[pg])
     dist.barrier()
     dist.destroy_process_group()
     return "ok"
