@@ -45,9 +45,11 @@ struct ofccl_ctx {
      * a completion, a signal, a descriptor, a reduction. Waiting loops read it
      * without the lock to decide whether to nap (ofccl__idle_poll). */
     _Atomic uint64_t activity;
-    uint64_t spin_ns;     /* OFCCL_SPIN_US */
-    ofccl__fault_t fault; /* OFCCL_FAULT (fault-injection builds) */
-    unsigned kill_at;     /* SIGKILL this rank when it posts collective #kill_at (1-based) */
+    uint64_t spin_ns;           /* OFCCL_SPIN_US */
+    ofccl__fault_t fault;       /* OFCCL_FAULT (fault-injection builds) */
+    unsigned kill_at;           /* SIGKILL this rank when it posts collective #kill_at (1-based) */
+    struct ofccl__trace *trace; /* OFCCL_TRACE (trace.c); NULL: off */
+    int dump_signal;            /* OFCCL_DUMP_SIGNAL: registered with dump.c */
 };
 
 /* ---- signals: 32 bits of immediate data, so they fit verbs and EFA ----

@@ -64,6 +64,7 @@ _PROTOS = {
     "ofccl_ctx_last_error": (c_char_p, [c_void_p]),
     "ofccl_ctx_provider": (c_char_p, [c_void_p]),
     "ofccl_ctx_stats": (c_int, [c_void_p, POINTER(Stats)]),
+    "ofccl_dump_state": (c_int, [c_void_p, c_void_p]),
     "ofccl_comm_world": (c_int, [c_void_p, _pp]),
     "ofccl_comm_split": (c_int, [c_void_p, c_int, c_int, _pp]),
     "ofccl_comm_destroy": (c_int, [c_void_p]),

@@ -12,6 +12,7 @@ import abc
 import asyncio
 import ctypes
 import gc
+import os
 import sys
 import weakref
 from ctypes import byref, c_int, c_size_t, c_void_p
@@ -176,6 +177,31 @@ class Context:
         st.size = ctypes.sizeof(st)
         self._check(_lib.lib().ofccl_ctx_stats(self._h, byref(st)), "ofccl_ctx_stats")
         return {name: getattr(st, name) for name, _ in _lib.Stats._fields_[1:]}
+
+    def dump_state(self) -> str:
+        """ofccl_dump_state as text: every pending request of every communicator of
+        the context (operation, sequence number, phase, the peers it still waits
+        for). Safe while requests are pending; it moves nothing."""
+        libc = ctypes.CDLL(None)
+        libc.tmpfile.restype = c_void_p
+        for fn in (libc.fflush, libc.fclose, libc.fileno):
+            fn.argtypes = [c_void_p]
+        f = libc.tmpfile()
+        if not f:
+            raise OSError(ctypes.get_errno(), "ofccl_dump_state: tmpfile() failed")
+        try:
+            self._check(_lib.lib().ofccl_dump_state(self._h, f), "ofccl_dump_state")
+            libc.fflush(f)
+            fd, chunks = libc.fileno(f), []
+            os.lseek(fd, 0, os.SEEK_SET)
+            while True:
+                chunk = os.read(fd, 65536)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+        finally:
+            libc.fclose(f)
+        return b"".join(chunks).decode(errors="replace")
 
     def alloc(self, shape: Union[int, Sequence[int]], dtype: Any = "float32") -> Any:
         """An array of `shape` in ofccl memory (ofccl_mem_alloc): collectives on it need
