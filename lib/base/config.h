@@ -55,9 +55,11 @@ typedef enum ofccl__cfg_type {
     X(RX_POSTED, INT, LOCAL, "256", "", 8, 65536,                                                  \
       "Receives kept posted for remote CQ data where the provider consumes one per signal")        \
     X(ALGO_AG, ENUM, AGREE, "auto", "auto|direct|ring", 0, 0,                                      \
-      "All-gather algorithm; auto = direct up to 8 ranks or for small buffers, else ring")         \
+      "All-gather algorithm; auto = direct up to 8 ranks, for small buffers or on the local "      \
+      "transport, else ring")                                                                      \
     X(ALGO_RS, ENUM, AGREE, "auto", "auto|direct|ring", 0, 0,                                      \
-      "Reduce-scatter algorithm; auto = direct up to 8 ranks or for small buffers, else ring; "    \
+      "Reduce-scatter algorithm; auto = direct up to 8 ranks, for small buffers or on the local "  \
+      "transport, else ring; "                                                                     \
       "on the local transport direct reads peers' blocks in place (pull)")                         \
     X(CHUNK_BYTES, SIZE, AGREE, "512K", "", 4096, 1073741824,                                      \
       "Pipeline chunk: a collective moves each rank's block in chunks of this size")               \
@@ -96,7 +98,16 @@ typedef enum ofccl__cfg_type {
       "in it)")                                                                                    \
     X(BOOT_GROUPS, STRING, LOCAL, "", "<name:size,...>", 0, 0,                                     \
       "TCP rendezvous of separately launched jobs: every group and its size, in rank order; the "  \
-      "same on every process (the job's size is their sum)")
+      "same on every process (the job's size is their sum)")                                       \
+    X(TRACE, STRING, LOCAL, "", "<directory>", 0, 0,                                               \
+      "Write a timeline of every collective, its phases per peer and its writes to "               \
+      "<directory>/ofccl-trace-<job>-<rank>.json (Chrome trace-event JSON; merge the ranks' "      \
+      "files with ofccl-trace merge); empty = off")                                                \
+    X(TRACE_EVENTS, INT, LOCAL, "262144", "", 16, 67108864,                                        \
+      "Events a context's trace buffer holds (64 B each); later ones are counted as dropped")      \
+    X(DUMP_SIGNAL, BOOL, LOCAL, "0", "0|1", 0, 0,                                                  \
+      "On SIGUSR1, log every pending request of every communicator (operation, sequence, phase, "  \
+      "the peers it waits for) and write the trace, without stopping the job")
 
 enum ofccl__cfg_id {
 #define OFCCL__X_ID(id, type, scope, def, allowed, min, max, help) OFCCL__CFG_##id,

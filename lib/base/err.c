@@ -38,11 +38,11 @@ void ofccl__err_copy(char *dst, size_t dstlen, const char *src)
 const char *ofccl_strerror(int code)
 {
     switch (code) {
-#define OFCCL_X_STR(name, num, text)                                                               \
+#define X_STR(name, num, text)                                                                     \
     case (num):                                                                                    \
         return text;
-        OFCCL_ERROR_LIST(OFCCL_X_STR)
-#undef OFCCL_X_STR
+        OFCCL_ERROR_LIST(X_STR)
+#undef X_STR
     default:
         return "unknown error code";
     }

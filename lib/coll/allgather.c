@@ -83,8 +83,8 @@ int ofccl__post_allgather(ofccl__req_t *r)
     return rc;
 }
 
-static int ofccl_allgather_unlocked(ofccl_comm_t *comm, const void *sendbuf, void *recvbuf,
-                                    size_t count, ofccl_dtype_t dtype, ofccl_req_t **req)
+static int allgather_unlocked(ofccl_comm_t *comm, const void *sendbuf, void *recvbuf, size_t count,
+                              ofccl_dtype_t dtype, ofccl_req_t **req)
 {
     size_t block;
     int rc =
@@ -112,5 +112,5 @@ int ofccl_allgather(ofccl_comm_t *comm, const void *sendbuf, void *recvbuf, size
                     ofccl_dtype_t dtype, ofccl_req_t **req)
 {
     OFCCL__CHECK_HANDLE(comm);
-    OFCCL__LOCKED(comm->ctx, ofccl_allgather_unlocked(comm, sendbuf, recvbuf, count, dtype, req));
+    OFCCL__LOCKED(comm->ctx, allgather_unlocked(comm, sendbuf, recvbuf, count, dtype, req));
 }

@@ -12,7 +12,7 @@ static uint64_t arrived(const ofccl_comm_t *comm, int round)
     return atomic_load_explicit(&comm->ctrl[OFCCL__CTRL_BARRIER + round], memory_order_acquire);
 }
 
-static int ofccl_barrier_unlocked(ofccl_comm_t *comm)
+static int barrier_unlocked(ofccl_comm_t *comm)
 {
     uint64_t deadline, seq, start;
     ofccl__idle_t idle = {0};
@@ -59,5 +59,5 @@ static int ofccl_barrier_unlocked(ofccl_comm_t *comm)
 int ofccl_barrier(ofccl_comm_t *comm)
 {
     OFCCL__CHECK_HANDLE(comm);
-    OFCCL__LOCKED(comm->ctx, ofccl_barrier_unlocked(comm));
+    OFCCL__LOCKED(comm->ctx, barrier_unlocked(comm));
 }

@@ -227,8 +227,8 @@ static int one_rank(ofccl__req_t *r)
     return 0;
 }
 
-static int ofccl_bucket_allgather_unlocked(ofccl_comm_t *comm, const ofccl_tensor_t *tensors, int n,
-                                           ofccl_dtype_t dtype, ofccl_req_t **req)
+static int bucket_allgather_unlocked(ofccl_comm_t *comm, const ofccl_tensor_t *tensors, int n,
+                                     ofccl_dtype_t dtype, ofccl_req_t **req)
 {
     ofccl__req_t *r;
     int rc;
@@ -253,9 +253,8 @@ static int ofccl_bucket_allgather_unlocked(ofccl_comm_t *comm, const ofccl_tenso
     return 0;
 }
 
-static int ofccl_bucket_reduce_scatter_unlocked(ofccl_comm_t *comm, const ofccl_tensor_t *tensors,
-                                                int n, ofccl_dtype_t dtype, ofccl_redop_t op,
-                                                ofccl_req_t **req)
+static int bucket_reduce_scatter_unlocked(ofccl_comm_t *comm, const ofccl_tensor_t *tensors, int n,
+                                          ofccl_dtype_t dtype, ofccl_redop_t op, ofccl_req_t **req)
 {
     ofccl__req_t *r;
     int rc;
@@ -288,13 +287,12 @@ int ofccl_bucket_allgather(ofccl_comm_t *comm, const ofccl_tensor_t *tensors, in
                            ofccl_dtype_t dtype, ofccl_req_t **req)
 {
     OFCCL__CHECK_HANDLE(comm);
-    OFCCL__LOCKED(comm->ctx, ofccl_bucket_allgather_unlocked(comm, tensors, n, dtype, req));
+    OFCCL__LOCKED(comm->ctx, bucket_allgather_unlocked(comm, tensors, n, dtype, req));
 }
 
 int ofccl_bucket_reduce_scatter(ofccl_comm_t *comm, const ofccl_tensor_t *tensors, int n,
                                 ofccl_dtype_t dtype, ofccl_redop_t op, ofccl_req_t **req)
 {
     OFCCL__CHECK_HANDLE(comm);
-    OFCCL__LOCKED(comm->ctx,
-                  ofccl_bucket_reduce_scatter_unlocked(comm, tensors, n, dtype, op, req));
+    OFCCL__LOCKED(comm->ctx, bucket_reduce_scatter_unlocked(comm, tensors, n, dtype, op, req));
 }

@@ -98,4 +98,19 @@ int ofccl__bucket_setup(ofccl_comm_t *comm, const char *what, const ofccl_tensor
                         int ntensors, ofccl_dtype_t dtype, ofccl__req_t *r);
 void ofccl__bucket_copy_in(ofccl__req_t *r, void *area);
 
+/* Windows (window.c): a region registered on every rank of a communicator,
+ * its keys exchanged once by an all-gather over the communicator (collective;
+ * a rank whose registration fails makes the call fail on every rank). The
+ * communicator cannot be destroyed while a window is open. */
+typedef struct ofccl__win {
+    ofccl_comm_t *comm;
+    void *addr;
+    size_t len;
+    ofccl__mr_t *mr;
+    ofccl__rkey_t *peers; /* [size] */
+} ofccl__win_t;
+int ofccl__win_create(ofccl_comm_t *comm, void *addr, size_t len, unsigned access,
+                      ofccl__win_t **out);
+int ofccl__win_destroy(ofccl__win_t *win);
+
 #endif

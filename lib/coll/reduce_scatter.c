@@ -116,9 +116,9 @@ int ofccl__post_reduce_scatter(ofccl__req_t *r)
     return rc;
 }
 
-static int ofccl_reduce_scatter_unlocked(ofccl_comm_t *comm, const void *sendbuf, void *recvbuf,
-                                         size_t recvcount, ofccl_dtype_t dtype, ofccl_redop_t op,
-                                         ofccl_req_t **req)
+static int reduce_scatter_unlocked(ofccl_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                   size_t recvcount, ofccl_dtype_t dtype, ofccl_redop_t op,
+                                   ofccl_req_t **req)
 {
     size_t block;
     int rc = ofccl__check_args(comm, "ofccl_reduce_scatter", sendbuf, recvbuf, recvcount, dtype,
@@ -147,5 +147,5 @@ int ofccl_reduce_scatter(ofccl_comm_t *comm, const void *sendbuf, void *recvbuf,
 {
     OFCCL__CHECK_HANDLE(comm);
     OFCCL__LOCKED(comm->ctx,
-                  ofccl_reduce_scatter_unlocked(comm, sendbuf, recvbuf, recvcount, dtype, op, req));
+                  reduce_scatter_unlocked(comm, sendbuf, recvbuf, recvcount, dtype, op, req));
 }

@@ -2,7 +2,10 @@
  * The one place an algorithm is chosen. OFCCL_ALGO_AG / OFCCL_ALGO_RS force
  * direct or ring; auto takes direct for small jobs or small blocks (one step,
  * lowest latency) and the ring for larger jobs with large blocks (each link
- * carries 1/n of the data). Within direct, what the memory and the provider
+ * carries 1/n of the data), except where peers' memory maps (the local
+ * transport): there direct already moves each byte once, with no link to
+ * share, while the ring adds n-1 dependent steps and twice the memory
+ * traffic, so auto stays direct at every size. Within direct, what the memory and the provider
  * allow decides the variant: a small collective goes through the peers' eager
  * slots, and a reduce-scatter reads its peers' blocks in place where their
  * memory maps (pull).
@@ -39,8 +42,8 @@ const ofccl__algo_t *ofccl__choose(ofccl_comm_t *comm, int coll, size_t block, i
         return choose_bcast(comm, block, bucket);
     int forced = (int)ofccl__cfg_int(&comm->ctx->cfg,
                                      coll == OFCCL__AG ? OFCCL__CFG_ALGO_AG : OFCCL__CFG_ALGO_RS);
-    bool ring =
-        forced == 2 || (forced == 0 && comm->size >= RING_MIN_RANKS && block >= RING_MIN_BLOCK);
+    bool ring = forced == 2 || (forced == 0 && !ofccl__comm_caps(comm)->peer_map &&
+                                comm->size >= RING_MIN_RANKS && block >= RING_MIN_BLOCK);
 
     if (ring)
         return coll == OFCCL__AG ? &ofccl__ag_ring : &ofccl__rs_ring;

@@ -5,11 +5,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "blob.h"
 #include "comm_impl.h"
 #include "engine_impl.h"
 #include "core.h"
 #include "pool.h"
+#include "trace.h"
 #include "util.h"
 
 ofccl__op_t ofccl__comm_op_plain = {NULL, 0};
@@ -115,8 +115,11 @@ static int comm_world_locked(ofccl_ctx_t *ctx, ofccl_comm_t **out)
 
 static int comm_destroy_locked(ofccl_comm_t *comm)
 {
+    ofccl_ctx_t *ctx;
+
     if (comm == NULL)
         return OFCCL_ERR_INVALID_ARG;
+    ctx = comm->ctx;
     if (comm->nwins > 0)
         return ofccl__fail(&comm->ctx->log, OFCCL__SUB_CORE, &comm->err, OFCCL_ERR_BUSY,
                            "ofccl_comm_destroy: %d registered window(s) still open", comm->nwins);
@@ -137,6 +140,8 @@ static int comm_destroy_locked(ofccl_comm_t *comm)
             break;
         }
     ofccl__comm_free(comm);
+    if (ctx->trace != NULL) /* a job that never closes its context still leaves a trace */
+        ofccl__trace_write(ctx->trace);
     return 0;
 }
 

@@ -45,9 +45,11 @@ struct ofccl_ctx {
      * a completion, a signal, a descriptor, a reduction. Waiting loops read it
      * without the lock to decide whether to nap (ofccl__idle_poll). */
     _Atomic uint64_t activity;
-    uint64_t spin_ns;     /* OFCCL_SPIN_US */
-    ofccl__fault_t fault; /* OFCCL_FAULT (fault-injection builds) */
-    unsigned kill_at;     /* SIGKILL this rank when it posts collective #kill_at (1-based) */
+    uint64_t spin_ns;           /* OFCCL_SPIN_US */
+    ofccl__fault_t fault;       /* OFCCL_FAULT (fault-injection builds) */
+    unsigned kill_at;           /* SIGKILL this rank when it posts collective #kill_at (1-based) */
+    struct ofccl__trace *trace; /* OFCCL_TRACE (trace.c); NULL: off */
+    int dump_signal;            /* OFCCL_DUMP_SIGNAL: registered with dump.c */
 };
 
 /* ---- signals: 32 bits of immediate data, so they fit verbs and EFA ----
@@ -121,7 +123,7 @@ struct ofccl_comm {
      * descriptors and eager data are stored straight into them; NULL: written
      * through the ep. */
     _Atomic uint64_t **peer_ctrl_at;
-    int nwins;
+    int nwins; /* open windows (lib/coll/window.c): destroy is BUSY until 0 */
     /* host names for messages: rank r runs on host_name[host_of[r]] */
     int *host_of;          /* [size] */
     char (*host_name)[64]; /* [nhosts] (allocated [size]) */
@@ -150,15 +152,6 @@ struct ofccl_comm {
     struct ofccl__pool *pool;       /* staging and user pool buffers (pool.c) */
     ofccl_comm_t *next;             /* the context's list of communicators */
 };
-
-/* A region registered on every rank of a communicator, its keys exchanged once. */
-typedef struct ofccl__win {
-    ofccl_comm_t *comm;
-    void *addr;
-    size_t len;
-    ofccl__mr_t *mr;
-    ofccl__rkey_t *peers; /* [size] */
-} ofccl__win_t;
 
 /* ---- context internals ---- */
 /* Resolve "auto" and choose a domain; pure enough for ofccl_info to call it
@@ -289,10 +282,5 @@ int ofccl__notice_fail(ofccl_comm_t *comm);
 int ofccl__notice_cause(const ofccl_comm_t *comm, int *culprit, char *buf, size_t len);
 /* Collectives of the communicator posted and not yet completed. */
 int ofccl__comm_active_requests(const ofccl_comm_t *comm);
-
-/* ---- windows ---- */
-int ofccl__win_create(ofccl_comm_t *comm, void *addr, size_t len, unsigned access,
-                      ofccl__win_t **out);
-int ofccl__win_destroy(ofccl__win_t *win);
 
 #endif

@@ -5,7 +5,9 @@
 #include <string.h>
 
 #include "core.h"
+#include "dump.h"
 #include "pool.h"
+#include "trace.h"
 #include "util.h"
 
 #define OFCCL__STR2(x) #x
@@ -270,11 +272,18 @@ static int ctx_open(ofccl_ctx_t *ctx, const ofccl_ctx_params_t *params)
     rc = ofccl__prov_open(&pp, &ctx->prov, e);
     if (rc)
         return rc;
-    return ofccl__progress_start(ctx, e);
+    rc = ofccl__progress_start(ctx, e);
+    if (rc == 0)
+        rc = ofccl__trace_open(ctx);
+    if (rc == 0)
+        rc = ofccl__dump_start(ctx);
+    return rc;
 }
 
 static void ctx_close(ofccl_ctx_t *ctx)
 {
+    ofccl__dump_stop(ctx);
+    ofccl__trace_close(ctx);
     ofccl__progress_stop(ctx);
     while (ctx->memreg != NULL) { /* registrations the caller never released */
         ofccl_mem_t *m = ctx->memreg;

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "engine_impl.h"
+#include "trace.h"
 #include "util.h"
 
 /* ---- descriptors ---- */
@@ -270,6 +271,8 @@ int ofccl__desc_take(ofccl__req_t *r)
         r->peer_rk[p] = (ofccl__rkey_t){d[3], d[4], d[5]};
         r->peer_off[p] = d[6];
         r->peer_ready[p] = 1;
+        if (comm->ctx->trace != NULL)
+            ofccl__trace_req_ready(r, p);
         ofccl__ctx_moved(comm->ctx);
     }
     return 0;

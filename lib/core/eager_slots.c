@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "engine_impl.h"
+#include "trace.h"
 #include "util.h"
 
 bool ofccl__eager_possible(const ofccl_comm_t *comm, size_t block)
@@ -138,6 +139,8 @@ int ofccl__eager_arrived(ofccl__req_t *r)
                                          "collectives");
         }
         all_in &= in || !r->writes_to_me[p];
+        if (in && comm->ctx->trace != NULL && r->tr[p].last_in == 0)
+            ofccl__trace_req_in(r, p); /* first seen: when it arrived, give or take a pass */
     }
     if (!all_in)
         return 0;

@@ -14,6 +14,7 @@
 #include "engine_impl.h"
 #include "util.h"
 #include "pool.h"
+#include "trace.h"
 
 const char *ofccl__coll_name(int coll)
 {
@@ -76,6 +77,8 @@ int ofccl__coll_init(ofccl_comm_t *comm)
         r->wops = calloc(r->nwops, sizeof(*r->wops));
         r->srcs = calloc(n, sizeof(*r->srcs));
         r->peer_at = calloc(n, sizeof(*r->peer_at));
+        if (comm->ctx->trace != NULL && (r->tr = calloc(n, sizeof(*r->tr))) == NULL)
+            return OFCCL_ERR_NO_MEMORY;
         if (!r->sig_mask || !r->peer_rk || !r->peer_off || !r->unit_cnt || !r->seen || !r->wops ||
             !r->srcs || !r->peer_at)
             return OFCCL_ERR_NO_MEMORY;
@@ -105,6 +108,7 @@ void ofccl__coll_fini(ofccl_comm_t *comm)
         free(r->srcs);
         free(r->peer_at);
         free(r->tensors);
+        free(r->tr);
     }
     free(cs->desc_flag);
     free(cs->desc_seen);
@@ -216,6 +220,8 @@ int ofccl__coll_start(ofccl__req_t *r)
      * clock (a memory read) is precise enough and costs no timer read. */
     r->start_ns = ofccl__coarse_ns();
     r->deadline_ns = ofccl__comm_deadline(comm, r->start_ns);
+    if (comm->ctx->trace != NULL)
+        ofccl__trace_req_start(r);
     r->state = OFCCL__REQ_ACTIVE;
     ofccl__coll_history(r, 0);
     comm->coll->all_pairs[r->seq % OFCCL__SLOTS] = (r->algo->flags & OFCCL__ALGO_ALL_PAIRS) != 0;
@@ -245,8 +251,15 @@ static void complete(ofccl__req_t *r)
 {
     ofccl__ctx_moved(r->comm->ctx);
     ofccl__coll_history(r, 1);
-    if (r->status == 0 && r->finish != NULL)
+    uint64_t finish_ns = 0;
+
+    if (r->status == 0 && r->finish != NULL) {
+        if (r->comm->ctx->trace != NULL)
+            finish_ns = ofccl__now_ns();
         r->finish(r);
+    }
+    if (r->comm->ctx->trace != NULL)
+        ofccl__trace_req_done(r, finish_ns);
     if (r->staging_idx >= 0) {
         ofccl__stage_release(r->comm, r->coll, r->staging_idx);
         r->staging_idx = -1;

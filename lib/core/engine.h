@@ -46,6 +46,8 @@ typedef struct ofccl__wop {
     int peer;
     uint32_t unit; /* data: the k-th write to the peer; UINT32_MAX: a descriptor */
     int atomic;    /* 1 for a signal add on the atomic path */
+    size_t len;    /* tracing: bytes of a data write, and when it was posted */
+    uint64_t t0;
 } ofccl__wop_t;
 
 /* A memory area: where it is locally, and the registration covering it. */
@@ -169,6 +171,9 @@ struct ofccl_req {
     const void **srcs;       /* [size] reduction sources */
     const char **peer_at;    /* [size] pull: peer p's block for this rank, mapped here */
     unsigned nwops;
+    /* OFCCL_TRACE: per-peer times ([size], NULL when off) and the post time */
+    struct ofccl__trace_peer *tr;
+    uint64_t tr_t0;
 };
 
 /* ---- for algorithms ---- */

@@ -154,7 +154,7 @@ void ofccl__stage_release(ofccl_comm_t *comm, int coll, int idx)
     (coll == OFCCL__RS ? comm->pool->rs : comm->pool->ag)[idx].busy = 0;
 }
 
-static int ofccl_buffer_alloc_unlocked(ofccl_comm_t *comm, size_t bytes, void **ptr)
+static int buffer_alloc_unlocked(ofccl_comm_t *comm, size_t bytes, void **ptr)
 {
     ofccl__ubuf_t *u;
     int rc;
@@ -189,7 +189,7 @@ static int ofccl_buffer_alloc_unlocked(ofccl_comm_t *comm, size_t bytes, void **
     return 0;
 }
 
-static int ofccl_buffer_free_unlocked(ofccl_comm_t *comm, void *ptr)
+static int buffer_free_unlocked(ofccl_comm_t *comm, void *ptr)
 {
     ofccl__ubuf_t **pp;
 
@@ -220,7 +220,7 @@ static int ofccl_buffer_free_unlocked(ofccl_comm_t *comm, void *ptr)
 }
 
 /* ---- registration cache ---- */
-static int ofccl_mem_register_unlocked(ofccl_ctx_t *ctx, void *ptr, size_t len, ofccl_mem_t **mh)
+static int mem_register_unlocked(ofccl_ctx_t *ctx, void *ptr, size_t len, ofccl_mem_t **mh)
 {
     ofccl_mem_t *m;
 
@@ -270,7 +270,7 @@ static void drop_comm_mr(ofccl_mem_t *m, int k)
     m->per_comm[k].comm = NULL;
 }
 
-static int ofccl_mem_deregister_unlocked(ofccl_mem_t *mh)
+static int mem_deregister_unlocked(ofccl_mem_t *mh)
 {
     ofccl_ctx_t *ctx;
 
@@ -304,7 +304,7 @@ static int ofccl_mem_deregister_unlocked(ofccl_mem_t *mh)
     return 0;
 }
 
-static int ofccl_mem_alloc_unlocked(ofccl_ctx_t *ctx, size_t bytes, void **ptr)
+static int mem_alloc_unlocked(ofccl_ctx_t *ctx, size_t bytes, void **ptr)
 {
     ofccl_mem_t *m;
     void *p;
@@ -317,7 +317,7 @@ static int ofccl_mem_alloc_unlocked(ofccl_ctx_t *ctx, size_t bytes, void **ptr)
     if (p == NULL)
         return ofccl__fail(&ctx->log, OFCCL__SUB_MEM, &ctx->err, OFCCL_ERR_NO_MEMORY,
                            "ofccl_mem_alloc: cannot allocate %zu bytes", bytes);
-    rc = ofccl_mem_register_unlocked(ctx, p, bytes, &m);
+    rc = mem_register_unlocked(ctx, p, bytes, &m);
     if (rc) {
         ofccl__prov_mem_free(p);
         return rc;
@@ -328,7 +328,7 @@ static int ofccl_mem_alloc_unlocked(ofccl_ctx_t *ctx, size_t bytes, void **ptr)
     return 0;
 }
 
-static int ofccl_mem_free_unlocked(ofccl_ctx_t *ctx, void *ptr)
+static int mem_free_unlocked(ofccl_ctx_t *ctx, void *ptr)
 {
     ofccl_mem_t *m;
     size_t bytes;
@@ -347,7 +347,7 @@ static int ofccl_mem_free_unlocked(ofccl_ctx_t *ctx, void *ptr)
                            "call(s); deregister them first",
                            ptr, m->refs - 1);
     bytes = m->len;
-    rc = ofccl_mem_deregister_unlocked(m);
+    rc = mem_deregister_unlocked(m);
     if (rc)
         return rc;
     ctx->stats.pool_bytes -= bytes;
@@ -430,35 +430,35 @@ int ofccl_ctx_stats(const ofccl_ctx_t *ctx, ofccl_stats_t *stats)
 int ofccl_buffer_alloc(ofccl_comm_t *comm, size_t bytes, void **ptr)
 {
     OFCCL__CHECK_HANDLE(comm);
-    OFCCL__LOCKED(comm->ctx, ofccl_buffer_alloc_unlocked(comm, bytes, ptr));
+    OFCCL__LOCKED(comm->ctx, buffer_alloc_unlocked(comm, bytes, ptr));
 }
 
 int ofccl_buffer_free(ofccl_comm_t *comm, void *ptr)
 {
     OFCCL__CHECK_HANDLE(comm);
-    OFCCL__LOCKED(comm->ctx, ofccl_buffer_free_unlocked(comm, ptr));
+    OFCCL__LOCKED(comm->ctx, buffer_free_unlocked(comm, ptr));
 }
 
 int ofccl_mem_register(ofccl_ctx_t *ctx, void *ptr, size_t len, ofccl_mem_t **mh)
 {
     OFCCL__CHECK_HANDLE(ctx);
-    OFCCL__LOCKED(ctx, ofccl_mem_register_unlocked(ctx, ptr, len, mh));
+    OFCCL__LOCKED(ctx, mem_register_unlocked(ctx, ptr, len, mh));
 }
 
 int ofccl_mem_alloc(ofccl_ctx_t *ctx, size_t bytes, void **ptr)
 {
     OFCCL__CHECK_HANDLE(ctx);
-    OFCCL__LOCKED(ctx, ofccl_mem_alloc_unlocked(ctx, bytes, ptr));
+    OFCCL__LOCKED(ctx, mem_alloc_unlocked(ctx, bytes, ptr));
 }
 
 int ofccl_mem_free(ofccl_ctx_t *ctx, void *ptr)
 {
     OFCCL__CHECK_HANDLE(ctx);
-    OFCCL__LOCKED(ctx, ofccl_mem_free_unlocked(ctx, ptr));
+    OFCCL__LOCKED(ctx, mem_free_unlocked(ctx, ptr));
 }
 
 int ofccl_mem_deregister(ofccl_mem_t *mh)
 {
     OFCCL__CHECK_HANDLE(mh);
-    OFCCL__LOCKED(mh->ctx, ofccl_mem_deregister_unlocked(mh));
+    OFCCL__LOCKED(mh->ctx, mem_deregister_unlocked(mh));
 }

@@ -15,6 +15,7 @@
 #include "comm_impl.h"
 #include "engine_impl.h"
 #include "pool.h"
+#include "trace.h"
 #include "util.h"
 
 /* The setup blob's payload, little-endian on the wire: fixed words, the
@@ -335,10 +336,31 @@ out:
     return rc;
 }
 
-/* After the records: has every member succeeded? Fails naming the first that did not. */
-static int setup_status(ofccl_comm_t *comm, const ofccl__xchg_t *x, int mine)
+/* The status exchange also carries when each rank's records exchange returned
+ * (`released`, CLOCK_MONOTONIC): every rank leaves it at about the same
+ * moment, so the differences estimate each clock's offset to rank 0's for a
+ * trace (OFCCL_TRACE). Ranks on rank 0's host share its clock: offset 0. */
+#define STATUS_LEN 16
+static void note_clock_offset(ofccl_comm_t *comm, const uint8_t *all)
 {
-    uint8_t st = mine != 0, *all = malloc((size_t)comm->size * 8);
+    ofccl__trace_t *t = comm->ctx->trace;
+    int64_t off;
+
+    if (t == NULL || comm->size != comm->ctx->boot->size)
+        return; /* only the world communicator's rank 0 is the job's */
+    if (comm->host_of[comm->rank] == comm->host_of[0]) {
+        ofccl__trace_set_offset(t, 0, "same host as rank 0");
+        return;
+    }
+    off = (int64_t)(ofccl__get_le64(all + (size_t)comm->rank * STATUS_LEN + 8) -
+                    ofccl__get_le64(all + 8));
+    ofccl__trace_set_offset(t, off, "bootstrap exchange release");
+}
+
+/* After the records: has every member succeeded? Fails naming the first that did not. */
+static int setup_status(ofccl_comm_t *comm, const ofccl__xchg_t *x, int mine, uint64_t released)
+{
+    uint8_t st[STATUS_LEN] = {mine != 0}, *all = malloc((size_t)comm->size * STATUS_LEN);
     size_t *lens = calloc((size_t)comm->size, sizeof(*lens));
     ofccl__err_t e;
     int rc;
@@ -348,15 +370,18 @@ static int setup_status(ofccl_comm_t *comm, const ofccl__xchg_t *x, int mine)
         free(lens);
         return mine ? mine : ofccl__comm_fail(comm, OFCCL_ERR_NO_MEMORY, "comm setup: no memory");
     }
-    rc = x->allgather(x->arg, &st, 1, all, 8, lens, &e);
+    ofccl__put_le64(st + 8, released);
+    rc = x->allgather(x->arg, st, STATUS_LEN, all, STATUS_LEN, lens, &e);
     if (rc && mine == 0)
         mine = ofccl__comm_fail(comm, rc, "comm setup: status exchange: %s", e.msg);
     for (int r = 0; r < comm->size && mine == 0; r++)
-        if (lens[r] != 1 || all[(size_t)r * 8] != 0)
+        if (lens[r] != STATUS_LEN || all[(size_t)r * STATUS_LEN] != 0)
             mine = ofccl__comm_fail(comm, OFCCL_ERR_REMOTE_ERROR,
                                     "comm setup: rank %d failed to create its side of the "
                                     "communicator (its own error says why)",
                                     r);
+    if (mine == 0)
+        note_clock_offset(comm, all);
     free(all);
     free(lens);
     return mine;
@@ -368,6 +393,7 @@ int ofccl__comm_create(ofccl_ctx_t *ctx, const ofccl__comm_init_t *init, const o
     size_t slot = OFCCL__BLOB_HDR + SETUP_MAX, blen = 0, *lens = NULL;
     uint8_t blob[OFCCL__BLOB_HDR + SETUP_MAX], *all = NULL;
     setup_t mine = {0};
+    uint64_t released;
     uint32_t id = 0;
     ofccl__err_t e;
     ofccl_comm_t *comm = calloc(1, sizeof(*comm));
@@ -391,13 +417,14 @@ int ofccl__comm_create(ofccl_ctx_t *ctx, const ofccl__comm_init_t *init, const o
      * both exchanges (with nothing to offer), so that no peer waits for it. */
     xrc = all && lens ? x->allgather(x->arg, rc ? NULL : blob, rc ? 0 : blen, all, slot, lens, &e)
                       : OFCCL_ERR_NO_MEMORY;
+    released = ofccl__now_ns();
     if (xrc && rc == 0)
         rc = ofccl__comm_fail(comm, xrc, "%s", xrc == OFCCL_ERR_NO_MEMORY ? "no memory" : e.msg);
     if (rc == 0)
         rc = setup_peers(comm, &mine, all, slot, lens, &id);
     free(all);
     free(lens);
-    rc = setup_status(comm, x, rc);
+    rc = setup_status(comm, x, rc, released);
     if (rc == 0) {
         comm->id = id;
         ctx->comm_seq = OFCCL__MAX(ctx->comm_seq, id);
@@ -438,7 +465,7 @@ int ofccl__comm_create_none(ofccl_ctx_t *ctx, const ofccl__xchg_t *x)
     /* The two exchanges ofccl__comm_create makes, with nothing to give or take. */
     rc = x->allgather(x->arg, NULL, 0, &none, OFCCL__BLOB_HDR + SETUP_MAX, &len, &e);
     if (rc == 0)
-        rc = x->allgather(x->arg, NULL, 0, &none, 8, &len, &e);
+        rc = x->allgather(x->arg, NULL, 0, &none, STATUS_LEN, &len, &e);
     ctx->comm_seq++;
     if (rc)
         return ofccl__fail(&ctx->log, OFCCL__SUB_CORE, &ctx->err, rc, "%s", e.msg);

@@ -8,7 +8,7 @@
 
 /* A communicator's failure is its own: it reaches the caller through that
  * communicator's requests and calls, never through the context's progress. */
-static int ofccl_progress_unlocked(ofccl_ctx_t *ctx)
+static int progress_unlocked(ofccl_ctx_t *ctx)
 {
     if (ctx == NULL)
         return OFCCL_ERR_INVALID_ARG;
@@ -27,7 +27,7 @@ static void progress_all(ofccl_ctx_t *ctx, bool check_clock)
         ofccl__coll_progress(c, check_clock);
 }
 
-static int ofccl_test_unlocked(ofccl_req_t *req, int *done)
+static int test_unlocked(ofccl_req_t *req, int *done)
 {
     if (req == NULL || done == NULL || req->state == OFCCL__REQ_FREE)
         return OFCCL_ERR_INVALID_ARG;
@@ -75,7 +75,7 @@ int ofccl_wait(ofccl_req_t *req)
     }
 }
 
-static int ofccl_req_free_unlocked(ofccl_req_t *req)
+static int req_free_unlocked(ofccl_req_t *req)
 {
     if (req == NULL || req->state == OFCCL__REQ_FREE)
         return OFCCL_ERR_INVALID_ARG;
@@ -91,19 +91,19 @@ static int ofccl_req_free_unlocked(ofccl_req_t *req)
 int ofccl_progress(ofccl_ctx_t *ctx)
 {
     OFCCL__CHECK_HANDLE(ctx);
-    OFCCL__LOCKED(ctx, ofccl_progress_unlocked(ctx));
+    OFCCL__LOCKED(ctx, progress_unlocked(ctx));
 }
 
 int ofccl_test(ofccl_req_t *req, int *done)
 {
     if (req == NULL)
         return OFCCL_ERR_INVALID_ARG;
-    OFCCL__LOCKED(req->comm->ctx, ofccl_test_unlocked(req, done));
+    OFCCL__LOCKED(req->comm->ctx, test_unlocked(req, done));
 }
 
 int ofccl_req_free(ofccl_req_t *req)
 {
     if (req == NULL)
         return OFCCL_ERR_INVALID_ARG;
-    OFCCL__LOCKED(req->comm->ctx, ofccl_req_free_unlocked(req));
+    OFCCL__LOCKED(req->comm->ctx, req_free_unlocked(req));
 }

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "engine_impl.h"
+#include "trace.h"
 #include "util.h"
 
 /* ---- write ops ---- */
@@ -40,6 +41,8 @@ static void wop_done(ofccl__op_t *op, int status, const char *msg)
         return;
     }
     r->inflight[w->peer]--;
+    if (r->comm->ctx->trace != NULL)
+        ofccl__trace_chunk(r, w->peer, w->unit, w->len, w->t0);
     if (r->comm->signal_mode == OFCCL__SIGNAL_ATOMIC) /* w->unit: the k-th write to the peer */
         r->sig_mask[w->peer] |= 1ull << (w->unit - r->sig_next[w->peer]);
 }
@@ -93,6 +96,8 @@ int ofccl__coll_put(ofccl__req_t *r, int peer, const void *src, const ofccl__mr_
     w->peer = peer;
     w->unit = r->sent[peer];
     w->atomic = 0;
+    w->len = len;
+    w->t0 = r->comm->ctx->trace != NULL ? ofccl__now_ns() : 0;
     /* A zero-length write only signals: it goes to the peer's control region,
      * whatever (if anything) the peer announced. */
     rc = ofccl__wop_post(
@@ -187,6 +192,8 @@ void ofccl__arrivals_fold(ofccl__req_t *r)
             r->from_cnt[p]++;
             r->arrived++;
             r->seen[p]++;
+            if (comm->ctx->trace != NULL && r->seen[p] == v)
+                ofccl__trace_req_in(r, p);
         }
     }
 }
@@ -208,4 +215,6 @@ void ofccl__on_coll_signal(void *arg, uint32_t payload)
     r->unit_cnt[unit]++;
     r->from_cnt[from]++;
     r->arrived++;
+    if (comm->ctx->trace != NULL)
+        ofccl__trace_req_in(r, from);
 }

@@ -12,6 +12,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -292,6 +293,15 @@ typedef struct ofccl_stats {
     uint64_t pool_grows;       /* times a staging buffer was re-registered larger */
 } ofccl_stats_t;
 OFCCL_API int ofccl_ctx_stats(const ofccl_ctx_t *ctx, ofccl_stats_t *stats);
+
+/* Write every pending request of every communicator of the context —
+ * operation, sequence number, bucket, algorithm, phase, age and the peers it
+ * still waits for (and what each owes) — to `out`, or to the log (stderr, at
+ * any OFCCL_LOG_LEVEL) when `out` is NULL; with OFCCL_TRACE set, also write
+ * the trace file. Safe while requests are pending, from any thread; it takes
+ * the context's lock for one pass and moves nothing. OFCCL_DUMP_SIGNAL=1 does
+ * the same on SIGUSR1. */
+OFCCL_API int ofccl_dump_state(ofccl_ctx_t *ctx, FILE *out);
 
 #ifdef __cplusplus
 }

@@ -1,8 +1,9 @@
 /*
  * ofccl_info: what ofccl sees on this machine — version, the providers
  * libfabric offers with their capabilities as ofccl reads them, which one a
- * job on this host would use and why, locality, (-c) every parameter, and
- * (-k) the rate of ofccl's own reduction kernel on this CPU.
+ * job on this host would use and why, locality, (-c) every parameter, (-k)
+ * the rate of ofccl's own reduction kernel on this CPU, and (-j, info_job.c)
+ * what a running job looks like to ofccl.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,24 +11,30 @@
 
 #include "config.h"
 #include "core.h"
+#include "info.h"
 #include "reduce.h"
 #include "prov.h"
 #include "topo.h"
 #include "util.h"
 
 static const char *const type_names[] = {"bool", "int", "size", "enum", "list", "string"};
-static const char *const source_names[] = {"default", "env", "setting"};
+static const char *const source_names[] = {"default", "env", "API"};
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: ofccl_info [-c [--markdown]] [-s] [-k] [-h]\n"
+    fprintf(f, "usage: ofccl_info [-c [--markdown]] [-s] [-k] [-j [--set NAME=value]...] [-h]\n"
                "  (none)      version, providers and their capabilities, the choice and why\n"
                "  -s          also print each provider's capabilities in strict (verbs-like) mode\n"
                "  -c          every parameter: type, default, current value, help\n"
                "  --markdown  with -c: the table as docs/configuration.md holds it\n"
                "  -k          CSV: ofccl's reduction kernel, 2-input sum, output GB/s for f32\n"
                "              and bf16 at 4 KiB-64 MiB (the kernel reduce-scatter runs; best of\n"
-               "              repetitions over at least 50 ms, cache-warm; about 3 s)\n");
+               "              repetitions over at least 50 ms, cache-warm; about 3 s)\n"
+               "  -j          join the job (mpirun -np N ofccl_info -j; alone: one rank) and\n"
+               "              print from rank 0: hosts and ranks per host, the transport per\n"
+               "              peer class, the algorithm chosen per collective and size, and\n"
+               "              every setting with its source (default, environment, API)\n"
+               "  --set N=V   with -j: pass N=V as an API setting (ofccl_ctx_params_t)\n");
 }
 
 static void print_kernel_rates(void)
@@ -108,7 +115,8 @@ static void print_provider(const char *prov_name, ofccl__prov_dom_t *doms, int n
 
 int main(int argc, char **argv)
 {
-    int show_params = 0, markdown = 0, show_strict = 0;
+    int show_params = 0, markdown = 0, show_strict = 0, job = 0, nset = 0;
+    const char *sets[32] = {NULL};
     ofccl__prov_dom_t doms[128];
     ofccl__topo_nic_t nics[128];
     char provider[64], domain[64], why[512], text[4096];
@@ -125,6 +133,10 @@ int main(int argc, char **argv)
             markdown = 1;
         else if (strcmp(argv[k], "-s") == 0)
             show_strict = 1;
+        else if (strcmp(argv[k], "-j") == 0)
+            job = 1;
+        else if (strcmp(argv[k], "--set") == 0 && k + 1 < argc && nset < 31)
+            sets[nset++] = argv[++k];
         else if (strcmp(argv[k], "-k") == 0)
             return print_kernel_rates(), 0;
         else if (strcmp(argv[k], "-h") == 0 || strcmp(argv[k], "--help") == 0)
@@ -132,6 +144,8 @@ int main(int argc, char **argv)
         else
             return usage(stderr), 2;
     }
+    if (job)
+        return ofccl__info_job(sets);
     ofccl__log_init(&lg);
     if (ofccl__config_load(&cfg, NULL, NULL, NULL, &e) != 0) {
         fprintf(stderr, "ofccl_info: %s\n", e.msg);

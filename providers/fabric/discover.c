@@ -17,14 +17,14 @@
 #define RMA_CAPS (FI_RMA | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE)
 /* Modes ofccl supports: every op context is a struct with a fi_context2 first,
  * and it can keep receives posted for remote CQ data. */
-#define OFCCL_MODES (FI_CONTEXT | FI_CONTEXT2 | FI_RX_CQ_DATA)
+#define WANT_MODES (FI_CONTEXT | FI_CONTEXT2 | FI_RX_CQ_DATA)
 /* MR modes ofccl supports; never FI_MR_RAW (keys > 64 bits) or FI_MR_HMEM. */
-#define OFCCL_MR_MODES                                                                             \
+#define WANT_MR_MODES                                                                              \
     (FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY | FI_MR_ENDPOINT)
 /* For the relaxed probes: accept any mode so only the capability under test
  * can make fi_getinfo fail. */
 #define PROBE_ANY_MODE (~0ull)
-#define PROBE_ANY_MR_MODE (OFCCL_MR_MODES | FI_MR_RAW | FI_MR_RMA_EVENT | FI_MR_MMU_NOTIFY)
+#define PROBE_ANY_MR_MODE (WANT_MR_MODES | FI_MR_RAW | FI_MR_RMA_EVENT | FI_MR_MMU_NOTIFY)
 
 /* How much of the hint set to build; each level adds one requirement. */
 enum hint_level {
@@ -78,8 +78,8 @@ static struct fi_info *make_hints(const struct hint_opts *o)
     if (o->level >= H_ATOMIC)
         h->caps |= FI_ATOMIC;
     if (o->level >= H_MODES) {
-        h->mode = OFCCL_MODES;
-        h->domain_attr->mr_mode = OFCCL_MR_MODES & ~(o->virt_addr ? 0 : FI_MR_VIRT_ADDR);
+        h->mode = WANT_MODES;
+        h->domain_attr->mr_mode = WANT_MR_MODES & ~(o->virt_addr ? 0 : FI_MR_VIRT_ADDR);
     }
     if (o->level >= H_FULL) {
         h->domain_attr->threading = FI_THREAD_SAFE;

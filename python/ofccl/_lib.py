@@ -38,6 +38,14 @@ class Tensor(Structure):
     _fields_ = [("count", c_size_t), ("full", c_void_p), ("shard", c_void_p)]
 
 
+class PushSpec(Structure):
+    _fields_ = [("size", c_size_t), ("nsenders", c_int), ("senders", POINTER(c_int)),
+                ("nreceivers", c_int), ("receivers", POINTER(c_int)), ("ntensors", c_int),
+                ("counts", POINTER(c_size_t)), ("dtypes", POINTER(c_int)),
+                ("bucket_bytes", c_size_t), ("slice_offset", POINTER(c_size_t)),
+                ("slice_count", POINTER(c_size_t))]
+
+
 class Stats(Structure):
     _fields_ = [("size", c_size_t), ("registrations", c_uint64), ("reg_cache_hits", c_uint64),
                 ("staged_bytes", c_uint64), ("pool_bytes", c_uint64),
@@ -56,7 +64,9 @@ _PROTOS = {
     "ofccl_ctx_last_error": (c_char_p, [c_void_p]),
     "ofccl_ctx_provider": (c_char_p, [c_void_p]),
     "ofccl_ctx_stats": (c_int, [c_void_p, POINTER(Stats)]),
+    "ofccl_dump_state": (c_int, [c_void_p, c_void_p]),
     "ofccl_comm_world": (c_int, [c_void_p, _pp]),
+    "ofccl_comm_split": (c_int, [c_void_p, c_int, c_int, _pp]),
     "ofccl_comm_destroy": (c_int, [c_void_p]),
     "ofccl_comm_rank": (c_int, [c_void_p, POINTER(c_int)]),
     "ofccl_comm_size": (c_int, [c_void_p, POINTER(c_int)]),
@@ -68,6 +78,7 @@ _PROTOS = {
     "ofccl_barrier": (c_int, [c_void_p]),
     "ofccl_allgather": (c_int, [c_void_p, c_void_p, c_void_p, c_size_t, c_int, _pp]),
     "ofccl_reduce_scatter": (c_int, [c_void_p, c_void_p, c_void_p, c_size_t, c_int, Redop, _pp]),
+    "ofccl_broadcast": (c_int, [c_void_p, c_void_p, c_size_t, c_int, c_int, _pp]),
     "ofccl_test": (c_int, [c_void_p, POINTER(c_int)]),
     "ofccl_wait": (c_int, [c_void_p]),
     "ofccl_progress": (c_int, [c_void_p]),
@@ -75,6 +86,14 @@ _PROTOS = {
     "ofccl_shard_range": (c_int, [c_void_p, c_size_t, POINTER(c_size_t), POINTER(c_size_t)]),
     "ofccl_bucket_allgather": (c_int, [c_void_p, POINTER(Tensor), c_int, c_int, _pp]),
     "ofccl_bucket_reduce_scatter": (c_int, [c_void_p, POINTER(Tensor), c_int, c_int, Redop, _pp]),
+    "ofccl_bucket_broadcast": (c_int, [c_void_p, POINTER(Tensor), c_int, c_int, c_int, _pp]),
+    "ofccl_push_plan_create": (c_int, [c_void_p, POINTER(PushSpec), _pp]),
+    "ofccl_push_plan_destroy": (c_int, [c_void_p]),
+    "ofccl_push_plan_info": (c_int, [c_void_p, POINTER(c_int), POINTER(c_size_t)]),
+    "ofccl_push_tensor_where": (c_int, [c_void_p, c_int, POINTER(c_int), POINTER(c_size_t),
+                                        POINTER(c_size_t)]),
+    "ofccl_push_bucket": (c_int, [c_void_p, c_int, c_void_p, c_void_p, c_size_t, _pp]),
+    "ofccl_push_buffer": (c_int, [c_void_p, c_int, _pp]),
     "ofccl_buffer_alloc": (c_int, [c_void_p, c_size_t, _pp]),
     "ofccl_buffer_free": (c_int, [c_void_p, c_void_p]),
     "ofccl_mem_register": (c_int, [c_void_p, c_void_p, c_size_t, _pp]),

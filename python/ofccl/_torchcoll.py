@@ -165,7 +165,8 @@ def _movable(t: Any) -> Any:
 
 
 class Collectives:
-    """All-gather and reduce-scatter on torch tensors for one communicator."""
+    """All-gather, reduce-scatter and broadcast on torch tensors for one
+    communicator."""
 
     def __init__(self, comm: Comm):
         self.comm = comm
@@ -222,3 +223,16 @@ class Collectives:
                                          _staging.CudaEngine(torch, o.device), o, i, op)
             return Work([], [out], self._then_cuda(ev, o.device))
         return Work([self.comm.reduce_scatter(i, o, op=op)], [out])
+
+    def broadcast(self, t: Any, root: int) -> Work:
+        """In place from `root`; any dtype (as bytes). A CUDA or non-contiguous
+        tensor goes through a contiguous CPU copy, copied back on completion."""
+        if t.device.type not in ("cpu", "cuda"):
+            self._staged(t)  # raises NotSupported naming the device
+        if t.device.type == "cpu" and t.is_contiguous():
+            return Work([self.comm.broadcast(_movable(t.reshape(-1)), root)], [t])
+        host = t.detach().to("cpu", copy=True).contiguous()
+
+        def back() -> None:
+            t.copy_(host)
+        return Work([self.comm.broadcast(_movable(host.reshape(-1)), root)], [t], back)

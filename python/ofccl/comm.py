@@ -12,6 +12,7 @@ import abc
 import asyncio
 import ctypes
 import gc
+import os
 import sys
 import weakref
 from ctypes import byref, c_int, c_size_t, c_void_p
@@ -176,6 +177,31 @@ class Context:
         st.size = ctypes.sizeof(st)
         self._check(_lib.lib().ofccl_ctx_stats(self._h, byref(st)), "ofccl_ctx_stats")
         return {name: getattr(st, name) for name, _ in _lib.Stats._fields_[1:]}
+
+    def dump_state(self) -> str:
+        """ofccl_dump_state as text: every pending request of every communicator of
+        the context (operation, sequence number, phase, the peers it still waits
+        for). Safe while requests are pending; it moves nothing."""
+        libc = ctypes.CDLL(None)
+        libc.tmpfile.restype = c_void_p
+        for fn in (libc.fflush, libc.fclose, libc.fileno):
+            fn.argtypes = [c_void_p]
+        f = libc.tmpfile()
+        if not f:
+            raise OSError(ctypes.get_errno(), "ofccl_dump_state: tmpfile() failed")
+        try:
+            self._check(_lib.lib().ofccl_dump_state(self._h, f), "ofccl_dump_state")
+            libc.fflush(f)
+            fd, chunks = libc.fileno(f), []
+            os.lseek(fd, 0, os.SEEK_SET)
+            while True:
+                chunk = os.read(fd, 65536)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+        finally:
+            libc.fclose(f)
+        return b"".join(chunks).decode(errors="replace")
 
     def alloc(self, shape: Union[int, Sequence[int]], dtype: Any = "float32") -> Any:
         """An array of `shape` in ofccl memory (ofccl_mem_alloc): collectives on it need
@@ -471,6 +497,69 @@ class Comm:
             raise from_code(rc, self.last_error or "ofccl_bucket_reduce_scatter")
         return Request(self, req.value, (tensors, arr), None, prof)
 
+    def broadcast(self, buf: Any, root: int = 0, *, dtype: Any = None) -> Request:
+        """In place: at completion every rank's `buf` holds root's. Ranks agree on
+        root, element count and dtype (else ofccl.Mismatch naming the field)."""
+        h = self._live()
+        self._root(root, "broadcast")
+        want = None if dtype is None else buffers.dtype_code(dtype)
+        p, n, code = buffers.resolve(buf, "broadcast buf", want, True)
+        prof = _profile.begin("broadcast", n * buffers.ITEMSIZE[code], self.size)
+        req = c_void_p()
+        rc = _lib.lib().ofccl_broadcast(h, p, n, code, int(root), byref(req))
+        if rc:
+            _profile.end(prof)
+            raise from_code(rc, self.last_error or "ofccl_broadcast")
+        return Request(self, req.value, buf, buf, prof)
+
+    def bucket_broadcast(self, tensors: Sequence[Any], root: int = 0, *,
+                         dtype: Any = None) -> Request:
+        """Broadcast a bucket: every tensor (whole, one dtype) gets root's, in place."""
+        h = self._live()
+        self._root(root, "bucket_broadcast")
+        if len(tensors) == 0:
+            raise InvalidArgument("bucket_broadcast: no tensors")
+        want = None if dtype is None else buffers.dtype_code(dtype)
+        arr = (_lib.Tensor * len(tensors))()
+        total = 0
+        for i, t in enumerate(tensors):
+            p, n, want = buffers.resolve(t, f"bucket_broadcast tensor {i}", want, True)
+            arr[i].count, arr[i].full, arr[i].shard = n, p, None
+            total += n
+        prof = _profile.begin("bucket_broadcast", total * buffers.ITEMSIZE[want], self.size)
+        req = c_void_p()
+        rc = _lib.lib().ofccl_bucket_broadcast(h, arr, len(arr), want, int(root), byref(req))
+        if rc:
+            _profile.end(prof)
+            raise from_code(rc, self.last_error or "ofccl_bucket_broadcast")
+        return Request(self, req.value, (tensors, arr), None, prof)
+
+    def _root(self, root: Any, what: str) -> None:
+        if not isinstance(root, int) or isinstance(root, bool) or not 0 <= root < self.size:
+            raise InvalidArgument(f"{what}: root {root!r} is not a rank of this communicator "
+                                  f"(0..{self.size - 1})")
+
+    def split(self, color: int, key: int = 0) -> Optional["Comm"]:
+        """Collective: ranks passing the same color >= 0 form a new communicator,
+        ranked by key, then by rank here; ofccl.UNDEFINED gets None."""
+        h = self._live()
+        new = c_void_p()
+        self._check(_lib.lib().ofccl_comm_split(h, int(color), int(key), byref(new)),
+                    "ofccl_comm_split")
+        if not new.value:
+            return None
+        comm = Comm(self.ctx, new.value)
+        self.ctx._ncomms += 1
+        return comm
+
+    def push_plan(self, tensors: Sequence[Tuple[str, Any, Any]], senders: Sequence[int],
+                  receivers: Sequence[int], *, bucket_bytes: int = 0,
+                  slices: Optional[Sequence[Tuple[int, int]]] = None) -> Any:
+        """A weight-push plan (collective): see ofccl.push.PushPlan."""
+        from .push import PushPlan
+        return PushPlan(self, tensors, senders, receivers, bucket_bytes=bucket_bytes,
+                        slices=slices)
+
     def alloc(self, shape: Union[int, Sequence[int]], dtype: Any = "float32") -> Any:
         """Like Context.alloc, from this communicator's pool (ofccl_buffer_alloc):
         registered once, bounded by OFCCL_POOL_BYTES (OverBudget past it), usable
@@ -507,6 +596,8 @@ class Comm:
         if self._pending:
             raise Busy(f"Comm.close: {len(self._pending)} collective(s) still running; wait "
                        "for them (or abort()) first")
+        for plan in list(getattr(self, "_plans", ())):
+            plan.close()  # local; Busy while one of its buckets runs
         gc.collect()
         if len(self._mems):
             raise Busy(f"Comm.close: {len(self._mems)} array(s) from Comm.alloc are still "

@@ -9,7 +9,8 @@ meet through ofccl's TCP rendezvous, whose address rank 0 publishes in the
 group's torch store; with OFCCL_BOOT=pmix set, PMIx is used instead (and its
 ranks must be torch's). Supported: all-gather into a tensor (and the list
 form), reduce-scatter from a tensor (and the list form), their coalesced
-forms, all-reduce (reduce-scatter then all-gather, in place), barrier. Every
+forms, all-reduce (reduce-scatter then all-gather, in place), broadcast (any
+root, any dtype as bytes), barrier. Every
 other collective raises ofccl.NotSupported naming it. CUDA tensors are staged
 through pinned ofccl memory (see _staging.py).
 """
@@ -19,14 +20,14 @@ from __future__ import annotations
 import os
 import socket
 from datetime import timedelta
-from typing import Any, List, Optional
+from typing import Any, Callable, List, Optional
 
 import torch
 import torch.distributed as dist
 
 from ._torchcoll import Collectives, Work, done_work, redop
 from .comm import Context
-from .errors import NotSupported
+from .errors import Again, NotSupported
 
 BACKEND = "ofccl"
 
@@ -51,9 +52,28 @@ def _unsupported(name: str) -> Any:
     def method(self: Any, *args: Any, **kwargs: Any) -> Any:
         raise NotSupported(f"torch.distributed {name} on the 'ofccl' backend: ofccl offers "
                            "all_gather(_into_tensor), reduce_scatter(_tensor), all_reduce "
-                           "(SUM, AVG, PREMUL_SUM) and barrier; use a gloo group for the rest")
+                           "(SUM, AVG, PREMUL_SUM), broadcast and barrier; use a gloo group "
+                           "for the rest")
     method.__name__ = name
     return method
+
+
+def _in_order(posts: List[Callable[[], Work]]) -> Work:
+    """Post one collective per tensor, in order, and return the last Work once
+    the others are done. A post the library refuses with Again (its staging
+    buffers or request slots are all in use) waits for the earlier ones and is
+    posted again: every rank posts the same sequence, so the order holds."""
+    works: List[Work] = []
+    for post in posts:
+        try:
+            works.append(post())
+        except Again:
+            for w in works:
+                w.wait()
+            works = [post()]
+    for w in works[:-1]:
+        w.wait()
+    return works[-1] if works else done_work([])
 
 
 def _op_of(opts: Any) -> Any:
@@ -84,6 +104,26 @@ class ProcessGroupOfccl(dist.ProcessGroup):
 
     def _get_backend_name(self) -> str:
         return BACKEND
+
+    @property
+    def group_name(self) -> str:
+        """The name torch gave this group. A Python ProcessGroup that a backend's
+        creator returns replaces the object torch created and named, so the
+        name (which DeviceMesh and FSDP2 resolve groups by) is looked up in
+        torch's registry and recorded on this object the first time."""
+        c10d = dist.distributed_c10d
+        world = getattr(c10d, "_world", None)
+        names = getattr(world, "pg_names", None) or getattr(c10d, "_pg_names", {})
+        name = names.get(self)
+        if name is None:
+            base = getattr(dist.ProcessGroup, "group_name", None)
+            if base is None:
+                raise AttributeError("group_name: this group is not registered with torch")
+            return base.fget(self)
+        if not getattr(self, "_ofccl_named", False) and hasattr(self, "_set_group_name"):
+            self._set_group_name(name)
+            self._ofccl_named = True
+        return name
 
     def getRank(self) -> int:
         return self._rank
@@ -117,10 +157,8 @@ class ProcessGroupOfccl(dist.ProcessGroup):
 
     def all_gather_single_coalesced(self, outputs: List[torch.Tensor],
                                     inputs: List[torch.Tensor], opts: Any = None) -> Work:
-        works = [self._coll.all_gather(o, i) for o, i in zip(outputs, inputs)]
-        for w in works[:-1]:  # at most 8 requests in flight: keep one
-            w.wait()
-        return works[-1] if works else done_work([])
+        return _in_order([lambda o=o, i=i: self._coll.all_gather(o, i)
+                          for o, i in zip(outputs, inputs)])
 
     allgather_into_tensor_coalesced = all_gather_single_coalesced
 
@@ -143,10 +181,8 @@ class ProcessGroupOfccl(dist.ProcessGroup):
     def reduce_scatter_single_coalesced(self, outputs: List[torch.Tensor],
                                         inputs: List[torch.Tensor], opts: Any = None) -> Work:
         op = redop(_op_of(opts))
-        works = [self._coll.reduce_scatter(o, i, op) for o, i in zip(outputs, inputs)]
-        for w in works[:-1]:
-            w.wait()
-        return works[-1] if works else done_work([])
+        return _in_order([lambda o=o, i=i: self._coll.reduce_scatter(o, i, op)
+                          for o, i in zip(outputs, inputs)])
 
     reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
 
@@ -175,6 +211,16 @@ class ProcessGroupOfccl(dist.ProcessGroup):
         if not direct:
             t.copy_(flat[:n].view_as(t))
 
+    # ---- broadcast -----------------------------------------------------------
+    def broadcast(self, tensors: List[torch.Tensor], opts: Any = None) -> Work:
+        root = getattr(opts, "rootRank", 0) if opts is not None else 0
+        if getattr(opts, "rootTensor", 0):
+            raise NotSupported("broadcast: ofccl takes one tensor per rank (rootTensor 0)")
+        return _in_order([lambda t=t: self._coll.broadcast(t, root) for t in tensors])
+
+    def broadcast_coalesced(self, tensors: List[torch.Tensor], opts: Any = None) -> Work:
+        return self.broadcast(tensors, opts)
+
     # ---- control -----------------------------------------------------------
     def barrier(self, opts: Any = None) -> Work:
         self.ofccl_comm.barrier()
@@ -196,7 +242,6 @@ class ProcessGroupOfccl(dist.ProcessGroup):
     def shutdown(self) -> None:
         self.ofccl_comm.close()
 
-    broadcast = _unsupported("broadcast")
     reduce = _unsupported("reduce")
     gather = _unsupported("gather")
     scatter = _unsupported("scatter")

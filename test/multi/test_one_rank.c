@@ -232,6 +232,19 @@ static void test_ctx_arguments(void)
     st.size = sizeof(st);
     CU_ASSERT_EQUAL(ofccl_ctx_stats(ctx, &st), 0);
     CU_ASSERT_EQUAL(st.size, sizeof(st));
+    /* The state dump: nothing pending on a one-rank communicator. */
+    CU_ASSERT_EQUAL(ofccl_dump_state(NULL, stderr), OFCCL_ERR_INVALID_ARG);
+    {
+        char text[2048] = "";
+        FILE *f = tmpfile();
+        CU_ASSERT_EQUAL_FATAL(ofccl_dump_state(ctx, f), 0);
+        rewind(f);
+        text[fread(text, 1, sizeof(text) - 1, f)] = '\0';
+        fclose(f);
+        CU_ASSERT(strstr(text, "rank 0 of 1") != NULL);
+        CU_ASSERT(strstr(text, "no pending request") != NULL);
+        CU_ASSERT(strstr(text, "0 pending request(s)") != NULL);
+    }
     /* A context with a communicator open is busy. */
     CU_ASSERT_EQUAL(ofccl_ctx_destroy(ctx), OFCCL_ERR_BUSY);
     CU_ASSERT(strstr(ofccl_ctx_last_error(ctx), "still open") != NULL);

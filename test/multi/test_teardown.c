@@ -8,6 +8,7 @@
  * nftables (root only; skipped with the reason otherwise).
  * Usage: test_teardown <provider>
  */
+#include <limits.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <net/if.h>
@@ -32,15 +33,16 @@
 #define BIG_COUNT (4u << 20) /* floats per rank: 16 MiB */
 #define DEADLINE_MS 2000
 /* Network faults start this long after the ranks, once all-gathers run. */
-#define CUT_AFTER_MS 1500
+#define CUT_AFTER_MS 300
 /* tcp data ports, pinned so nftables can cut them and spare the bootstrap. */
 #define DATA_PORTS "42000-42999"
 
 /* Written by the ranks, read by the parent: what each rank saw. */
 struct shared {
-    int coll_rc[2];      /* the failed collective's code */
-    int rounds[2];       /* collectives that succeeded before it */
-    double destroy_s[2]; /* how long comm + ctx destroy took */
+    int coll_rc[2];              /* the failed collective's code */
+    int rounds[2];               /* collectives that succeeded before it */
+    volatile int done_rounds[2]; /* the same, as the loop goes: the fault waits for it */
+    double destroy_s[2];         /* how long comm + ctx destroy took */
     int destroy_rc[2];
     char msg[2][512];
 };
@@ -73,7 +75,7 @@ static void start(ofccl_req_t *req)
 /* The caller's buffers, freed only after destroy (see rank_main). */
 static float *user_in, *user_out;
 
-static int survivor(int rank, ofccl_comm_t *comm, double for_s)
+static int survivor(int rank, ofccl_comm_t *comm, double for_s, int max_rounds)
 {
     float *in = user_in = malloc((size_t)BIG_COUNT * 4);
     float *out = user_out = malloc((size_t)BIG_COUNT * 2 * 4);
@@ -92,7 +94,8 @@ static int survivor(int rank, ofccl_comm_t *comm, double for_s)
             ofccl_req_free(req);
         }
         rounds += rc == 0;
-    } while (rc == 0 && now_s() < end);
+        sh->done_rounds[rank] = rounds;
+    } while (rc == 0 && rounds < max_rounds && now_s() < end);
     sh->coll_rc[rank] = rc;
     sh->rounds[rank] = rounds;
     snprintf(sh->msg[rank], sizeof(sh->msg[rank]), "%s", ofccl_comm_last_error(comm));
@@ -115,7 +118,7 @@ static int stopped_peer(int rank, ofccl_ctx_t *ctx, ofccl_comm_t *comm)
     if (ofccl_barrier(comm) != 0)
         return 19;
     if (rank == 0)
-        return survivor(rank, comm, 0);
+        return survivor(rank, comm, 0, INT_MAX);
     if (post_big(comm, &req, &in, &out) != 0)
         return 20;
     start(req);
@@ -133,7 +136,7 @@ static int killed_peer(int rank, ofccl_ctx_t *ctx, ofccl_comm_t *comm)
     if (ofccl_barrier(comm) != 0)
         return 29;
     if (rank == 0)
-        return survivor(rank, comm, 0);
+        return survivor(rank, comm, 0, INT_MAX);
     if (post_big(comm, &req, &in, &out) != 0)
         return 30;
     start(req);
@@ -142,10 +145,20 @@ static int killed_peer(int rank, ofccl_ctx_t *ctx, ofccl_comm_t *comm)
 }
 
 /* Both ranks run collectives until the network fails them (partition, loss). */
+/* Until the fault ends the loop (or 20 s pass). */
 static int both_run(int rank, ofccl_ctx_t *ctx, ofccl_comm_t *comm)
 {
     (void)ctx;
-    return survivor(rank, comm, 20);
+    return survivor(rank, comm, 20, INT_MAX);
+}
+
+/* 100 rounds unless something fails: both ranks stop after the same round (a
+ * time bound alone lets one stop a round before the other, which then times
+ * out); the time bound stays as the backstop. */
+static int both_run_100(int rank, ofccl_ctx_t *ctx, ofccl_comm_t *comm)
+{
+    (void)ctx;
+    return survivor(rank, comm, 20, 100);
 }
 
 /* ---- a low open-files limit: every descriptor number below the limit is taken ---- */
@@ -304,7 +317,7 @@ static void test_killed_peer(void)
 static void test_nofile(void)
 {
     int st[2];
-    run_ranks(both_run, nofile_tight, st);
+    run_ranks(both_run_100, nofile_tight, st);
     for (int r = 0; r < 2; r++) {
         CU_ASSERT_TRUE(exited_ok(st[r]));
         CU_ASSERT_EQUAL(sh->destroy_rc[r], 0);
@@ -339,7 +352,9 @@ static int lo_up(void)
 }
 
 /* Run in a fresh network namespace (this process only): nftables rules go in
- * `rules` (applied after `delay_ms`) on the data ports. Returns 77 = skipped. */
+ * `rules` on the data ports, applied `delay_ms` after both ranks have
+ * finished a first all-gather (so the fault lands mid-run however loaded the
+ * machine is; 30 s at most). Returns 77 = skipped. */
 static int in_netns(const char *rules, int delay_ms, fault_fn fn, int st[2])
 {
     static char low[] = "FI_TCP_PORT_LOW_RANGE=42000", high[] = "FI_TCP_PORT_HIGH_RANGE=42999",
@@ -357,9 +372,12 @@ static int in_netns(const char *rules, int delay_ms, fault_fn fn, int st[2])
         return 77;
     }
     rank_env = env;
+    sh->done_rounds[0] = sh->done_rounds[1] = 0;
     fflush(NULL);
     applier = fork();
     if (applier == 0) {
+        for (int i = 0; i < 3000 && (sh->done_rounds[0] < 1 || sh->done_rounds[1] < 1); i++)
+            usleep(10000);
         usleep((useconds_t)delay_ms * 1000);
         _exit(system(rules) == 0 ? 0 : 1);
     }

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core.h"
+#include "coll.h"
 #include "cu.h"
 #include "util.h"
 
@@ -189,6 +189,35 @@ static void test_writedata(void)
     free(win_buf);
 }
 
+/* A window on a sub-communicator: its keys travel over that communicator, so
+ * every rank sees exactly its members' regions (each rank registers a length
+ * of its own, 4 KiB times one more than its world rank). */
+static void test_window_on_split(void)
+{
+    int color = rank % 2, subrank = -1, subsize = 0;
+    size_t mine = 4096 * (size_t)(rank + 1);
+    ofccl_comm_t *sub = NULL;
+    ofccl__win_t *win = NULL;
+    void *buf = aligned_alloc(4096, mine);
+
+    CU_ASSERT_FATAL(buf != NULL);
+    CU_ASSERT_EQUAL_FATAL(ofccl_comm_split(comm, color, rank, &sub), 0);
+    ofccl_comm_rank(sub, &subrank);
+    ofccl_comm_size(sub, &subsize);
+    CU_ASSERT_EQUAL(subsize, (size - color + 1) / 2);
+    CU_ASSERT_EQUAL_FATAL(ofccl__win_create(sub, buf, mine, OFCCL__ACC_REMOTE_WRITE, &win), 0);
+    for (int r = 0; r < subsize; r++) {
+        int world_rank = 2 * r + color; /* split ordered by key = world rank */
+        CU_ASSERT_EQUAL(win->peers[r].len, 4096 * (uint64_t)(world_rank + 1));
+    }
+    CU_ASSERT_EQUAL(win->peers[subrank].key, win->mr->key);
+    CU_ASSERT_EQUAL(ofccl_comm_destroy(sub), OFCCL_ERR_BUSY); /* window still open */
+    CU_ASSERT_EQUAL(ofccl__win_destroy(win), 0);
+    CU_ASSERT_EQUAL(ofccl_barrier(sub), 0);
+    CU_ASSERT_EQUAL(ofccl_comm_destroy(sub), 0);
+    free(buf);
+}
+
 /* A second context in the same process, with a different signal path, works
  * alongside the first. */
 static void test_two_contexts(void)
@@ -222,6 +251,7 @@ int main(void)
         {"world shape matches the launcher", test_world_shape},
         {"barrier and atomic adds", test_barrier_and_atomics},
         {"write with data, element by element", test_writedata},
+        {"window on a sub-communicator", test_window_on_split},
         {"two contexts in one process", test_two_contexts},
         {NULL, NULL},
     };

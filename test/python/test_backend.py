@@ -16,7 +16,7 @@ import ranks  # noqa: E402
 
 def _init(settings):
     import torch.distributed as dist
-    import ofccl.torch  # noqa: F401 - registers the backend
+    import ofccl.torch  # registers the backend
     rank, size = settings["BOOT_RANK"], settings["BOOT_SIZE"]
     port = settings["BOOT_ROOT"].rsplit(":", 1)[1]
     dist.init_process_group("ofccl", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
@@ -36,6 +36,7 @@ def _reduce_scatter_tensor(dist, out, inp, **kw):
 
 
 def scenario_collectives(settings):
+    import ofccl.torch
     dist, rank, size = _init(settings)
     n = 37
     # all-gather into a tensor, every dtype; int64 travels as bytes
@@ -78,6 +79,43 @@ def scenario_collectives(settings):
     fut = work.get_future()
     fut.wait()
     assert torch.equal(out, torch.arange(size).float().repeat_interleave(3))
+    # DeviceMesh and FSDP2 find the group by the name torch registered it under
+    c10d = dist.distributed_c10d
+    names = getattr(getattr(c10d, "_world", None), "pg_names", None)
+    if names is not None:
+        pg = c10d._get_default_group()
+        assert pg.group_name == names[pg], (pg.group_name, names[pg])
+    # broadcast from the first and the last rank: every dtype (int64 as bytes),
+    # non-contiguous, async
+    for root in sorted({0, size - 1}):
+        for dt in (torch.float32, torch.bfloat16, torch.float16, torch.float64, torch.uint8,
+                   torch.int64):
+            want = torch.from_numpy(oracle.values(root, 53, salt=7)).to(dt)
+            t = want.clone() if rank == root else torch.zeros(53, dtype=dt)
+            dist.broadcast(t, root)
+            assert torch.equal(t, want), (root, dt)
+        t = torch.full((4, 6), float(rank)).t()  # non-contiguous: through a copy
+        dist.broadcast(t, root)
+        assert torch.all(t == root) and t.stride() == (1, 6)
+        t = torch.full((1000,), float(rank))
+        work = dist.broadcast(t, root, async_op=True)
+        assert work.wait() and torch.all(t == root)
+    # the coalesced forms FSDP calls on the process group itself
+    pg = c10d._get_default_group()
+    if not isinstance(pg, ofccl.torch.ProcessGroupOfccl):
+        pg = pg._get_backend(torch.device("cpu"))
+    ins = [torch.full((n,), float(rank + 1)), torch.full((3,), float(rank), dtype=torch.float64)]
+    outs = [torch.zeros(size * n), torch.zeros(size * 3, dtype=torch.float64)]
+    pg.allgather_into_tensor_coalesced(outs, ins).wait()
+    assert torch.equal(outs[0], torch.arange(1, size + 1).float().repeat_interleave(n))
+    assert torch.equal(outs[1], torch.arange(size).double().repeat_interleave(3))
+    fulls = [torch.full((size * 2,), float(rank)), torch.ones(size * 5, dtype=torch.bfloat16)]
+    outs = [torch.zeros(2), torch.zeros(5, dtype=torch.bfloat16)]
+    pg.reduce_scatter_tensor_coalesced(outs, fulls).wait()
+    assert torch.all(outs[0] == sum(range(size))) and torch.all(outs[1] == size)
+    ts = [torch.full((7,), float(rank)), torch.full((2, 2), 1.0)]
+    pg.allreduce_coalesced(ts).wait()
+    assert torch.all(ts[0] == sum(range(size))) and torch.all(ts[1] == size)
     dist.barrier()
     dist.destroy_process_group()
     return "ok"
@@ -88,7 +126,7 @@ def scenario_unsupported(settings):
     dist, rank, size = _init(settings)
     t = torch.ones(4)
     errors = {}
-    for name, call in (("broadcast", lambda: dist.broadcast(t, 0)),
+    for name, call in (("scatter", lambda: dist.scatter(t, [t] * size if rank == 0 else None)),
                        ("reduce", lambda: dist.reduce(t, 0)),
                        ("max", lambda: dist.all_reduce(t, op=dist.ReduceOp.MAX)),
                        ("int64 sum", lambda: dist.all_reduce(torch.ones(4, dtype=torch.int64)))):
@@ -118,7 +156,7 @@ def test_backend_collectives(n):
 def test_backend_unsupported_is_clear():
     res = ranks.run(2, __file__, "scenario_unsupported")
     for errors in res:
-        assert "broadcast" in errors["broadcast"] and "gloo" in errors["broadcast"]
+        assert "scatter" in errors["scatter"] and "gloo" in errors["scatter"]
         assert "reduce" in errors["reduce"]
         assert "SUM, AVG and PREMUL_SUM" in errors["max"]
         assert "torch.int64" in errors["int64 sum"]

@@ -161,6 +161,8 @@ def scenario_requests(comm):
     assert np.all(ga.reshape(size, 8) == np.arange(size)[:, None])
     assert np.all(gb == size)
     comm.barrier()
+    text = comm.ctx.dump_state()  # everything was waited: nothing pending
+    assert f"rank {rank} of {size}" in text and "0 pending request(s)" in text, text
     return polls
 
 

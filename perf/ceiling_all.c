@@ -1,0 +1,216 @@
+/*
+ * ceiling_all: what each of N cores can do with memory while all N work at
+ * once, the ceiling of an N-rank collective on one host.
+ *   - copy: each process copies a block of the size into a buffer of its own
+ *     (512 KiB memcpy calls, ofccl's default chunk), bytes copied per second
+ *     per process: the bound of a shared-memory all-gather, whose every
+ *     received byte is copied once;
+ *   - read: each process streams through a buffer of the size, summing it
+ *     (64-bit integer lanes, vectorised), bytes read per second per process: the bound of a
+ *     multi-input reduce-scatter, which reads each input byte once.
+ * The N processes are forked, pinned to cpus 0..N-1 (or the -p list), and
+ * start each timed round together at a barrier in shared memory; each round
+ * repeats the work for at least -t ms; the figure is the median over
+ * processes of each one's best of 3 rounds.
+ *
+ *   ceiling_all -n 16 [-b 1M] [-e 64M] [-f 4] [-t 100] [-C out.csv]
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "perfutil.h"
+
+#define CHUNK (512u << 10)
+#define ROUNDS 3
+#define MAXN 1024
+
+typedef struct shared {
+    pthread_barrier_t bar;
+    double rate[2][MAXN]; /* per process: copy, read */
+} shared_t;
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void copy_block(char *dst, const char *src, size_t n)
+{
+    for (size_t off = 0; off < n; off += CHUNK)
+        memcpy(dst + off, src + off, n - off < CHUNK ? n - off : CHUNK);
+}
+
+/* Integer sums: exact, reorderable, so the compiler vectorises them and the
+ * loop is bound by memory, not by add latency. */
+static uint64_t read_block(const uint64_t *a, size_t n)
+{
+    uint64_t lane[8] = {0};
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int k = 0; k < 8; k++)
+            lane[k] += a[i + k];
+    uint64_t s = 0;
+    for (int k = 0; k < 8; k++)
+        s += lane[k];
+    for (; i < n; i++)
+        s += a[i];
+    return s;
+}
+
+/* One process's share: best of ROUNDS rounds of each kind, all processes
+ * starting every round together. */
+static void child(shared_t *sh, int me, size_t bytes, double min_s)
+{
+    char *src = malloc(bytes), *dst = malloc(bytes);
+    if (!src || !dst) {
+        sh->rate[0][me] = sh->rate[1][me] = -1;
+        for (int k = 0; k < 2 * ROUNDS; k++)
+            pthread_barrier_wait(&sh->bar);
+        return;
+    }
+    for (size_t i = 0; i < bytes; i++)
+        src[i] = (char)(i * 7 + me), dst[i] = 0;
+    volatile uint64_t sink = 0;
+    for (int kind = 0; kind < 2; kind++) {
+        double best = 0;
+        for (int r = 0; r < ROUNDS; r++) {
+            pthread_barrier_wait(&sh->bar);
+            double t0 = now(), t;
+            long reps = 0;
+            do {
+                if (kind == 0)
+                    copy_block(dst, src, bytes);
+                else
+                    sink += read_block((const uint64_t *)src, bytes / sizeof(uint64_t));
+                reps++;
+                t = now() - t0;
+            } while (t < min_s && reps < 1000000);
+            double rate = (double)bytes * reps / t;
+            if (rate > best)
+                best = rate;
+        }
+        sh->rate[kind][me] = best;
+    }
+    (void)sink;
+    free(src);
+    free(dst);
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(const double *v, int n)
+{
+    double s[MAXN];
+    memcpy(s, v, n * sizeof(double));
+    qsort(s, n, sizeof(double), cmp_double);
+    return n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
+}
+
+int main(int argc, char **argv)
+{
+    int n = 2, opt;
+    size_t lo = 1 << 20, hi = 64 << 20;
+    double factor = 4, min_ms = 100;
+    const char *csv = NULL;
+    while ((opt = getopt(argc, argv, "n:b:e:f:t:C:")) != -1) {
+        switch (opt) {
+        case 'n':
+            n = atoi(optarg);
+            break;
+        case 'b':
+            lo = perf_parse_size(optarg);
+            break;
+        case 'e':
+            hi = perf_parse_size(optarg);
+            break;
+        case 'f':
+            factor = atof(optarg);
+            break;
+        case 't':
+            min_ms = atof(optarg);
+            break;
+        case 'C':
+            csv = optarg;
+            break;
+        default:
+            fprintf(stderr, "usage: ceiling_all -n procs [-b min] [-e max] [-f factor] "
+                            "[-t ms] [-C out.csv]\n");
+            return 2;
+        }
+    }
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    if (n < 1 || n > MAXN || factor <= 1 || lo == 0 || hi < lo) {
+        fprintf(stderr, "ceiling_all: -n must be 1..%d, -f > 1, 0 < -b <= -e\n", MAXN);
+        return 2;
+    }
+    FILE *out = csv ? fopen(csv, "w") : NULL;
+    if (csv && !out) {
+        fprintf(stderr, "ceiling_all: %s: %s\n", csv, strerror(errno));
+        return 1;
+    }
+    if (out)
+        fprintf(out, "procs,bytes,copy_Bps,read_Bps\n");
+    printf("# %d processes at once on %ld cpus: per-process rates, median over processes\n", n,
+           ncpu);
+    printf("%12s %14s %14s\n", "bytes", "copy GB/s", "read GB/s");
+    for (size_t bytes = lo; bytes <= hi; bytes = (size_t)(bytes * factor)) {
+        shared_t *sh =
+            mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+        if (sh == MAP_FAILED) {
+            perror("ceiling_all: mmap");
+            return 1;
+        }
+        pthread_barrierattr_t ba;
+        pthread_barrierattr_init(&ba);
+        pthread_barrierattr_setpshared(&ba, PTHREAD_PROCESS_SHARED);
+        pthread_barrier_init(&sh->bar, &ba, n);
+        for (int i = 0; i < n; i++) {
+            pid_t pid = fork();
+            if (pid < 0) {
+                perror("ceiling_all: fork");
+                return 1;
+            }
+            if (pid == 0) {
+                cpu_set_t set;
+                CPU_ZERO(&set);
+                CPU_SET(i % (ncpu > 0 ? ncpu : 1), &set);
+                sched_setaffinity(0, sizeof(set), &set);
+                child(sh, i, bytes, min_ms / 1e3);
+                _exit(0);
+            }
+        }
+        int bad = 0, st;
+        for (int i = 0; i < n; i++)
+            if (wait(&st) < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
+                bad = 1;
+        double c = median(sh->rate[0], n), r = median(sh->rate[1], n);
+        if (bad || c <= 0 || r <= 0) {
+            fprintf(stderr, "ceiling_all: a process failed at %zu bytes\n", bytes);
+            return 1;
+        }
+        printf("%12zu %14.2f %14.2f\n", bytes, c / 1e9, r / 1e9);
+        if (out)
+            fprintf(out, "%d,%zu,%.0f,%.0f\n", n, bytes, c, r);
+        munmap(sh, sizeof(*sh));
+        if (bytes > hi / factor)
+            break;
+    }
+    if (out)
+        fclose(out);
+    return 0;
+}

@@ -1,0 +1,374 @@
+#!/usr/bin/python3
+"""The library's layering rules, checked from its sources.
+
+Every `#include "..."` in lib/, providers/ and bootstrap/ is resolved to the
+layer that owns the header; a file may include only headers of its own layer
+and of the layers below it (LAYERS). Also checked:
+  - a header named *_impl.h is private to its directory (and subdirectories);
+  - <rdma/...> (libfabric) only in providers/, <pmix...> only in bootstrap/;
+  - names defined by the library carry the public prefix `ofccl_` / `OFCCL_`
+    only when lib/include/ofccl.h declares them (internal: `ofccl__`, or static
+    without a prefix);
+  - one struct per name: no tag or typedef name is defined twice.
+The meson build enforces the include rule too (each layer's static library
+sees only its own include directories and those below); this script names
+file and line, and covers the rules a compiler cannot see. With --symbols it
+reads the layers' static libraries (nm) and reports an object that calls or
+uses a symbol another layer defines, unless that layer is below it (a
+declaration written by hand, or a header included by a relative path, passes
+the include rule but not this one).
+
+Usage: check_layers.py [SOURCE_ROOT]   check a tree (default: this checkout)
+       check_layers.py --symbols LAYER LIB [LAYER LIB ...]
+                                       check the layers' static libraries
+       check_layers.py --self-check    plant violations in small trees (and
+                                       symbol tables) and assert each one is
+                                       reported
+Exit status: 0 clean, 1 violations (listed on stdout), 2 usage error.
+"""
+
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+# name, directory, the layers it may include (besides itself). Order matters
+# only for reading: dependencies point down.
+LAYERS = [
+    ("public", "lib/include", set()),
+    ("base", "lib/base", {"public"}),
+    ("bootstrap", "bootstrap", {"public", "base"}),
+    ("providers", "providers", {"public", "base"}),
+    ("core", "lib/core", {"public", "base", "bootstrap", "providers"}),
+    ("coll", "lib/coll", {"public", "base", "bootstrap", "providers", "core"}),
+    ("tools", "lib/tools", {"public", "base", "bootstrap", "providers", "core", "coll"}),
+]
+# System headers only one layer may include: (prefix, layer).
+SYSTEM_OWNERS = [("rdma/", "providers"), ("pmix", "bootstrap")]
+PUBLIC_HEADER = "lib/include/ofccl.h"
+
+INCLUDE_RE = re.compile(r'^\s*#\s*include\s*([<"])([^>"]+)[>"]')
+STRUCT_RE = re.compile(r"\bstruct\s+([A-Za-z_]\w*)\s*\{")
+TYPEDEF_END_RE = re.compile(r"^\}\s*([A-Za-z_]\w*)\s*;")
+LOWER_RE = re.compile(r"\bofccl_[a-z0-9]\w*")
+DEFINE_RE = re.compile(r"^\s*#\s*define\s+(OFCCL_[A-Z0-9]\w*)")
+
+
+def strip_code(text, literals=True):
+    """Comments (and string/char literals unless `literals` is false) blanked,
+    line breaks kept."""
+    out, i, n = [], 0, len(text)
+    while i < n:
+        c = text[i]
+        if text.startswith("/*", i):
+            j = text.find("*/", i + 2)
+            j = n if j < 0 else j + 2
+            out.append(re.sub(r"[^\n]", " ", text[i:j]))
+            i = j
+        elif text.startswith("//", i):
+            j = text.find("\n", i)
+            j = n if j < 0 else j
+            out.append(" " * (j - i))
+            i = j
+        elif c in "\"'":
+            j = i + 1
+            while j < n and text[j] != c and text[j] != "\n":
+                j += 2 if text[j] == "\\" else 1
+            j = min(j + 1, n)
+            if literals:
+                out.append(c + " " * max(0, j - i - 2) + (c if j - i >= 2 else ""))
+            else:
+                out.append(text[i:j])
+            i = j
+        else:
+            out.append(c)
+            i += 1
+    return "".join(out)
+
+
+def sources(root):
+    """(layer, relative path) of every .c/.h file of every layer."""
+    found = []
+    for name, d, _ in LAYERS:
+        top = os.path.join(root, d)
+        for dirpath, dirnames, filenames in os.walk(top):
+            dirnames.sort()
+            for f in sorted(filenames):
+                if f.endswith((".c", ".h")):
+                    rel = os.path.relpath(os.path.join(dirpath, f), root)
+                    found.append((name, rel))
+    return found
+
+
+def layer_of(rel):
+    for name, d, _ in LAYERS:
+        if rel == d or rel.startswith(d + "/"):
+            return name
+    return None
+
+
+def check_includes(root, files, problems):
+    allowed = {name: may | {name} for name, _, may in LAYERS}
+    by_name = {}
+    for layer, rel in files:
+        if rel.endswith(".h"):
+            by_name.setdefault(os.path.basename(rel), []).append(rel)
+    for base, rels in sorted(by_name.items()):
+        if len({layer_of(r) for r in rels}) > 1:
+            problems.append("%s: header name also used by %s: an include path "
+                            "would pick either" % (rels[0], ", ".join(rels[1:])))
+    for layer, rel in files:
+        text = strip_code(read(root, rel), literals=False)
+        for lineno, line in enumerate(text.split("\n"), 1):
+            m = INCLUDE_RE.match(line)
+            if not m:
+                continue
+            kind, target = m.groups()
+            where = "%s:%d" % (rel, lineno)
+            if kind == "<":
+                for prefix, owner in SYSTEM_OWNERS:
+                    if target.startswith(prefix) and layer != owner:
+                        problems.append("%s: <%s> belongs to %s/ only (layer %s includes it)"
+                                        % (where, target, dict_dir(owner), layer))
+                continue
+            hdr = resolve(root, rel, target, by_name)
+            if hdr is None:
+                problems.append('%s: "%s" is no header of any layer' % (where, target))
+                continue
+            owner = layer_of(hdr)
+            if owner not in allowed[layer]:
+                problems.append('%s: layer %s includes "%s" (%s) of layer %s above it or '
+                                "beside it; %s may include only %s"
+                                % (where, layer, target, hdr, owner, layer,
+                                   ", ".join(sorted(allowed[layer]))))
+            if os.path.basename(hdr).endswith("_impl.h"):
+                home = os.path.dirname(hdr)
+                if not (rel.startswith(home + "/")):
+                    problems.append('%s: "%s" is private to %s/' % (where, target, home))
+
+
+def dict_dir(layer):
+    return {name: d for name, d, _ in LAYERS}[layer]
+
+
+def resolve(root, rel, target, by_name):
+    """The header an include names: next to the including file first (as the
+    compiler looks), else the one header of that name in some layer."""
+    near = os.path.normpath(os.path.join(os.path.dirname(rel), target))
+    if os.path.isfile(os.path.join(root, near)) and layer_of(near):
+        return near
+    rels = by_name.get(os.path.basename(target), [])
+    rels = [r for r in rels if r.endswith("/" + target) or r == target]
+    return rels[0] if rels else None
+
+
+def check_names(root, files, problems):
+    public = set(LOWER_RE.findall(strip_code(read(root, PUBLIC_HEADER))))
+    public_macros = {m.group(1) for m in
+                     (DEFINE_RE.match(l) for l in read(root, PUBLIC_HEADER).split("\n")) if m}
+    tags = {}
+    for layer, rel in files:
+        if rel == PUBLIC_HEADER:
+            continue
+        text = strip_code(read(root, rel))
+        for lineno, line in enumerate(text.split("\n"), 1):
+            where = "%s:%d" % (rel, lineno)
+            for name in LOWER_RE.findall(line):
+                if name not in public:
+                    problems.append("%s: %s carries the public prefix but %s does not "
+                                    "declare it (internal: ofccl__ or static without prefix)"
+                                    % (where, name, PUBLIC_HEADER))
+            m = DEFINE_RE.match(line)
+            if m and m.group(1) not in public_macros and not m.group(1).endswith("_H"):
+                problems.append("%s: macro %s carries the public prefix but %s does not "
+                                "define it (internal: OFCCL__)" % (where, m.group(1),
+                                                                   PUBLIC_HEADER))
+            for tag in STRUCT_RE.findall(line):
+                tags.setdefault("struct " + tag, []).append(where)
+            m = TYPEDEF_END_RE.match(line)
+            if m:
+                tags.setdefault(m.group(1), []).append(where)
+    for name, wheres in sorted(tags.items()):
+        if len(wheres) > 1:
+            problems.append("%s: %s is defined again at %s (one definition per name)"
+                            % (wheres[0], name, ", ".join(wheres[1:])))
+
+
+def read(root, rel):
+    with open(os.path.join(root, rel), encoding="utf-8", errors="replace") as f:
+        return f.read()
+
+
+def check(root):
+    problems = []
+    if not os.path.isfile(os.path.join(root, PUBLIC_HEADER)):
+        return ["%s: missing (is %s a source tree?)" % (PUBLIC_HEADER, root)]
+    files = sources(root)
+    check_includes(root, files, problems)
+    check_names(root, files, problems)
+    return problems
+
+
+def nm_symbols(lib):
+    """{object: (defined symbols, undefined symbols)} of a static library."""
+    out = subprocess.run(["nm", "-P", "-A", "-g", lib], check=True, capture_output=True,
+                         text=True).stdout
+    objs = {}
+    for line in out.split("\n"):
+        m = re.match(r"^[^\[]*\[([^\]]+)\]: (\S+) (\S)", line)
+        if not m:
+            continue
+        obj, sym, kind = os.path.basename(m.group(1)), m.group(2), m.group(3)
+        defs, undefs = objs.setdefault(obj, (set(), set()))
+        (undefs if kind in "Uw" else defs).add(sym)
+    return objs
+
+
+def check_symbols(layers):
+    """layers: {layer: {object: (defined, undefined)}}. An object may use
+    symbols of its own layer and of the layers LAYERS lets it include."""
+    allowed = {name: may | {name} for name, _, may in LAYERS}
+    owner = {}
+    for layer, objs in layers.items():
+        for defs, _ in objs.values():
+            for sym in defs:
+                owner.setdefault(sym, layer)
+    problems = []
+    for layer, objs in sorted(layers.items()):
+        for obj, (_, undefs) in sorted(objs.items()):
+            for sym in sorted(undefs):
+                other = owner.get(sym)
+                if other is not None and other not in allowed.get(layer, {layer}):
+                    problems.append("%s (layer %s) uses %s, defined by layer %s; %s may use "
+                                    "only %s" % (obj, layer, sym, other, layer,
+                                                 ", ".join(sorted(allowed[layer]))))
+    return problems
+
+
+# ---- self-check: each planted violation must be reported, naming its line ----
+
+CLEAN = {
+    "lib/include/ofccl.h": "typedef struct ofccl_comm ofccl_comm_t;\n"
+                           "int ofccl_barrier(ofccl_comm_t *comm);\n",
+    "lib/base/util.h": "#include \"ofccl.h\"\n",
+    "bootstrap/boot.h": "#include \"util.h\"\n",
+    "providers/prov.h": "#include \"util.h\"\n",
+    "providers/prov_impl.h": "#include \"prov.h\"\n",
+    "providers/fabric/fabric.h": "#include <rdma/fabric.h>\n#include \"prov_impl.h\"\n",
+    "providers/fabric/rma.c": "#include \"fabric.h\"\n",
+    "bootstrap/pmix.c": "#include <pmix.h>\n#include \"boot.h\"\n",
+    "lib/core/core.h": "#include \"boot.h\"\n#include \"prov.h\"\n"
+                       "struct ofccl_comm {\n    int rank;\n};\n",
+    "lib/core/comm.c": "#include \"core.h\"\n/* \"coll.h\" ofccl_fake in a comment */\n"
+                       "static const char *s = \"ofccl_info -c\";\n",
+    "lib/coll/coll.h": "#include \"core.h\"\n",
+    "lib/coll/barrier.c": "#include \"coll.h\"\n"
+                          "static int barrier_unlocked(ofccl_comm_t *c)\n{\n    return 0;\n}\n"
+                          "int ofccl_barrier(ofccl_comm_t *c)\n{\n"
+                          "    return barrier_unlocked(c);\n}\n",
+    "lib/tools/info.c": "#include \"coll.h\"\n#include \"prov.h\"\n",
+}
+
+# Each case: what is appended to which files of the clean tree, and the words
+# the one report it must cause contains (file and line first).
+PLANTED = [
+    ([("lib/core/window.c", '#include "core.h"\n#include "coll.h"\n')],
+     ["lib/core/window.c:2", "layer core", "coll"]),
+    ([("lib/base/log.c", '#include "util.h"\n#include "boot.h"\n')],
+     ["lib/base/log.c:2", "layer base", "bootstrap"]),
+    ([("providers/post.c", '#include "boot.h"\n')], ["providers/post.c:1", "layer providers"]),
+    ([("bootstrap/tcp.c", '#include "prov.h"\n')], ["bootstrap/tcp.c:1", "layer bootstrap"]),
+    ([("lib/core/wait.c", '#include "prov_impl.h"\n')], ["lib/core/wait.c:1", "private to"]),
+    ([("lib/core/topo.c", "#include <rdma/fi_rma.h>\n")], ["lib/core/topo.c:1", "rdma/"]),
+    ([("lib/coll/split.c", '#include "nothere.h"\n')], ["lib/coll/split.c:1", "no header"]),
+    ([("lib/coll/post.c", "\nstatic int ofccl_post_unlocked(void)\n{\n    return 0;\n}\n")],
+     ["lib/coll/post.c:2", "ofccl_post_unlocked"]),
+    ([("lib/core/pool.c", "\n\n#define OFCCL_MODES 3\n")], ["lib/core/pool.c:3", "OFCCL_MODES"]),
+    ([("lib/coll/push.c", "struct view {\n    int a;\n};\n"),
+      ("lib/coll/push_plan.c", "\nstruct view {\n    int b;\n};\n")],
+     ["lib/coll/push.c:1", "struct view", "lib/coll/push_plan.c:2"]),
+]
+
+
+def write_tree(root, extra):
+    files = dict(CLEAN)
+    for rel, text in extra:
+        files[rel] = files.get(rel, "") + text
+    for rel, text in files.items():
+        path = os.path.join(root, rel)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+
+
+def self_check():
+    failed = 0
+    with tempfile.TemporaryDirectory() as tmp:
+        write_tree(os.path.join(tmp, "clean"), [])
+        got = check(os.path.join(tmp, "clean"))
+        if got:
+            print("self-check: the clean tree is reported:\n  " + "\n  ".join(got))
+            failed += 1
+        for i, (plants, words) in enumerate(PLANTED):
+            root = os.path.join(tmp, "case%d" % i)
+            write_tree(root, plants)
+            got = check(root)
+            if len(got) != 1 or not all(w in got[0] for w in words):
+                print("self-check: case %d (%s): want one report containing %s, got:\n  %s"
+                      % (i, plants[0][0], words, "\n  ".join(got) or "(nothing)"))
+                failed += 1
+    # Symbol tables: core calling into coll, bootstrap into providers; and a
+    # clean set (core using providers and base).
+    clean = {"base": {"util.c.o": ({"ofccl__now_ns"}, set())},
+             "providers": {"mr.c.o": ({"ofccl__mr_reg"}, {"ofccl__now_ns"})},
+             "core": {"pool.c.o": ({"ofccl__pool_init"}, {"ofccl__mr_reg", "malloc"})},
+             "coll": {"post.c.o": ({"ofccl__post"}, {"ofccl__pool_init"})},
+             "bootstrap": {"tcp.c.o": ({"ofccl__boot_open"}, {"ofccl__now_ns"})}}
+    sym_cases = [
+        (None, None, []),
+        ("core", "ofccl__post", ["wait.c.o (layer core) uses ofccl__post", "layer coll"]),
+        ("bootstrap", "ofccl__mr_reg", ["wait.c.o (layer bootstrap) uses ofccl__mr_reg"]),
+    ]
+    for layer, sym, words in sym_cases:
+        tables = {k: dict(v) for k, v in clean.items()}
+        if layer:
+            tables[layer]["wait.c.o"] = (set(), {sym})
+        got = check_symbols(tables)
+        if (len(got) != 1 or not all(w in got[0] for w in words)) if words else got:
+            print("self-check: symbols, %s using %s: want %s, got:\n  %s"
+                  % (layer, sym, words or "nothing", "\n  ".join(got) or "(nothing)"))
+            failed += 1
+    total = 1 + len(PLANTED) + len(sym_cases)
+    print("self-check: %d of %d cases right" % (total - failed, total))
+    return 1 if failed else 0
+
+
+def main(argv):
+    if len(argv) == 2 and argv[1] == "--self-check":
+        return self_check()
+    if len(argv) >= 4 and argv[1] == "--symbols" and len(argv) % 2 == 0:
+        layers = {argv[i]: nm_symbols(argv[i + 1]) for i in range(2, len(argv), 2)}
+        problems = check_symbols(layers)
+        for p in problems:
+            print(p)
+        nobj = sum(len(o) for o in layers.values())
+        print("%d objects in %d layer libraries: %s" % (nobj, len(layers), "%d violations"
+                                                        % len(problems) if problems else "clean"))
+        return 1 if problems else 0
+    if len(argv) > 2 or (len(argv) == 2 and argv[1].startswith("-")):
+        print(__doc__.split("\n\n")[-2], file=sys.stderr)
+        return 2
+    root = argv[1] if len(argv) == 2 else os.path.join(os.path.dirname(__file__), "..", "..")
+    root = os.path.abspath(root)
+    problems = check(root)
+    for p in problems:
+        print(p)
+    nfiles = len(sources(root))
+    print("%d files in %d layers: %s" % (nfiles, len(LAYERS),
+                                         "%d violations" % len(problems) if problems else "clean"))
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,30 @@
+#!/bin/sh
+# ofccl_info -j on 2 ranks through the TCP rendezvous: rank 0 prints the
+# hosts with their ranks, the transport per peer class, the chooser's
+# algorithm per collective and size, and every setting with its source
+# (here one from the environment and one passed as an API setting).
+# Usage: check_info_job.sh run_tcpboot.sh ofccl_info
+set -u
+out=$(mktemp)
+trap 'rm -f "$out"' EXIT
+OFCCL_EAGER_BYTES=8K "$1" 2 "$2" -j --set DEPTH=3 > "$out" || { cat "$out"; exit 1; }
+fail=0
+expect() {
+    if ! grep -Eq "$1" "$out"; then
+        echo "FAIL: no line matching: $1"
+        fail=1
+    fi
+}
+expect '^Hosts: 1, ranks: 2$'
+expect '^  [^ ]+ +2 ranks per host: 0-1$'
+expect '^Transport per peer class'
+expect '^  same host   \(  1 peer\): [a-z]'
+expect '^Algorithm the chooser picks for 2 ranks'
+expect '^  256 +eager +eager +eager'
+expect '^  1048576 +direct +(direct|pull) +(direct|pull|chain)'
+expect '^  OFCCL_DEPTH +3 +API$'
+expect '^  OFCCL_EAGER_BYTES +8K +environment$'
+expect '^  OFCCL_CHUNK_BYTES +512K +default$'
+[ "$fail" = 0 ] || cat "$out"
+[ "$fail" = 0 ] && echo "1 passed, 0 failed"
+exit $fail

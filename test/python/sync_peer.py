@@ -1,0 +1,96 @@
+"""One process of the weight-sync test (test_weight_sync.py): a trainer or a
+rollout rank of two separately launched groups. argv: role, rank. Prints
+'META <json>' (prepare()), reads the init_process_group keywords as one JSON
+line on stdin, runs the syncs and prints 'RESULT <json>'."""
+
+import asyncio
+import hashlib
+import json
+import sys
+import zlib
+
+import torch
+
+import ofccl
+import ofccl.checkpoint
+
+# name: (shape, dtype); 32 KiB buckets hold a few tensors each, 'big' and
+# 'embed' are larger than a bucket, 'empty' has no element.
+TENSORS = [("embed", (300, 64), torch.float32), ("bias", (64,), torch.float32),
+           ("ln", (64,), torch.bfloat16), ("big", (40000,), torch.float16),
+           ("scalar", (), torch.float64), ("ids", (1000,), torch.int64),
+           ("mask", (33,), torch.bool), ("raw", (1001,), torch.uint8),
+           ("empty", (0, 5), torch.float32), ("w2", (129, 17), torch.bfloat16)]
+BUCKET = 32 << 10
+
+
+def weight(name, shape, dtype, step):
+    g = torch.Generator().manual_seed(zlib.crc32(name.encode()) * 31 + step)
+    if dtype == torch.bool:
+        return torch.randint(0, 2, shape, generator=g).bool()
+    if dtype in (torch.uint8, torch.int64):
+        return torch.randint(0, 250, shape, generator=g).to(dtype)
+    return torch.randn(shape, generator=g, dtype=torch.float64).to(dtype)
+
+
+def weights(step, rank, bad=False):
+    for name, shape, dtype in TENSORS:
+        if bad and rank == 1 and name == "bias":
+            shape = (65,)  # this trainer disagrees with the others
+        yield name, weight(name, shape, dtype, step)
+
+
+def as_bytes(t):
+    return t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b""
+
+
+async def receive(engine, step):
+    names, wrong, digest = [], [], hashlib.sha256()
+    async for name, got in engine.receive_weights():
+        shape, dtype = dict((n, (s, d)) for n, s, d in TENSORS)[name]
+        want = weight(name, shape, dtype, step)
+        # checked as it arrives: the view is valid until the next bucket's
+        if got.dtype != dtype or tuple(got.shape) != shape or as_bytes(got) != as_bytes(want):
+            wrong.append(name)
+        names.append(name)
+        digest.update(as_bytes(got))
+    return {"names": names, "wrong": wrong, "sha": digest.hexdigest()}
+
+
+def main():
+    role, rank = sys.argv[1], int(sys.argv[2])
+    engine = ofccl.checkpoint.new_engine(
+        "ofccl", bucket_size=BUCKET, is_master=(role == "trainer" and rank == 0),
+        host="127.0.0.1", settings={"TIMEOUT_MS": 60000, "BOOT_TIMEOUT_MS": 120000})
+    print("META " + json.dumps(engine.prepare()), flush=True)
+    kwargs = json.loads(sys.stdin.readline())
+    out = {"steps": []}
+    for step in (1, 2):
+        engine.prepare()
+        engine.init_process_group(**kwargs)  # as verl calls it before every sync
+        if role == "trainer":
+            asyncio.run(engine.send_weights(weights(step, rank)))
+            digest = hashlib.sha256()
+            for _, t in weights(step, rank):
+                digest.update(as_bytes(t))
+            out["steps"].append({"sha": digest.hexdigest()})
+        else:
+            out["steps"].append(asyncio.run(receive(engine, step)))
+        engine.finalize()
+    out["plans_built"] = engine.plans_built
+    out["nbuckets"] = engine._plan.nbuckets
+    # A trainer whose tensor list differs: every rank fails with Mismatch.
+    try:
+        if role == "trainer":
+            asyncio.run(engine.send_weights(weights(3, rank, bad=True)))
+        else:
+            asyncio.run(receive(engine, 3))
+        out["mismatch"] = "none"
+    except ofccl.Mismatch as exc:
+        out["mismatch"] = exc.message
+    engine.close()
+    print("RESULT " + json.dumps(out), flush=True)
+
+
+if __name__ == "__main__":
+    main()

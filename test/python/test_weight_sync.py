@@ -1,0 +1,112 @@
+"""The weight-sync engine (ofccl.checkpoint) between two separately launched
+groups, 2 trainer ranks and 2 rollout ranks, driven as verl's manager drives a
+CheckpointEngine: prepare() on every process, build_topology from their
+metadata, init_process_group, then send_weights / receive_weights twice (the
+second sync reuses the plan). Ten tensors of seven dtypes in 32 KiB buckets
+arrive byte for byte; a trainer whose tensor list differs makes every rank
+fail with ofccl.Mismatch."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+pytest.importorskip("torch")
+HERE = os.path.dirname(os.path.abspath(__file__))
+PEER = os.path.join(HERE, "sync_peer.py")
+sys.path.insert(0, HERE)
+
+
+def _launch(role, n):
+    """One job: n processes of one group (its own batch of processes)."""
+    return [subprocess.Popen([sys.executable, PEER, role, str(r)], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for r in range(n)]
+
+
+def _line(p, prefix, deadline):
+    while time.monotonic() < deadline:
+        line = p.stdout.readline()
+        if not line:
+            raise AssertionError(f"a process exited before '{prefix}': {p.stderr.read()}")
+        if line.startswith(prefix + " "):
+            return json.loads(line[len(prefix) + 1:])
+    raise AssertionError(f"no '{prefix}' line in time")
+
+
+def test_two_groups_sync():
+    from ofccl.checkpoint import OfcclCheckpointEngine, get_engine
+    assert get_engine("ofccl") is OfcclCheckpointEngine
+    trainers = _launch("trainer", 2)
+    rollout = _launch("rollout", 2)  # the second job, launched on its own
+    procs = trainers + rollout
+    deadline = time.monotonic() + 200
+    try:
+        metas = [_line(p, "META", deadline) for p in procs]
+        assert metas[0]["boot_root"].startswith("127.0.0.1:") and metas[1:] == [None] * 3
+        tk, rk = OfcclCheckpointEngine.build_topology(2, 2, metas)
+        for group, kw in ((trainers, tk), (rollout, rk)):
+            for i, p in enumerate(group):
+                p.stdin.write(json.dumps({k: v[i] for k, v in kw.items()}) + "\n")
+                p.stdin.flush()
+        results = [_line(p, "RESULT", deadline) for p in procs]
+        for p in procs:
+            assert p.wait(timeout=max(1, deadline - time.monotonic())) == 0, p.stderr.read()
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+    import sync_peer
+    names = [n for n, _, _ in sync_peer.TENSORS]
+    for r in results[2:]:
+        assert r["plans_built"] == 1 and r["nbuckets"] >= 4, r
+        for step, got in enumerate(r["steps"]):
+            assert got["names"] == names and got["wrong"] == [], got
+            # what every trainer generated is what every rollout rank received
+            assert got["sha"] == results[0]["steps"][step]["sha"] == \
+                results[1]["steps"][step]["sha"]
+    assert results[0]["steps"][0]["sha"] != results[0]["steps"][1]["sha"]
+    for r in results:
+        assert "tensors" in r["mismatch"] or "counts" in r["mismatch"], r["mismatch"]
+
+
+def test_registries(tmp_path):
+    """Our registry names the engine; with a verl installed, importing
+    ofccl.checkpoint registers it in verl's CheckpointEngineRegistry too."""
+    import ofccl
+    from ofccl.checkpoint import OfcclCheckpointEngine, get_engine, new_engine
+    with pytest.raises(ofccl.InvalidArgument, match="ofccl"):
+        get_engine("nccl")
+    e = new_engine("ofccl", bucket_size=1 << 20, is_master=True, host="127.0.0.1")
+    assert isinstance(e, OfcclCheckpointEngine)
+    assert e.prepare()["boot_root"].startswith("127.0.0.1:")
+    with pytest.raises(ofccl.StateError, match="init_process_group"):
+        e._live("send_weights")
+    with pytest.raises(ofccl.InvalidArgument, match="boot_root"):
+        OfcclCheckpointEngine.build_topology(2, 2, [None] * 4)
+    # a stand-in verl package with the registry shape verl has
+    base = tmp_path / "verl" / "checkpoint_engine"
+    base.mkdir(parents=True)
+    (tmp_path / "verl" / "__init__.py").write_text("")
+    (base / "__init__.py").write_text("")
+    (base / "base.py").write_text(
+        "class CheckpointEngineRegistry:\n"
+        "    _registry = {}\n"
+        "    def register(name):\n"
+        "        def wrap(cls):\n"
+        "            CheckpointEngineRegistry._registry[name] = cls\n"
+        "            return cls\n"
+        "        return wrap\n")
+    code = ("import ofccl.checkpoint as c\n"
+            "from verl.checkpoint_engine.base import CheckpointEngineRegistry as R\n"
+            "assert R._registry['ofccl'] is c.OfcclCheckpointEngine\n"
+            "print('registered')\n")
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), env.get("PYTHONPATH", "")])
+    p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 0 and "registered" in p.stdout, p.stdout + p.stderr
