@@ -254,10 +254,12 @@ int main(int argc, char **argv)
     bp.iters = b->iters;
     bp.warmup = b->warmup;
     bp.check = b->check;
-    bp.nsenders = bp.nsenders ? bp.nsenders : b->size / 2;
+    bp.nsenders = !perf_coll_selected(colls, 4) ? 0 : bp.nsenders ? bp.nsenders : b->size / 2;
     bp.maxb = maxb;
-    if (colls >= 3 && (bp.root < 0 || bp.root >= b->size || bp.nsenders < 1 ||
-                       bp.nsenders >= b->size || mpi_bp_setup(&bp) != 0)) {
+    if (colls >= 3 &&
+        (bp.root < 0 || bp.root >= b->size ||
+         (perf_coll_selected(colls, 4) && (bp.nsenders < 1 || bp.nsenders >= b->size)) ||
+         mpi_bp_setup(&bp) != 0)) {
         if (b->rank == 0)
             fprintf(stderr,
                     "mpi_perf: -R %d / -S %d: the root must be a rank and the senders "

@@ -19,7 +19,8 @@
 
 int mpi_bp_setup(mpi_bp_t *b)
 {
-    size_t shard = b->maxb / (size_t)b->nsenders + PERF_PUSH_NT * 64 + 64;
+    /* nsenders 0: broadcast only, no shards. */
+    size_t shard = b->nsenders ? b->maxb / (size_t)b->nsenders + PERF_PUSH_NT * 64 + 64 : 64;
 
     if (posix_memalign((void **)&b->buf, 4096, b->maxb + 64) ||
         posix_memalign((void **)&b->shards, 4096, shard))

@@ -511,6 +511,7 @@ int main(int argc, char **argv)
     if (rc == 0 && (rc = ofccl_buffer_alloc(b->comm, sizeof(double) * XCH * (size_t)b->size,
                                             (void **)&b->xch)) != 0)
         fail(b, "ofccl_buffer_alloc", rc);
+    bp.push = perf_coll_selected(colls, 4);
     if (rc == 0 && colls >= 3)
         rc = bp_open(&bp, b->ctx, b->comm, b->dt, b->iters, b->warmup, b->check, maxb);
     stats(b, &b->start);

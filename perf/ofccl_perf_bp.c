@@ -73,8 +73,9 @@ int bp_open(bp_t *b, ofccl_ctx_t *ctx, ofccl_comm_t *comm, perf_dtype_t dt, int 
     b->warmup = warmup;
     b->check = check;
     b->maxb = maxb;
-    b->nsenders = b->nsenders ? b->nsenders : b->size / 2;
-    if (b->root < 0 || b->root >= b->size || b->nsenders < 1 || b->nsenders >= b->size) {
+    b->nsenders = !b->push ? 0 : b->nsenders ? b->nsenders : b->size / 2;
+    if (b->root < 0 || b->root >= b->size ||
+        (b->push && (b->nsenders < 1 || b->nsenders >= b->size))) {
         fprintf(stderr,
                 "ofccl_perf: -R %d / -S %d: the root must be a rank (0..%d) and the senders at "
                 "least 1 and fewer than the %d ranks\n",

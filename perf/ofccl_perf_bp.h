@@ -15,6 +15,7 @@ typedef struct bp {
     perf_dtype_t dt; /* broadcast element type (push moves bytes) */
     int iters, warmup, check;
     int root;            /* broadcast root */
+    int push;            /* push runs (else nsenders is not used) */
     int nsenders;        /* push: ranks 0 .. nsenders-1 send, the others receive */
     size_t bucket_bytes; /* push bucket size */
     size_t maxb;         /* largest size of the sweep */
@@ -23,8 +24,8 @@ typedef struct bp {
     double *xch;         /* pool buffer: 2 doubles per rank */
 } bp_t;
 
-/* Fill in the run's parameters (root, nsenders and bucket_bytes already set,
- * nsenders 0 for half the ranks), check them and allocate the buffers for
+/* Fill in the run's parameters (root, push, nsenders and bucket_bytes already
+ * set, nsenders 0 for half the ranks), check them and allocate the buffers for
  * sizes up to maxb; 0 or an ofccl error code. */
 int bp_open(bp_t *b, ofccl_ctx_t *ctx, ofccl_comm_t *comm, perf_dtype_t dt, int iters, int warmup,
             int check, size_t maxb);

@@ -343,6 +343,8 @@ int perf_out_close(perf_out_t *o, const char *extra_json)
 
 int perf_coll_selected(int sel, int coll)
 {
+    if (coll == 2 || coll == 5) /* "all" and "bp" name groups, not collectives */
+        return 0;
     return sel == coll || (sel == 2 && coll < 2) || (sel == 5 && coll >= 3);
 }
 
