@@ -96,7 +96,11 @@ typedef enum ofccl__cfg_type {
       "in it)")                                                                                    \
     X(BOOT_GROUPS, STRING, LOCAL, "", "<name:size,...>", 0, 0,                                     \
       "TCP rendezvous of separately launched jobs: every group and its size, in rank order; the "  \
-      "same on every process (the job's size is their sum)")
+      "same on every process (the job's size is their sum)")                                       \
+    X(PEER_TRANSPORT, ENUM, AGREE, "auto", "auto|fabric", 0, 0,                                    \
+      "Transport per peer in a job spanning hosts: auto = peers on this rank's host through the "  \
+      "local shared-memory transport, the others through OFCCL_PROVIDER; fabric = every peer "     \
+      "through OFCCL_PROVIDER")
 
 enum ofccl__cfg_id {
 #define OFCCL__X_ID(id, type, scope, def, allowed, min, max, help) OFCCL__CFG_##id,
