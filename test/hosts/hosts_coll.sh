@@ -15,7 +15,7 @@ if [ -n "$peers" ]; then
     for mode in auto fabric; do
         echo "== transport per peer: OFCCL_PEER_TRANSPORT=$mode"
         cluster_run "$rph" 60 "$peers" "$rph" "$mode" || { echo "peers ($mode): FAILED"; exit 1; }
-        grep -h '^provider' "$CLUSTER_DIR/rank0.log"
+        grep -ho 'provider .*' "$CLUSTER_DIR/rank0.log"
     done
 fi
 echo "== collectives, seed $seed, $rounds rounds"
