@@ -54,8 +54,11 @@ typedef enum ofccl__cfg_type {
       "Fabric operations in flight per communicator, including the EAGAIN retry queue")            \
     X(RX_POSTED, INT, LOCAL, "256", "", 8, 65536,                                                  \
       "Receives kept posted for remote CQ data where the provider consumes one per signal")        \
-    X(ALGO_AG, ENUM, AGREE, "auto", "auto|direct|ring", 0, 0,                                      \
-      "All-gather algorithm; auto = direct up to 8 ranks or for small buffers, else ring")         \
+    X(ALGO_AG, ENUM, AGREE, "auto", "auto|direct|ring|hier", 0, 0,                                 \
+      "All-gather algorithm; auto = hier (between hosts along rails, then within each host) "      \
+      "when same-host peers go through the local transport and every host has as many ranks, "     \
+      "more than one; else direct up to 8 ranks or for small buffers, else ring; hier where it "   \
+      "does not fit is direct")                                                                    \
     X(ALGO_RS, ENUM, AGREE, "auto", "auto|direct|ring", 0, 0,                                      \
       "Reduce-scatter algorithm; auto = direct up to 8 ranks or for small buffers, else ring; "    \
       "on the local transport direct reads peers' blocks in place (pull)")                         \

@@ -16,9 +16,15 @@ enum ofccl__algo_wire_id {
     OFCCL__WIRE_PULL = 4,
     OFCCL__WIRE_CHAIN = 5,
     OFCCL__WIRE_PUSH = 6,
+    OFCCL__WIRE_HIER = 7,
 };
 
 extern const ofccl__algo_t ofccl__ag_direct, ofccl__ag_ring, ofccl__ag_eager;
+/* All-gather between hosts along rails, then within each host
+ * (allgather/hier.c); only for communicators it fits: several hosts with the
+ * same number of ranks, more than one (the node table of lib/core). */
+extern const ofccl__algo_t ofccl__ag_hier;
+bool ofccl__ag_hier_fits(const ofccl_comm_t *comm);
 extern const ofccl__algo_t ofccl__rs_direct, ofccl__rs_ring, ofccl__rs_eager;
 /* Reduce-scatter where the provider maps peers' memory (caps.peer_map): each
  * rank announces its source (r->dst is it), reads the peers' blocks for it in

@@ -417,6 +417,11 @@ const ofccl__prov_caps_t *ofccl__comm_caps(const ofccl_comm_t *comm)
     return ofccl__ep_caps(comm->ep);
 }
 
+bool ofccl__comm_peer_local(const ofccl_comm_t *comm, int p)
+{
+    return ofccl__ep_peer_class(comm->ep, p) == OFCCL__PEER_LOCAL;
+}
+
 bool ofccl__comm_note_once(ofccl_comm_t *comm, unsigned bit)
 {
     bool first = !(comm->coll->notes & (1u << bit));

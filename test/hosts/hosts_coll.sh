@@ -12,9 +12,10 @@ cluster_up "$hosts" || exit $?
 echo "== $hosts hosts x $rph ranks: host structure"
 cluster_run "$rph" 60 "$check" "$rph" || { echo "host structure: FAILED"; exit 1; }
 if [ -n "$peers" ]; then
-    for mode in auto fabric; do
-        echo "== transport per peer: OFCCL_PEER_TRANSPORT=$mode"
-        cluster_run "$rph" 60 "$peers" "$rph" "$mode" || { echo "peers ($mode): FAILED"; exit 1; }
+    for run in "auto direct" "fabric direct" "auto hier"; do
+        set -- $run
+        echo "== transport per peer: OFCCL_PEER_TRANSPORT=$1, OFCCL_ALGO_AG=$2"
+        cluster_run "$rph" 60 "$peers" "$rph" "$1" "$2" || { echo "peers ($run): FAILED"; exit 1; }
         grep -ho 'provider .*' "$CLUSTER_DIR/rank0.log"
     done
 fi

@@ -7,11 +7,14 @@
  * machine by OFCCL_HOST_ID (run_tcpboot.sh with OFCCL_TEST_HOST_RPH).
  *
  * Each rank checks the class its endpoint gives every peer against that
- * placement, then runs a direct all-gather, checks every element against
- * values computed here, and checks that the bytes each transport carried
- * (ofccl_ctx_stats) are those of the peers it serves: one block per peer,
- * plus at most a little control traffic.
- * Usage: test_peers RPH auto|fabric (the OFCCL_PEER_TRANSPORT it sets)
+ * placement, then runs an all-gather, checks every element against values
+ * computed here, and checks that the bytes each transport carried
+ * (ofccl_ctx_stats) are what the algorithm moves, plus at most a little
+ * control traffic. direct: one block to each peer. hier (H hosts of L
+ * ranks): one block to each of the H-1 ranks of its rail on other hosts, and
+ * its rail's H blocks to each of the L-1 other ranks of its host.
+ * Usage: test_peers RPH auto|fabric [direct|hier] (the OFCCL_PEER_TRANSPORT
+ * and OFCCL_ALGO_AG it sets)
  */
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +28,7 @@
 static int rph;
 static bool want_auto; /* OFCCL_PEER_TRANSPORT=auto */
 static bool mixed;     /* auto across hosts with several ranks on a host */
+static bool hier;      /* OFCCL_ALGO_AG=hier */
 
 static bool same_host(int p)
 {
@@ -75,7 +79,10 @@ static void test_bytes(void)
     ofccl_stats_t before = {.size = sizeof(before)}, after = {.size = sizeof(after)};
     ofccl_req_t *req = NULL;
     size_t bad = 0;
-    int nlocal = mixed ? rph - 1 : 0;
+    int hosts = size / rph;
+    /* Blocks this rank sends to peers on its host, and to other hosts. */
+    uint64_t same = hier ? (uint64_t)hosts * (uint64_t)(rph - 1) : (uint64_t)rph - 1;
+    uint64_t other = hier ? (uint64_t)hosts - 1 : (uint64_t)(size - rph);
 
     CU_ASSERT_FATAL(send != NULL && recv != NULL && size <= 64);
     for (size_t i = 0; i < COUNT; i++)
@@ -94,9 +101,9 @@ static void test_bytes(void)
     CU_ASSERT_EQUAL(bad, 0);
     if (bad)
         fprintf(stderr, "rank %d: %zu elements differ\n", rank, bad);
-    check_delta("the local transport", after.local_bytes - before.local_bytes, (uint64_t)nlocal);
+    check_delta("the local transport", after.local_bytes - before.local_bytes, mixed ? same : 0);
     check_delta("the fabric", after.fabric_bytes - before.fabric_bytes,
-                (uint64_t)(size - 1 - nlocal));
+                mixed ? other : same + other);
     free(send);
     free(recv);
 }
@@ -105,17 +112,23 @@ int main(int argc, char **argv)
 {
     static const cu_test_t tests[] = {
         {"each peer's transport follows its host", test_classes},
-        {"direct all-gather: data exact, bytes per transport", test_bytes},
+        {"all-gather: data exact, bytes per transport", test_bytes},
         {NULL, NULL},
     };
-    static char transport[64];
-    const char *const settings[] = {"ALGO_AG=direct", transport, NULL};
+    static char transport[64], algo[64];
+    const char *const settings[] = {algo, transport, NULL};
 
     rph = argc > 2 ? atoi(argv[1]) : 0;
     if (rph < 1 || (strcmp(argv[2], "auto") != 0 && strcmp(argv[2], "fabric") != 0)) {
-        fprintf(stderr, "usage: test_peers RANKS_PER_HOST auto|fabric\n");
+        fprintf(stderr, "usage: test_peers RANKS_PER_HOST auto|fabric [direct|hier]\n");
         return 2;
     }
+    hier = argc > 3 && strcmp(argv[3], "hier") == 0;
+    if (argc > 3 && !hier && strcmp(argv[3], "direct") != 0) {
+        fprintf(stderr, "usage: test_peers RANKS_PER_HOST auto|fabric [direct|hier]\n");
+        return 2;
+    }
+    snprintf(algo, sizeof(algo), "ALGO_AG=%s", hier ? "hier" : "direct");
     want_auto = strcmp(argv[2], "auto") == 0;
     snprintf(transport, sizeof(transport), "PEER_TRANSPORT=%s", argv[2]);
     return hosts_run_suite("peers", tests, 0, settings);
