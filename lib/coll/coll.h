@@ -60,6 +60,12 @@ int ofccl__bcast_writer_of(const ofccl__req_t *r, uint32_t unit);
 uint64_t ofccl__bcast_need_of(const ofccl__req_t *r, int p);
 uint32_t ofccl__bcast_unit_of(const ofccl__req_t *r, int p, uint32_t k);
 int ofccl__bcast_done(ofccl__req_t *r);
+/* All-gather sending its block from sendbuf (r->own_dst set, direct and
+ * hier): copy our block to its place behind the slowest peer's stream, each
+ * chunk once every peer we write to has taken it (the block is the first
+ * nchunks writes to each), while it is still in cache. True once all of it is
+ * there (or there is nothing to copy). */
+bool ofccl__ag_copy_own(ofccl__req_t *r);
 /* Direct: has chunk c arrived from every writer? */
 bool ofccl__direct_chunk_in(const ofccl__req_t *r, unsigned c);
 

@@ -11,10 +11,7 @@
  * b * nchunks + c (the direct numbering): from b itself when b is on the
  * rank's rail, else from the rank of its own host on b's rail.
  */
-#include <string.h>
-
 #include "coll.h"
-#include "util.h"
 
 /* The rank of host h on rail i. */
 static int at(const ofccl_comm_t *comm, int h, int i)
@@ -136,7 +133,6 @@ static int to_host(ofccl__req_t *r, bool *all)
 
 static int progress(ofccl__req_t *r)
 {
-    ofccl_comm_t *comm = r->comm;
     bool all = true;
     int rc = to_rail(r, &all);
 
@@ -144,21 +140,7 @@ static int progress(ofccl__req_t *r)
         rc = to_host(r, &all);
     if (rc)
         return rc;
-    if (r->own_dst != NULL) {
-        /* Our block sent from sendbuf: copy it to its place once every peer
-         * we send it to has taken it (rail peers: their whole stream; host
-         * peers: the first nchunks of theirs). */
-        unsigned upto = r->nchunks;
-        for (int p = 0; p < comm->size; p++)
-            if (r->i_write_to[p])
-                upto = OFCCL__MIN(upto, r->sent[p]);
-        for (; r->own_done < upto; r->own_done++) {
-            size_t off = (size_t)r->own_done * r->chunk;
-            memcpy(r->own_dst + off, (const char *)r->src.ptr + off,
-                   ofccl__chunk_len(r, r->own_done));
-        }
-        all &= r->own_done == r->nchunks;
-    }
+    all &= ofccl__ag_copy_own(r);
     r->finished = all && r->arrived >= r->units_in;
     return 0;
 }
