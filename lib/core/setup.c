@@ -112,8 +112,8 @@ static int setup_check(ofccl_comm_t *comm, int from, const setup_t *mine, const 
 #define SETUP_MISMATCH(field, fmt, a, b)                                                           \
     return ofccl__comm_fail(comm, OFCCL_ERR_MISMATCH,                                              \
                             "comm setup: rank %d has " field " " fmt ", rank %d has " fmt          \
-                            "; every rank must use the same OFCCL_PROVIDER, OFCCL_STRICT and "     \
-                            "OFCCL_SIGNAL",                                                        \
+                            "; every rank must use the same OFCCL_PROVIDER, OFCCL_STRICT, "        \
+                            "OFCCL_SIGNAL and OFCCL_PEER_TRANSPORT",                               \
                             from, b, comm->rank, a)
     if (theirs->size != mine->size)
         SETUP_MISMATCH("job size", "%u", mine->size, theirs->size);
