@@ -343,6 +343,11 @@ static int req_progress(ofccl__req_t *r, bool check_clock)
         char cause[160] = "", who[OFCCL__ERRMSG_LEN / 2];
         int pid, told_gone, told = ofccl__notice_cause(comm, &told_gone, cause, sizeof(cause));
         int gone = told ? told_gone : ofccl__ep_peer_gone(comm->ep, &pid);
+        /* A peer that exited owing this request nothing finished its part
+         * and left: the others may still be on their way (a same-host peer
+         * leaves before data from other hosts has come). */
+        if (!told && gone >= 0 && !ofccl__coll_owes(r, gone))
+            gone = -1;
         /* A gone peer's writes, if any, were read above: what is still
          * missing will never come, so it fails now rather than at the deadline. */
         if (told || gone >= 0 || ofccl__coarse_ns() > r->deadline_ns) {

@@ -87,6 +87,10 @@ typedef struct ofccl__algo {
     /* Bytes this rank will write into what peer p announced (may be NULL:
      * r->dst_need for every peer). Checked against p's descriptor. */
     uint64_t (*need_of)(const ofccl__req_t *r, int p);
+    /* Units peer p writes here in all (may be NULL: units_in shared equally
+     * among the writers). Says what a peer still owes, for reports and when
+     * a peer exits. */
+    unsigned (*units_from)(const ofccl__req_t *r, int p);
 } ofccl__algo_t;
 
 struct ofccl_req {

@@ -74,6 +74,17 @@ static uint32_t unit_of(const ofccl__req_t *r, int p, uint32_t k)
     return (uint32_t)forwarded(r, p, k) * r->nchunks + k % r->nchunks;
 }
 
+/* A rank of our host forwards its rail's H blocks; one of another host, its own. */
+static unsigned units_from(const ofccl__req_t *r, int p)
+{
+    const ofccl_comm_t *comm = r->comm;
+
+    if (!r->writes_to_me[p])
+        return 0;
+    return comm->node_of[p] == comm->node_of[comm->rank] ? (unsigned)comm->nnodes * r->nchunks
+                                                         : r->nchunks;
+}
+
 /* Phase 1: our block to the rank of our rail on every other host. */
 static int to_rail(ofccl__req_t *r, bool *all)
 {
@@ -155,4 +166,5 @@ const ofccl__algo_t ofccl__ag_hier = {
     .progress = progress,
     .writer_of = writer_of,
     .unit_of = unit_of,
+    .units_from = units_from,
 };
