@@ -3,7 +3,7 @@
  * in the style of nccl-tests, through the public API only.
  *
  *   mpirun -np 2 ofccl_perf -o ag|rs|all|bc|push|bp -b 8 -e 64M -f 2 -n 20 -w 5 -d f32
- *          -r sum -a auto|direct|ring -c 0|1 -i 0|1 -z pool|reg|plain [-B] [-R root]
+ *          -r sum -a auto|direct|ring|hier -c 0|1 -i 0|1 -z pool|reg|plain [-B] [-R root]
  *          [-S senders] [-K bucket] [-C out.csv] [-J out.json] [-s NAME=value ...]
  *
  * -o all runs all-gather and reduce-scatter, bp broadcast and push (their
@@ -39,7 +39,8 @@
 
 enum { MEM_POOL, MEM_REG, MEM_PLAIN };
 static const char *const mem_names[] = {"pool", "reg", "plain"};
-static const char *const algo_names[] = {"auto", "direct", "ring"};
+/* hier is an all-gather algorithm: reduce-scatter keeps auto under -a hier. */
+static const char *const algo_names[] = {"auto", "direct", "ring", "hier"};
 
 typedef struct bench {
     ofccl_ctx_t *ctx;
@@ -365,7 +366,7 @@ static void usage(void)
     fprintf(
         stderr,
         "usage: ofccl_perf [-o ag|rs|all] [-b min] [-e max] [-f factor] [-n iters] [-w warmup]\n"
-        "       [-d f32|bf16|f16|f64] [-r sum|avg] [-a auto|direct|ring] [-c 0|1] [-i 0|1]\n"
+        "       [-d f32|bf16|f16|f64] [-r sum|avg] [-a auto|direct|ring|hier] [-c 0|1] [-i 0|1]\n"
         "       [-z pool|reg|plain] [-B] [-R root] [-S senders] [-K bucket]\n"
         "       [-C file.csv] [-J file.json] [-s NAME=value]...\n"
         "-o: ag, rs, all (ag and rs), bc (broadcast), push (weight push), bp (bc and push)\n"
@@ -430,7 +431,7 @@ int main(int argc, char **argv)
             bad = get_choice(optarg, perf_op_names, 2, &op);
             break;
         case 'a':
-            bad = get_choice(optarg, algo_names, 3, &algo);
+            bad = get_choice(optarg, algo_names, 4, &algo);
             break;
         case 'c':
             b->check = atoi(optarg) != 0;
@@ -485,7 +486,7 @@ int main(int argc, char **argv)
     b->es = perf_dtype_size(b->dt);
     /* The algorithm goes through the settings list, like any parameter. */
     snprintf(algo_ag, sizeof(algo_ag), "ALGO_AG=%s", algo_names[algo]);
-    snprintf(algo_rs, sizeof(algo_rs), "ALGO_RS=%s", algo_names[algo]);
+    snprintf(algo_rs, sizeof(algo_rs), "ALGO_RS=%s", algo_names[algo == 3 ? 0 : algo]);
     settings[ns++] = algo_ag;
     settings[ns++] = algo_rs;
     settings[ns] = NULL;

@@ -217,6 +217,11 @@ unsigned ofccl__ep_pending(const ofccl__ep_t *ep)
     return atomic_load_explicit(&ep->pending, memory_order_relaxed);
 }
 
+int ofccl__ep_peer_class(const ofccl__ep_t *ep, int peer)
+{
+    return ep->be->peer_class(ep, peer);
+}
+
 const ofccl__prov_caps_t *ofccl__ep_caps(const ofccl__ep_t *ep)
 {
     return &ep->prov->caps;

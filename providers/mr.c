@@ -164,7 +164,7 @@ bool ofccl__tp_mem_find(const ofccl__backend_t *be, const void *addr, size_t len
     pthread_mutex_lock(&allocs_lock);
     for (struct tp_alloc *a = allocs; a != NULL && !found; a = a->next) {
         uintptr_t b = (uintptr_t)a->addr;
-        if (a->be == be && p >= b && len <= a->len && p - b <= a->len - len) {
+        if (a->be->mem_alloc == be->mem_alloc && p >= b && len <= a->len && p - b <= a->len - len) {
             *cookie = a->cookie;
             *off = p - b;
             found = true;

@@ -137,15 +137,18 @@ static int submit(ofccl__ep_t *ep, const struct ofccl__tp_op *tmpl, void *op_ctx
     /* Behind queued ops, a new one waits its turn: posting order is kept. */
     if (ep->rq_head != NULL) {
         ofccl__tp_rq_push(ep, op);
-        pthread_mutex_unlock(&ep->lock);
-        return 0;
+        ret = 0;
+    } else {
+        ret = ofccl__tp_post(ep, op);
     }
-    ret = ofccl__tp_post(ep, op);
     if (ret == -EAGAIN)
         ofccl__tp_rq_push(ep, op);
     else if (ret != 0)
         ofccl__tp_op_free(ep, op);
     pthread_mutex_unlock(&ep->lock);
+    if (ret == 0 || ret == -EAGAIN)
+        atomic_fetch_add_explicit(&ep->prov->bytes[ep->be->peer_class(ep, tmpl->peer)], tmpl->len,
+                                  memory_order_relaxed);
     /* tcp;ofi_rxm opens the connection on the first post: EMFILE here is
      * this rank's descriptor limit, not the peer's doing. */
     if (ret != 0 && ret != -EAGAIN)

@@ -145,7 +145,23 @@ typedef struct ofccl__prov_params {
     const ofccl__log_t *log;     /* lives at least as long as the handle */
     const ofccl__fault_t *fault; /* NULL = none */
     int signal;                  /* enum ofccl__prov_signal requested (OFCCL_SIGNAL); 0 = auto */
+    /* Peers on this rank's host go through the local shared-memory transport,
+     * the others through `provider` (a composite endpoint, mixed.c). Ignored,
+     * with a message at info level, where `provider` cannot share memory keys
+     * with the local transport (strict mode, provider keys) or is itself
+     * intra-host only; caps.name then has no "+local". */
+    bool same_host_local;
+    /* This rank's host identity (bootstrap), with same_host_local: endpoint
+     * names carry a hash of it, and a peer whose hash is equal is on this host. */
+    const char *host_id;
 } ofccl__prov_params_t;
+
+/* Which transport serves a peer of an endpoint (ofccl__ep_peer_class). */
+enum ofccl__peer_class {
+    OFCCL__PEER_LOCAL = 0,  /* ofccl's shared-memory transport (same host) */
+    OFCCL__PEER_FABRIC = 1, /* a libfabric provider */
+    OFCCL__PEER_CLASSES = 2,
+};
 
 /* Fails with OFCCL_ERR_NOT_SUPPORTED (unknown/unavailable provider: the message
  * lists the providers libfabric offers here; or the requested signal method is
@@ -155,6 +171,10 @@ int ofccl__prov_open(const ofccl__prov_params_t *params, ofccl__prov_t **out, of
 const ofccl__prov_caps_t *ofccl__prov_caps(const ofccl__prov_t *prov);
 /* Returns OFCCL_ERR_BUSY while endpoints are open. */
 int ofccl__prov_close(ofccl__prov_t *prov);
+/* Bytes posted through the handle's endpoints since it was opened, by the
+ * class of transport that carried them (enum ofccl__peer_class): RMA writes
+ * and reads count their length, an atomic 8 bytes. */
+void ofccl__prov_bytes(const ofccl__prov_t *prov, uint64_t bytes[OFCCL__PEER_CLASSES]);
 /* Multi-line description of caps for ofccl_info and debug logs. */
 void ofccl__prov_caps_format(const ofccl__prov_caps_t *caps, char *buf, size_t len);
 
@@ -320,6 +340,9 @@ int ofccl__ep_peer_map(ofccl__ep_t *ep, int peer, const ofccl__rkey_t *rk, uint6
 int ofccl__ep_wait_fd(const ofccl__ep_t *ep);
 /* Ops accepted and not yet completed (posted + queued). */
 unsigned ofccl__ep_pending(const ofccl__ep_t *ep);
+/* The transport that carries ops to `peer` (enum ofccl__peer_class): one
+ * class for every peer, except on a composite endpoint (same_host_local). */
+int ofccl__ep_peer_class(const ofccl__ep_t *ep, int peer);
 const ofccl__prov_caps_t *ofccl__ep_caps(const ofccl__ep_t *ep);
 
 #endif

@@ -34,6 +34,7 @@ struct ofccl__prov {
     struct ofccl__prov *kept_next; /* on the list of objects kept until exit */
     ofccl__fault_t fault;          /* injected faults (fault-injection builds only) */
     _Atomic unsigned f_posts, f_regs, f_comps;
+    _Atomic uint64_t bytes[OFCCL__PEER_CLASSES]; /* posted, by peer class (ofccl__prov_bytes) */
 };
 
 /* Fault injection: true when this post / registration / completion is the one
@@ -204,16 +205,26 @@ struct ofccl__backend {
     /* As ofccl__ep_peer_map, after the generic checks, under ep->lock. */
     int (*peer_map)(ofccl__ep_t *ep, int peer, const ofccl__rkey_t *rk, uint64_t roff, size_t len,
                     unsigned access, void **ptr, ofccl__err_t *e);
-    int (*wait_fd)(const ofccl__ep_t *ep); /* as ofccl__ep_wait_fd */
+    int (*wait_fd)(const ofccl__ep_t *ep);              /* as ofccl__ep_wait_fd */
+    int (*peer_class)(const ofccl__ep_t *ep, int peer); /* as ofccl__ep_peer_class */
 };
 
 /* The backends (fabric/, local/), in the order provider.c consults them. */
 extern const ofccl__backend_t ofccl__fabric_backend;
 extern const ofccl__backend_t ofccl__local_backend;
+/* The composite of the two (mixed.c): never chosen by name, only by
+ * ofccl__prov_params_t.same_host_local. */
+extern const ofccl__backend_t ofccl__mixed_backend;
+/* Turn `*prov` (a fabric provider handle just opened) into the composite
+ * that also holds a local one; leaves *prov as it was, and returns 0, where
+ * the two cannot share keys (the reason is logged). */
+int ofccl__mx_wrap(ofccl__prov_t **prov, const ofccl__prov_params_t *params, ofccl__err_t *e);
 /* The i-th backend, NULL past the last (for tests and discovery). */
 const ofccl__backend_t *ofccl__tp_backend(size_t i);
 
 /* ---- stubs for slots a backend has no use for (provider.c) ---- */
+int ofccl__tp_class_local(const ofccl__ep_t *ep, int peer);
+int ofccl__tp_class_fabric(const ofccl__ep_t *ep, int peer);
 void ofccl__tp_stub_peers_ready(ofccl__ep_t *ep);
 bool ofccl__tp_stub_idle(const ofccl__ep_t *ep);
 int ofccl__tp_stub_peer_gone(ofccl__ep_t *ep, int *pid);
@@ -226,7 +237,8 @@ const char *ofccl__tp_op_name(const ofccl__ep_t *ep, const struct ofccl__tp_op *
 /* ---- helpers the backends share ---- */
 /* Append `item` to a ", "-separated list unless it is already there. */
 void ofccl__tp_list_add(char *buf, size_t len, const char *item);
-/* The allocation of backend `be` (ofccl__prov_mem_alloc) holding
+/* The allocation made by backend `be`'s allocator (ofccl__prov_mem_alloc;
+ * a composite shares its allocator with the local backend) holding
  * [addr, addr+len): its cookie and the offset of addr in it. */
 bool ofccl__tp_mem_find(const ofccl__backend_t *be, const void *addr, size_t len, intptr_t *cookie,
                         uint64_t *off);

@@ -146,13 +146,13 @@ static int choose_signal(ofccl__prov_t *prov, int want, ofccl__err_t *e)
     return 0;
 }
 
-int ofccl__prov_open(const ofccl__prov_params_t *params, ofccl__prov_t **out, ofccl__err_t *e)
+/* One backend's handle for params->provider, its signal method chosen. */
+static int open_one(const ofccl__prov_params_t *params, ofccl__prov_t **out, ofccl__err_t *e)
 {
     const ofccl__log_t *log = params ? params->log : NULL;
     const ofccl__backend_t *be;
     const char *prov_name;
     ofccl__prov_t *prov;
-    char buf[1024];
     int ret;
 
     if (params == NULL || out == NULL || params->provider == NULL || params->provider[0] == '\0')
@@ -181,8 +181,6 @@ int ofccl__prov_open(const ofccl__prov_params_t *params, ofccl__prov_t **out, of
     ret = choose_signal(prov, params->signal, e);
     if (ret != 0)
         goto err_open;
-    ofccl__prov_caps_format(&prov->caps, buf, sizeof(buf));
-    OFCCL__DEBUG(log, OFCCL__SUB_PROV, "opened provider:\n%s", buf);
     *out = prov;
     return 0;
 
@@ -192,6 +190,31 @@ err_prov:
     pthread_mutex_destroy(&prov->lock);
     free(prov);
     return ret;
+}
+
+int ofccl__prov_open(const ofccl__prov_params_t *params, ofccl__prov_t **out, ofccl__err_t *e)
+{
+    ofccl__prov_t *prov = NULL;
+    char buf[1024];
+    int ret = open_one(params, &prov, e);
+
+    if (ret == 0 && params->same_host_local) {
+        ret = ofccl__mx_wrap(&prov, params, e);
+        if (ret != 0)
+            ofccl__prov_close(prov);
+    }
+    if (ret != 0)
+        return ret;
+    ofccl__prov_caps_format(&prov->caps, buf, sizeof(buf));
+    OFCCL__DEBUG(params->log, OFCCL__SUB_PROV, "opened provider:\n%s", buf);
+    *out = prov;
+    return 0;
+}
+
+void ofccl__prov_bytes(const ofccl__prov_t *prov, uint64_t bytes[OFCCL__PEER_CLASSES])
+{
+    for (int c = 0; c < OFCCL__PEER_CLASSES; c++)
+        bytes[c] = prov != NULL ? atomic_load_explicit(&prov->bytes[c], memory_order_relaxed) : 0;
 }
 
 const ofccl__prov_caps_t *ofccl__prov_caps(const ofccl__prov_t *prov)
@@ -258,6 +281,20 @@ int ofccl__tp_stub_wait_fd(const ofccl__ep_t *ep)
 {
     (void)ep;
     return -1;
+}
+
+int ofccl__tp_class_local(const ofccl__ep_t *ep, int peer)
+{
+    (void)ep;
+    (void)peer;
+    return OFCCL__PEER_LOCAL;
+}
+
+int ofccl__tp_class_fabric(const ofccl__ep_t *ep, int peer)
+{
+    (void)ep;
+    (void)peer;
+    return OFCCL__PEER_FABRIC;
 }
 
 /* ---- capabilities as text ---- */

@@ -54,9 +54,12 @@ typedef enum ofccl__cfg_type {
       "Fabric operations in flight per communicator, including the EAGAIN retry queue")            \
     X(RX_POSTED, INT, LOCAL, "256", "", 8, 65536,                                                  \
       "Receives kept posted for remote CQ data where the provider consumes one per signal")        \
-    X(ALGO_AG, ENUM, AGREE, "auto", "auto|direct|ring", 0, 0,                                      \
-      "All-gather algorithm; auto = direct up to 8 ranks, for small buffers or on the local "      \
-      "transport, else ring")                                                                      \
+    X(ALGO_AG, ENUM, AGREE, "auto", "auto|direct|ring|hier", 0, 0,                                 \
+      "All-gather algorithm; auto = hier (between hosts along rails, then within each host) "      \
+      "when same-host peers go through the local transport and every host has as many ranks, "     \
+      "more than one; else direct up to 8 ranks, for small buffers or on the local transport, "    \
+      "else ring; hier where it "                                                                  \
+      "does not fit is direct")                                                                    \
     X(ALGO_RS, ENUM, AGREE, "auto", "auto|direct|ring", 0, 0,                                      \
       "Reduce-scatter algorithm; auto = direct up to 8 ranks, for small buffers or on the local "  \
       "transport, else ring; "                                                                     \
@@ -107,7 +110,11 @@ typedef enum ofccl__cfg_type {
       "Events a context's trace buffer holds (64 B each); later ones are counted as dropped")      \
     X(DUMP_SIGNAL, BOOL, LOCAL, "0", "0|1", 0, 0,                                                  \
       "On SIGUSR1, log every pending request of every communicator (operation, sequence, phase, "  \
-      "the peers it waits for) and write the trace, without stopping the job")
+      "the peers it waits for) and write the trace, without stopping the job")                     \
+    X(PEER_TRANSPORT, ENUM, AGREE, "auto", "auto|fabric", 0, 0,                                    \
+      "Transport per peer in a job spanning hosts: auto = peers on this rank's host through the "  \
+      "local shared-memory transport, the others through OFCCL_PROVIDER; fabric = every peer "     \
+      "through OFCCL_PROVIDER")
 
 enum ofccl__cfg_id {
 #define OFCCL__X_ID(id, type, scope, def, allowed, min, max, help) OFCCL__CFG_##id,

@@ -60,9 +60,10 @@ int ofccl__post_allgather(ofccl__req_t *r)
     /* Our own block goes where the result needs it anyway; we send from there,
      * so the source is registered whatever the caller passed. */
     own = (char *)r->dst.ptr + (size_t)comm->rank * r->block;
-    if (r->sendbuf != own && r->block && r->algo == &ofccl__ag_direct &&
+    if (r->sendbuf != own && r->block &&
+        (r->algo == &ofccl__ag_direct || r->algo == &ofccl__ag_hier) &&
         !ofccl__comm_caps(comm)->mr_local) {
-        /* Out of place, direct, and the provider reads unregistered sources:
+        /* Out of place, direct or hier, and the provider reads unregistered sources:
          * send straight from sendbuf, and let the algorithm copy our block
          * behind the sends, chunk by chunk, while each chunk is in cache
          * (copying it all first, then sending from the copy, read and wrote

@@ -16,9 +16,15 @@ enum ofccl__algo_wire_id {
     OFCCL__WIRE_PULL = 4,
     OFCCL__WIRE_CHAIN = 5,
     OFCCL__WIRE_PUSH = 6,
+    OFCCL__WIRE_HIER = 7,
 };
 
 extern const ofccl__algo_t ofccl__ag_direct, ofccl__ag_ring, ofccl__ag_eager;
+/* All-gather between hosts along rails, then within each host
+ * (allgather/hier.c); only for communicators it fits: several hosts with the
+ * same number of ranks, more than one (the node table of lib/core). */
+extern const ofccl__algo_t ofccl__ag_hier;
+bool ofccl__ag_hier_fits(const ofccl_comm_t *comm);
 extern const ofccl__algo_t ofccl__rs_direct, ofccl__rs_ring, ofccl__rs_eager;
 /* Reduce-scatter where the provider maps peers' memory (caps.peer_map): each
  * rank announces its source (r->dst is it), reads the peers' blocks for it in
@@ -54,6 +60,12 @@ int ofccl__bcast_writer_of(const ofccl__req_t *r, uint32_t unit);
 uint64_t ofccl__bcast_need_of(const ofccl__req_t *r, int p);
 uint32_t ofccl__bcast_unit_of(const ofccl__req_t *r, int p, uint32_t k);
 int ofccl__bcast_done(ofccl__req_t *r);
+/* All-gather sending its block from sendbuf (r->own_dst set, direct and
+ * hier): copy our block to its place behind the slowest peer's stream, each
+ * chunk once every peer we write to has taken it (the block is the first
+ * nchunks writes to each), while it is still in cache. True once all of it is
+ * there (or there is nothing to copy). */
+bool ofccl__ag_copy_own(ofccl__req_t *r);
 /* Direct: has chunk c arrived from every writer? */
 bool ofccl__direct_chunk_in(const ofccl__req_t *r, unsigned c);
 

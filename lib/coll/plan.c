@@ -1,5 +1,8 @@
 /* Who writes to whom: shared by the all-gather and reduce-scatter twins. */
+#include <string.h>
+
 #include "coll.h"
+#include "util.h"
 
 /* Direct: every rank writes to every other rank, one unit per chunk. */
 int ofccl__plan_direct(ofccl__req_t *r)
@@ -66,4 +69,20 @@ uint32_t ofccl__one_unit_of(const ofccl__req_t *r, int p, uint32_t k)
     (void)r;
     (void)k;
     return (uint32_t)p;
+}
+
+bool ofccl__ag_copy_own(ofccl__req_t *r)
+{
+    unsigned upto = r->nchunks;
+
+    if (r->own_dst == NULL)
+        return true;
+    for (int p = 0; p < r->comm->size; p++)
+        if (r->i_write_to[p])
+            upto = OFCCL__MIN(upto, r->sent[p]);
+    for (; r->own_done < upto; r->own_done++) {
+        size_t off = (size_t)r->own_done * r->chunk;
+        memcpy(r->own_dst + off, (const char *)r->src.ptr + off, ofccl__chunk_len(r, r->own_done));
+    }
+    return r->own_done == r->nchunks;
 }

@@ -1,6 +1,8 @@
 /*
  * The one place an algorithm is chosen. OFCCL_ALGO_AG / OFCCL_ALGO_RS force
- * direct or ring; auto takes direct for small jobs or small blocks (one step,
+ * direct or ring (all-gather also hier, across hosts); auto takes the
+ * hierarchical all-gather where same-host and other-host peers go through
+ * different transports, then direct for small jobs or small blocks (one step,
  * lowest latency) and the ring for larger jobs with large blocks (each link
  * carries 1/n of the data), except where peers' memory maps (the local
  * transport): there direct already moves each byte once, with no link to
@@ -36,12 +38,30 @@ static const ofccl__algo_t *choose_bcast(ofccl_comm_t *comm, size_t block, int b
     return &ofccl__bc_direct;
 }
 
+/* Hierarchical all-gather: forced, or automatic where the links differ (a
+ * peer on this host goes through the local transport, one elsewhere through
+ * the fabric) and the block is past the eager size; only where it fits. */
+static bool hier(ofccl_comm_t *comm, int forced, size_t block, int bucket)
+{
+    int me = comm->rank, mate;
+
+    if (!ofccl__ag_hier_fits(comm) || forced == 1 || forced == 2)
+        return false;
+    if (forced == 3)
+        return true;
+    mate = comm->node_rank[comm->node_of[me] * comm->node_width +
+                           (comm->node_idx[me] + 1) % comm->node_width];
+    return ofccl__comm_peer_local(comm, mate) && (bucket || !ofccl__eager_possible(comm, block));
+}
+
 const ofccl__algo_t *ofccl__choose(ofccl_comm_t *comm, int coll, size_t block, int bucket)
 {
     if (coll == OFCCL__BC)
         return choose_bcast(comm, block, bucket);
     int forced = (int)ofccl__cfg_int(&comm->ctx->cfg,
                                      coll == OFCCL__AG ? OFCCL__CFG_ALGO_AG : OFCCL__CFG_ALGO_RS);
+    if (coll == OFCCL__AG && hier(comm, forced, block, bucket))
+        return &ofccl__ag_hier;
     bool ring = forced == 2 || (forced == 0 && !ofccl__comm_caps(comm)->peer_map &&
                                 comm->size >= RING_MIN_RANKS && block >= RING_MIN_BLOCK);
 

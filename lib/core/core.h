@@ -128,6 +128,12 @@ struct ofccl_comm {
     int *host_of;          /* [size] */
     char (*host_name)[64]; /* [nhosts] (allocated [size]) */
     int nhosts;
+    /* Hosts by identity (what decides the transport per peer), numbered by
+     * their lowest rank: rank r is the node_idx[r]-th rank of host node_of[r].
+     * node_width: ranks per host when every host has as many, else 0; then
+     * node_rank[h * node_width + i] is the i-th rank of host h. */
+    int *node_of, *node_idx, *node_rank; /* [size] each */
+    int nnodes, node_width;
 
     struct {
         ofccl__sig_sink_fn fn;

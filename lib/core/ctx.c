@@ -268,6 +268,11 @@ static int ctx_open(ofccl_ctx_t *ctx, const ofccl_ctx_params_t *params)
         .log = &ctx->log,
         .fault = &ctx->fault,
         .signal = (int)ofccl__cfg_int(&ctx->cfg, OFCCL__CFG_SIGNAL),
+        /* Decided from what every rank knows alike (the host count), so every
+         * rank makes the same choice. */
+        .same_host_local = ofccl__cfg_int(&ctx->cfg, OFCCL__CFG_PEER_TRANSPORT) == 0 &&
+                           ctx->boot->nhosts > 1 && ctx->boot->nhosts < ctx->boot->size,
+        .host_id = ctx->boot->host_id,
     };
     rc = ofccl__prov_open(&pp, &ctx->prov, e);
     if (rc)

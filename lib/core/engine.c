@@ -356,6 +356,11 @@ static int req_progress(ofccl__req_t *r, bool check_clock)
         char cause[160] = "", who[OFCCL__ERRMSG_LEN / 2];
         int pid, told_gone, told = ofccl__notice_cause(comm, &told_gone, cause, sizeof(cause));
         int gone = told ? told_gone : ofccl__ep_peer_gone(comm->ep, &pid);
+        /* A peer that exited owing this request nothing finished its part
+         * and left: the others may still be on their way (a same-host peer
+         * leaves before data from other hosts has come). */
+        if (!told && gone >= 0 && !ofccl__coll_owes(r, gone))
+            gone = -1;
         /* A gone peer's writes, if any, were read above: what is still
          * missing will never come, so it fails now rather than at the deadline. */
         if (told || gone >= 0 || ofccl__coarse_ns() > r->deadline_ns) {
@@ -428,6 +433,11 @@ int ofccl__coll_map_peer(ofccl__req_t *r, int p, uint64_t off, size_t len, const
 const ofccl__prov_caps_t *ofccl__comm_caps(const ofccl_comm_t *comm)
 {
     return ofccl__ep_caps(comm->ep);
+}
+
+bool ofccl__comm_peer_local(const ofccl_comm_t *comm, int p)
+{
+    return ofccl__ep_peer_class(comm->ep, p) == OFCCL__PEER_LOCAL;
 }
 
 bool ofccl__comm_note_once(ofccl_comm_t *comm, unsigned bit)

@@ -89,6 +89,10 @@ typedef struct ofccl__algo {
     /* Bytes this rank will write into what peer p announced (may be NULL:
      * r->dst_need for every peer). Checked against p's descriptor. */
     uint64_t (*need_of)(const ofccl__req_t *r, int p);
+    /* Units peer p writes here in all (may be NULL: units_in shared equally
+     * among the writers). Says what a peer still owes, for reports and when
+     * a peer exits. */
+    unsigned (*units_from)(const ofccl__req_t *r, int p);
 } ofccl__algo_t;
 
 struct ofccl_req {
@@ -214,6 +218,9 @@ void ofccl__coll_done_now(ofccl__req_t *r, int status);
 bool ofccl__coll_uses(const ofccl_comm_t *comm, const void *algo_state);
 /* The provider capabilities of the communicator's endpoint. */
 const ofccl__prov_caps_t *ofccl__comm_caps(const ofccl_comm_t *comm);
+/* Does the communicator's endpoint reach rank p through the local
+ * shared-memory transport (a peer on this host, OFCCL_PEER_TRANSPORT)? */
+bool ofccl__comm_peer_local(const ofccl_comm_t *comm, int p);
 /* True the first time it is called with `bit` on this communicator (logging
  * a costly fallback once). */
 bool ofccl__comm_note_once(ofccl_comm_t *comm, unsigned bit);

@@ -103,6 +103,8 @@ void ofccl__coll_dump_history(const ofccl__req_t *stuck);
 /* The lowest rank that still owes a stuck request a descriptor or data (not
  * merely our writes in flight to it), or -1. */
 int ofccl__coll_first_owing(const ofccl__req_t *r);
+/* Does rank p still owe request r a descriptor or data? */
+bool ofccl__coll_owes(const ofccl__req_t *r, int p);
 
 /* ---- the engine in a communicator (engine.c), for comm.c, wait.c, progress.c ---- */
 int ofccl__coll_init(ofccl_comm_t *comm);

@@ -418,11 +418,16 @@ void ofccl__memreg_forget_comm(ofccl_comm_t *comm)
 
 int ofccl_ctx_stats(const ofccl_ctx_t *ctx, ofccl_stats_t *stats)
 {
+    uint64_t bytes[OFCCL__PEER_CLASSES];
+
     OFCCL__CHECK_HANDLE(ctx);
     if (stats == NULL || stats->size < sizeof(*stats))
         return OFCCL_ERR_INVALID_ARG;
     *stats = ctx->stats;
     stats->size = sizeof(*stats);
+    ofccl__prov_bytes(ctx->prov, bytes);
+    stats->local_bytes = bytes[OFCCL__PEER_LOCAL];
+    stats->fabric_bytes = bytes[OFCCL__PEER_FABRIC];
     return 0;
 }
 

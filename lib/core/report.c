@@ -29,16 +29,36 @@ static void owed_by(const ofccl__req_t *r, int p, unsigned each, char *what, siz
         memmove(what, what + 2, w - 1); /* drop the leading "; " */
 }
 
+/* Units rank p writes here in all: the algorithm's count, else an equal share. */
+static unsigned units_from(const ofccl__req_t *r, int p)
+{
+    unsigned nwriters = 0;
+
+    if (r->algo->units_from != NULL)
+        return r->algo->units_from(r, p);
+    for (int q = 0; q < r->comm->size; q++)
+        nwriters += r->writes_to_me[q] != 0;
+    return nwriters ? r->units_in / nwriters : 0;
+}
+
+bool ofccl__coll_owes(const ofccl__req_t *r, int p)
+{
+    if (r->i_write_to[p] && !r->peer_ready[p])
+        return true;
+    if (!r->writes_to_me[p])
+        return false;
+    if (r->algo->flags & OFCCL__ALGO_EAGER)
+        return !ofccl__eager_from_in(r, p);
+    return r->from_cnt[p] < units_from(r, p);
+}
+
 int ofccl__coll_first_owing(const ofccl__req_t *r)
 {
     const ofccl_comm_t *comm = r->comm;
-    unsigned nwriters = 0, each;
     char what[160];
 
-    for (int p = 0; p < comm->size; p++)
-        nwriters += r->writes_to_me[p] != 0;
-    each = nwriters ? r->units_in / nwriters : 0;
     for (int p = 0; p < comm->size; p++) {
+        unsigned each = units_from(r, p);
         if (p == comm->rank)
             continue;
         owed_by(r, p, each, what, sizeof(what));
@@ -56,19 +76,16 @@ int ofccl__coll_first_owing(const ofccl__req_t *r)
 void ofccl__coll_waiting_for(const ofccl__req_t *r, int only, char *buf, size_t len)
 {
     const ofccl_comm_t *comm = r->comm;
-    unsigned nwriters = 0, each, more = 0;
+    unsigned more = 0;
     size_t used = 0;
     char what[160], next[160];
     int first = -1, last = -1;
 
     buf[0] = '\0';
-    for (int p = 0; p < comm->size; p++)
-        nwriters += r->writes_to_me[p] != 0;
-    each = nwriters ? r->units_in / nwriters : 0;
     for (int p = 0; p <= comm->size; p++) {
         next[0] = '\0';
         if (p < comm->size && p != comm->rank && (only < 0 || p == only))
-            owed_by(r, p, each, next, sizeof(next));
+            owed_by(r, p, units_from(r, p), next, sizeof(next));
         if (first >= 0 && next[0] != '\0' && last == p - 1 && comm->host_of != NULL &&
             comm->host_of[p] == comm->host_of[first] && strcmp(next, what) == 0) {
             last = p; /* the run goes on */

@@ -113,8 +113,8 @@ static int setup_check(ofccl_comm_t *comm, int from, const setup_t *mine, const 
 #define SETUP_MISMATCH(field, fmt, a, b)                                                           \
     return ofccl__comm_fail(comm, OFCCL_ERR_MISMATCH,                                              \
                             "comm setup: rank %d has " field " " fmt ", rank %d has " fmt          \
-                            "; every rank must use the same OFCCL_PROVIDER, OFCCL_STRICT and "     \
-                            "OFCCL_SIGNAL",                                                        \
+                            "; every rank must use the same OFCCL_PROVIDER, OFCCL_STRICT, "        \
+                            "OFCCL_SIGNAL and OFCCL_PEER_TRANSPORT",                               \
                             from, b, comm->rank, a)
     if (theirs->size != mine->size)
         SETUP_MISMATCH("job size", "%u", mine->size, theirs->size);
@@ -194,6 +194,39 @@ const char *ofccl__comm_host(const ofccl_comm_t *comm, int rank)
     return comm->host_name[comm->host_of[rank]];
 }
 
+/* Hosts by identity from every rank's host key (keys[size]): node_of,
+ * node_idx, and, where every host has as many ranks, node_rank. */
+static int nodes_from_keys(ofccl_comm_t *comm, const uint64_t *keys)
+{
+    int n = comm->size, *count;
+
+    comm->node_of = calloc((size_t)n, sizeof(int));
+    comm->node_idx = calloc((size_t)n, sizeof(int));
+    comm->node_rank = calloc((size_t)n, sizeof(int));
+    count = calloc((size_t)n, sizeof(int));
+    if (!comm->node_of || !comm->node_idx || !comm->node_rank || !count) {
+        free(count);
+        return ofccl__comm_fail(comm, OFCCL_ERR_NO_MEMORY, "comm setup: no memory for %d ranks", n);
+    }
+    comm->nnodes = 0;
+    for (int r = 0; r < n; r++) {
+        int h = 0;
+        while (h < r && keys[h] != keys[r])
+            h++;
+        /* h: the lowest rank of r's host; number hosts in that order. */
+        comm->node_of[r] = h == r ? comm->nnodes++ : comm->node_of[h];
+        comm->node_idx[r] = count[comm->node_of[r]]++;
+    }
+    comm->node_width = n / comm->nnodes;
+    for (int h = 0; h < comm->nnodes; h++)
+        if (count[h] != comm->node_width)
+            comm->node_width = 0;
+    for (int r = 0; r < n && comm->node_width > 0; r++)
+        comm->node_rank[comm->node_of[r] * comm->node_width + comm->node_idx[r]] = r;
+    free(count);
+    return 0;
+}
+
 /* FNV-1a of the host identity string. */
 static uint64_t host_key(const char *id)
 {
@@ -267,6 +300,7 @@ static int setup_peers(ofccl_comm_t *comm, const setup_t *mine, const uint8_t *a
                        const size_t *lens, uint32_t *id)
 {
     setup_t *theirs = calloc((size_t)comm->size, sizeof(*theirs));
+    uint64_t *keys = calloc((size_t)comm->size, sizeof(*keys));
     uint8_t *names = malloc(OFCCL__NAME_MAX * (size_t)comm->size);
     size_t *namelens = calloc((size_t)comm->size, sizeof(*namelens));
     int rc = 0, local_size = 0, local_rank = 0;
@@ -274,7 +308,8 @@ static int setup_peers(ofccl_comm_t *comm, const setup_t *mine, const uint8_t *a
     comm->peer_ctrl = calloc((size_t)comm->size, sizeof(*comm->peer_ctrl));
     comm->host_of = calloc((size_t)comm->size, sizeof(*comm->host_of));
     comm->host_name = calloc((size_t)comm->size, sizeof(*comm->host_name));
-    if (!theirs || !names || !namelens || !comm->peer_ctrl || !comm->host_of || !comm->host_name) {
+    if (!theirs || !keys || !names || !namelens || !comm->peer_ctrl || !comm->host_of ||
+        !comm->host_name) {
         rc = ofccl__comm_fail(comm, OFCCL_ERR_NO_MEMORY, "comm setup: no memory for %d ranks",
                               comm->size);
         goto out;
@@ -305,6 +340,7 @@ static int setup_peers(ofccl_comm_t *comm, const setup_t *mine, const uint8_t *a
         if (rc)
             break;
         *id = OFCCL__MAX(*id, theirs[r].comm_id);
+        keys[r] = theirs[r].host_key;
         if (theirs[r].host_key == mine->host_key) {
             local_rank += r < comm->rank;
             local_size++;
@@ -318,6 +354,8 @@ static int setup_peers(ofccl_comm_t *comm, const setup_t *mine, const uint8_t *a
         comm->local_rank = local_rank;
         comm->local_size = local_size;
     }
+    if (rc == 0)
+        rc = nodes_from_keys(comm, keys);
     if (rc == 0) {
         rc = ofccl__ep_insert_peers(comm->ep, names, OFCCL__NAME_MAX, namelens, comm->size,
                                     &comm->err);
@@ -330,6 +368,7 @@ static int setup_peers(ofccl_comm_t *comm, const setup_t *mine, const uint8_t *a
     if (rc == 0 && ofccl__prov_caps(comm->ctx->prov)->peer_map)
         rc = map_peer_ctrl(comm);
 out:
+    free(keys);
     free(theirs);
     free(names);
     free(namelens);
@@ -488,5 +527,8 @@ void ofccl__comm_free(ofccl_comm_t *comm)
     free(comm->peer_ctrl_at);
     free(comm->host_of);
     free(comm->host_name);
+    free(comm->node_of);
+    free(comm->node_idx);
+    free(comm->node_rank);
     free(comm);
 }

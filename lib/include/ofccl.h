@@ -291,6 +291,11 @@ typedef struct ofccl_stats {
     uint64_t pool_bytes;       /* bytes currently held by pools and staging */
     uint64_t registered_bytes; /* bytes currently registered */
     uint64_t pool_grows;       /* times a staging buffer was re-registered larger */
+    /* Bytes this rank's writes, reads and atomics carried to its peers, by
+     * transport: ofccl's local shared-memory transport (peers on this host),
+     * and the libfabric provider (OFCCL_PROVIDER). */
+    uint64_t local_bytes;
+    uint64_t fabric_bytes;
 } ofccl_stats_t;
 OFCCL_API int ofccl_ctx_stats(const ofccl_ctx_t *ctx, ofccl_stats_t *stats);
 

@@ -27,11 +27,16 @@ int ofccl__fab_mr_reg_raw(ofccl__ep_t *ep, void *addr, size_t len, uint64_t fi_a
     const ofccl__prov_caps_t *c = &prov->caps;
     const ofccl__log_t *log = prov->log;
     struct fid_mr *mr = NULL;
-    uint64_t key = 0;
+    uint64_t key = 0, want = key_out != NULL ? *key_out : 0;
     int ret = -FI_ENOKEY;
 
     for (int t = 0; t < KEY_TRIES && ret == -FI_ENOKEY; t++) {
-        if (!fp->real_prov_key) {
+        if (!fp->real_prov_key && want != 0) {
+            /* A key chosen by the caller (a composite endpoint gives both of
+             * its transports one key): one try; a collision is the caller's. */
+            key = want;
+            t = KEY_TRIES;
+        } else if (!fp->real_prov_key) {
             /* Unpredictable keys: a peer cannot guess its way into our memory. */
             if (ofccl__random_bytes(&key, sizeof(key)) != 0)
                 return ofccl__fail(log, OFCCL__SUB_PROV, e, OFCCL_ERR_INTERNAL,

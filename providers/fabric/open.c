@@ -216,4 +216,5 @@ const ofccl__backend_t ofccl__fabric_backend = {
     .peer_gone = ofccl__tp_stub_peer_gone,
     .peer_map = ofccl__tp_stub_peer_map,
     .wait_fd = ofccl__tp_stub_wait_fd,
+    .peer_class = ofccl__tp_class_fabric,
 };

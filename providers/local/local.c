@@ -100,4 +100,5 @@ const ofccl__backend_t ofccl__local_backend = {
     .peer_gone = ofccl__lx_peer_gone,
     .peer_map = ofccl__lx_peer_map,
     .wait_fd = ofccl__tp_stub_wait_fd,
+    .peer_class = ofccl__tp_class_local,
 };

@@ -112,6 +112,9 @@ struct ofccl__lx {
     int gone;           /* a rank whose process has exited, reported; -1 = none */
     int dying;          /* seen exited at the last check, reported at the next */
     uint64_t next_watch_ns;
+    /* Part of a composite endpoint (mixed.c): peers given no name are on
+     * other hosts, left unattached; ops never address them. */
+    bool partial;
 };
 
 static inline struct ofccl__lx *ofccl__lx_of(const ofccl__ep_t *ep)

@@ -26,7 +26,7 @@ int ofccl__lx_resolve(ofccl__ep_t *ep, const struct ofccl__tp_op *op, unsigned n
     unsigned slot = (unsigned)(op->key & ((1u << LX_SLOT_BITS) - 1));
     struct lx_region *reg;
     struct lx_map *m;
-    uint64_t foff, rlen;
+    uint64_t foff, rlen, off;
 
     *dst = NULL;
     *cma = 0;
@@ -38,14 +38,22 @@ int ofccl__lx_resolve(ofccl__ep_t *ep, const struct ofccl__tp_op *op, unsigned n
     if ((reg->access & need) == 0)
         return fail_at(what, W_ACCESS, EACCES);
     rlen = reg->len;
-    if (op->raddr > rlen || op->len > rlen - op->raddr)
+    off = op->raddr;
+    /* Inside a composite whose fabric addresses by virtual address, the key's
+     * base is the owner's address of the region. */
+    if (ep->prov->caps.virt_addr) {
+        if (off < reg->vaddr)
+            return fail_at(what, W_BOUNDS, EREMOTEIO);
+        off -= reg->vaddr;
+    }
+    if (off > rlen || op->len > rlen - off)
         return fail_at(what, W_BOUNDS, EREMOTEIO);
     if (op->peer == ep->params.rank) {
-        *dst = (char *)(uintptr_t)reg->vaddr + op->raddr;
+        *dst = (char *)(uintptr_t)reg->vaddr + off;
         return 0;
     }
     if (reg->fd < 0) {
-        *cma = reg->vaddr + op->raddr;
+        *cma = reg->vaddr + off;
         return 0;
     }
     foff = reg->foff;
@@ -73,7 +81,7 @@ int ofccl__lx_resolve(ofccl__ep_t *ep, const struct ofccl__tp_op *op, unsigned n
         }
         m->key = op->key;
     }
-    *dst = m->base + foff + op->raddr;
+    *dst = m->base + foff + off;
     return 0;
 }
 

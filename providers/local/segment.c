@@ -267,6 +267,10 @@ int ofccl__lx_insert_peers(ofccl__ep_t *ep, const void *names, size_t stride, co
     for (int r = 0; r < n; r++) {
         struct lx_name nm;
 
+        /* No name: a peer this endpoint does not reach (a composite endpoint
+         * reaches it through the fabric); it stays unattached and unwatched. */
+        if (lens[r] == 0 && r != ep->params.rank && lx->partial)
+            continue;
         /* Names come from peers through the bootstrap: never trust their length. */
         if (lens[r] != sizeof(nm) || stride < sizeof(nm))
             return ofccl__fail(ep->prov->log, OFCCL__SUB_PROV, e, OFCCL_ERR_CORRUPT,

@@ -13,11 +13,14 @@ static ofccl_ctx_t *ctx;
 static ofccl_comm_t *comm;
 static int rank, size;
 
-/* Exit status of the whole rank: 0 when every test passed. */
-static int hosts_run_suite(const char *suite, const cu_test_t *tests, int timeout_ms)
+/* Exit status of the whole rank: 0 when every test passed. `settings`
+ * (NULL-terminated "NAME=value", or NULL) override the environment. */
+static int hosts_run_suite(const char *suite, const cu_test_t *tests, int timeout_ms,
+                           const char *const *settings)
 {
     char err[512] = "";
-    ofccl_ctx_params_t p = {.size = sizeof(p), .errbuf = err, .errlen = sizeof(err)};
+    ofccl_ctx_params_t p = {
+        .size = sizeof(p), .settings = settings, .errbuf = err, .errlen = sizeof(err)};
     int rc;
 
     if ((rc = ofccl_ctx_create(&p, &ctx)) != 0) {

@@ -178,5 +178,5 @@ int main(int argc, char **argv)
     }
     snprintf(stop_path, sizeof(stop_path), "%s/stop", dir);
     snprintf(go_path, sizeof(go_path), "%s/go", dir);
-    return hosts_run_suite("host-partition", tests, DEADLINE_MS);
+    return hosts_run_suite("host-partition", tests, DEADLINE_MS, NULL);
 }

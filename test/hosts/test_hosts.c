@@ -121,5 +121,5 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: test_hosts RANKS_PER_HOST\n");
         return 2;
     }
-    return hosts_run_suite("hosts", tests, 0);
+    return hosts_run_suite("hosts", tests, 0, NULL);
 }

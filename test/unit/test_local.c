@@ -27,13 +27,15 @@ static ofccl__log_t g_log;
 
 static int prov_open(ofccl__prov_t **prov, ofccl__err_t *e)
 {
-    ofccl__prov_params_t pp = {"local", "", false, &g_log, NULL, OFCCL__PROV_SIGNAL_AUTO};
+    ofccl__prov_params_t pp = {"local", "",  false, &g_log, NULL, OFCCL__PROV_SIGNAL_AUTO,
+                               false,   NULL};
     return ofccl__prov_open(&pp, prov, e);
 }
 
 static int open_local_pair(struct pair *p, unsigned ops_inflight, ofccl__err_t *e)
 {
-    ofccl__prov_params_t pp = {"local", "", false, &g_log, NULL, OFCCL__PROV_SIGNAL_AUTO};
+    ofccl__prov_params_t pp = {"local", "",  false, &g_log, NULL, OFCCL__PROV_SIGNAL_AUTO,
+                               false,   NULL};
     ofccl__ep_params_t ep = {.ops_inflight = ops_inflight};
     return pair_open(p, &pp, &ep, e);
 }
@@ -738,7 +740,8 @@ static void test_bad_names(void)
 
 static void test_strict_refused(void)
 {
-    ofccl__prov_params_t pp = {"local", "", true, &g_log, NULL, OFCCL__PROV_SIGNAL_AUTO};
+    ofccl__prov_params_t pp = {"local", "",  true, &g_log, NULL, OFCCL__PROV_SIGNAL_AUTO,
+                               false,   NULL};
     ofccl__prov_t *prov = NULL;
     ofccl__err_t e;
 

@@ -21,7 +21,7 @@ static int open_prov(const char *name, int signal, ofccl__prov_t **prov, ofccl__
 {
     /* Loopback for the network providers: nothing leaves this host. */
     const char *dom = strcmp(name, "tcp") == 0 || strcmp(name, "net") == 0 ? "lo" : "";
-    ofccl__prov_params_t pp = {name, dom, false, &g_log, NULL, signal};
+    ofccl__prov_params_t pp = {name, dom, false, &g_log, NULL, signal, false, NULL};
 
     *prov = NULL;
     return ofccl__prov_open(&pp, prov, e);
@@ -30,29 +30,36 @@ static int open_prov(const char *name, int signal, ofccl__prov_t **prov, ofccl__
 /* Every slot filled (stubs, never NULL), so no caller ever tests for one.
  * The slots from `open` on are all function pointers: read them as such, so a
  * slot added later is checked too. */
-static void test_tables_complete(void)
+static void check_table(const ofccl__backend_t *be)
 {
     typedef void (*slot_fn)(void);
+    size_t slots = 0;
+
+    CU_ASSERT_EQUAL(be->size, sizeof(ofccl__backend_t));
+    CU_ASSERT_PTR_NOT_NULL(be->name);
+    CU_ASSERT_PTR_NOT_NULL(be->mem_what);
+    for (size_t off = offsetof(ofccl__backend_t, open); off + sizeof(slot_fn) <= sizeof(*be);
+         off += sizeof(slot_fn), slots++) {
+        slot_fn fn;
+        memcpy(&fn, (const char *)be + off, sizeof(fn));
+        CU_ASSERT_TRUE(fn != NULL);
+    }
+    CU_ASSERT_TRUE(slots >= 24);
+    CU_ASSERT_TRUE(be->open != NULL && be->peer_class != NULL); /* the first and the last */
+}
+
+static void test_tables_complete(void)
+{
     size_t n = 0, any = 0;
 
     for (const ofccl__backend_t *be; (be = ofccl__tp_backend(n)) != NULL; n++) {
-        size_t slots = 0;
-
-        CU_ASSERT_EQUAL(be->size, sizeof(ofccl__backend_t));
-        CU_ASSERT_PTR_NOT_NULL(be->name);
-        CU_ASSERT_PTR_NOT_NULL(be->mem_what);
-        for (size_t off = offsetof(ofccl__backend_t, open); off + sizeof(slot_fn) <= sizeof(*be);
-             off += sizeof(slot_fn), slots++) {
-            slot_fn fn;
-            memcpy(&fn, (const char *)be + off, sizeof(fn));
-            CU_ASSERT_TRUE(fn != NULL);
-        }
-        CU_ASSERT_TRUE(slots >= 23);
-        CU_ASSERT_TRUE(be->open != NULL && be->wait_fd != NULL); /* the first and the last */
+        check_table(be);
         any += be->serves == NULL;
     }
     CU_ASSERT_EQUAL(n, 2);
     CU_ASSERT_EQUAL(any, 1); /* exactly one backend takes every other name */
+    /* The composite is never chosen by name, so discovery does not list it. */
+    check_table(&ofccl__mixed_backend);
 }
 
 static void test_auto(void)

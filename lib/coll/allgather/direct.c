@@ -1,9 +1,6 @@
 /* All-gather, direct: each rank writes its block into every peer's buffer.
  * One step; every peer's stream is chunked and at most `depth` deep. */
-#include <string.h>
-
 #include "coll.h"
-#include "util.h"
 
 static int progress(ofccl__req_t *r)
 {
@@ -27,17 +24,7 @@ static int progress(ofccl__req_t *r)
         }
         all_sent &= r->sent[p] == r->nchunks;
     }
-    if (r->own_dst != NULL) {
-        /* Our block follows the slowest peer's stream (see post_allgather). */
-        unsigned upto = r->nchunks;
-        for (int k = 1; k < comm->size; k++)
-            upto = OFCCL__MIN(upto, r->sent[(comm->rank + k) % comm->size]);
-        for (; r->own_done < upto; r->own_done++) {
-            size_t off = (size_t)r->own_done * r->chunk;
-            memcpy(r->own_dst + off, src + off, ofccl__chunk_len(r, r->own_done));
-        }
-        all_sent &= r->own_done == r->nchunks;
-    }
+    all_sent &= ofccl__ag_copy_own(r);
     r->finished = all_sent && r->arrived >= r->units_in;
     return 0;
 }

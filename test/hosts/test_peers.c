@@ -1,0 +1,135 @@
+/*
+ * Which transport carries each peer's traffic in a job across hosts
+ * (OFCCL_PEER_TRANSPORT). With "auto", peers on this rank's host go through
+ * the local shared-memory transport and the others through the fabric
+ * provider; with "fabric", every peer through the fabric provider. Ranks are
+ * placed host-major, RPH per host: by cluster.sh (namespaces), or on one
+ * machine by OFCCL_HOST_ID (run_tcpboot.sh with OFCCL_TEST_HOST_RPH).
+ *
+ * Each rank checks the class its endpoint gives every peer against that
+ * placement, then runs an all-gather, checks every element against values
+ * computed here, and checks that the bytes each transport carried
+ * (ofccl_ctx_stats) are what the algorithm moves, plus at most a little
+ * control traffic. direct: one block to each peer. hier (H hosts of L
+ * ranks): one block to each of the H-1 ranks of its rail on other hosts, and
+ * its rail's H blocks to each of the L-1 other ranks of its host.
+ * Usage: test_peers RPH auto|fabric [direct|hier] (the OFCCL_PEER_TRANSPORT
+ * and OFCCL_ALGO_AG it sets)
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core.h"
+#include "hosts.h"
+
+#define COUNT (256 * 1024) /* floats per rank: 1 MiB blocks */
+#define SLACK (64 * 1024)  /* descriptors, signals, barrier words */
+
+static int rph;
+static bool want_auto; /* OFCCL_PEER_TRANSPORT=auto */
+static bool mixed;     /* auto across hosts with several ranks on a host */
+static bool hier;      /* OFCCL_ALGO_AG=hier */
+
+static bool same_host(int p)
+{
+    return p / rph == rank / rph;
+}
+
+static void test_classes(void)
+{
+    const char *prov = ofccl_ctx_provider(ctx);
+    int wrong = 0;
+
+    CU_ASSERT_FATAL(size > rph && size % rph == 0);
+    mixed = want_auto && rph > 1;
+    CU_ASSERT_EQUAL(strstr(prov, "+local") != NULL, mixed);
+    for (int p = 0; p < size; p++) {
+        int want = mixed && same_host(p) ? OFCCL__PEER_LOCAL : OFCCL__PEER_FABRIC;
+        int got = ofccl__ep_peer_class(comm->ep, p);
+        if (got != want) {
+            fprintf(stderr, "rank %d: peer %d goes through class %d, expected %d (%s)\n", rank, p,
+                    got, want, prov);
+            wrong++;
+        }
+    }
+    CU_ASSERT_EQUAL(wrong, 0);
+    if (rank == 0)
+        printf("provider %s\n", prov);
+}
+
+static float value(int r, size_t i)
+{
+    return (float)(r * COUNT + (int)i); /* exact: below 2^24 for up to 64 ranks */
+}
+
+static void check_delta(const char *what, uint64_t got, uint64_t blocks)
+{
+    uint64_t want = blocks * COUNT * sizeof(float);
+
+    CU_ASSERT_TRUE(got >= want && got <= want + SLACK);
+    if (got < want || got > want + SLACK)
+        fprintf(stderr, "rank %d: %s carried %llu bytes, expected %llu (+ up to %d)\n", rank, what,
+                (unsigned long long)got, (unsigned long long)want, SLACK);
+}
+
+static void test_bytes(void)
+{
+    float *send = malloc(COUNT * sizeof(float));
+    float *recv = malloc((size_t)size * COUNT * sizeof(float));
+    ofccl_stats_t before = {.size = sizeof(before)}, after = {.size = sizeof(after)};
+    ofccl_req_t *req = NULL;
+    size_t bad = 0;
+    int hosts = size / rph;
+    /* Blocks this rank sends to peers on its host, and to other hosts. */
+    uint64_t same = hier ? (uint64_t)hosts * (uint64_t)(rph - 1) : (uint64_t)rph - 1;
+    uint64_t other = hier ? (uint64_t)hosts - 1 : (uint64_t)(size - rph);
+
+    CU_ASSERT_FATAL(send != NULL && recv != NULL && size <= 64);
+    for (size_t i = 0; i < COUNT; i++)
+        send[i] = value(rank, i);
+    memset(recv, 0xff, (size_t)size * COUNT * sizeof(float));
+    /* Traffic of the setup and of earlier tests is behind every rank. */
+    CU_ASSERT_EQUAL_FATAL(ofccl_barrier(comm), 0);
+    CU_ASSERT_EQUAL_FATAL(ofccl_ctx_stats(ctx, &before), 0);
+    CU_ASSERT_EQUAL_FATAL(ofccl_allgather(comm, send, recv, COUNT, OFCCL_F32, &req), 0);
+    CU_ASSERT_EQUAL(ofccl_wait(req), 0);
+    ofccl_req_free(req);
+    CU_ASSERT_EQUAL_FATAL(ofccl_ctx_stats(ctx, &after), 0);
+    for (int r = 0; r < size; r++)
+        for (size_t i = 0; i < COUNT; i++)
+            bad += recv[(size_t)r * COUNT + i] != value(r, i);
+    CU_ASSERT_EQUAL(bad, 0);
+    if (bad)
+        fprintf(stderr, "rank %d: %zu elements differ\n", rank, bad);
+    check_delta("the local transport", after.local_bytes - before.local_bytes, mixed ? same : 0);
+    check_delta("the fabric", after.fabric_bytes - before.fabric_bytes,
+                mixed ? other : same + other);
+    free(send);
+    free(recv);
+}
+
+int main(int argc, char **argv)
+{
+    static const cu_test_t tests[] = {
+        {"each peer's transport follows its host", test_classes},
+        {"all-gather: data exact, bytes per transport", test_bytes},
+        {NULL, NULL},
+    };
+    static char transport[64], algo[64];
+    const char *const settings[] = {algo, transport, NULL};
+
+    rph = argc > 2 ? atoi(argv[1]) : 0;
+    if (rph < 1 || (strcmp(argv[2], "auto") != 0 && strcmp(argv[2], "fabric") != 0)) {
+        fprintf(stderr, "usage: test_peers RANKS_PER_HOST auto|fabric [direct|hier]\n");
+        return 2;
+    }
+    hier = argc > 3 && strcmp(argv[3], "hier") == 0;
+    if (argc > 3 && !hier && strcmp(argv[3], "direct") != 0) {
+        fprintf(stderr, "usage: test_peers RANKS_PER_HOST auto|fabric [direct|hier]\n");
+        return 2;
+    }
+    snprintf(algo, sizeof(algo), "ALGO_AG=%s", hier ? "hier" : "direct");
+    want_auto = strcmp(argv[2], "auto") == 0;
+    snprintf(transport, sizeof(transport), "PEER_TRANSPORT=%s", argv[2]);
+    return hosts_run_suite("peers", tests, 0, settings);
+}
