@@ -80,11 +80,19 @@ struct lx_map {
 
 struct lx_peer {
     int pid;
-    int pidfd;          /* readable once the process has exited; -1 = not watched */
-    struct lx_seg *seg; /* the peer's segment (our own for ourselves) */
-    size_t seg_len;
-    struct lx_map *maps; /* [LX_REGIONS] */
-    uint64_t head_seen;  /* our ring's head in the peer's segment, as last read */
+    int pidfd; /* readable once the process has exited; -1 = not watched */
+    /* Of a peer's segment only the registration table and the CQ-data ring
+     * this rank writes to are mapped here: two small mappings instead of a
+     * segment that grows with the job (2 MiB at 1,024 ranks), whose page
+     * tables every rank would pay for every peer. Our own: the whole. */
+    struct lx_seg *seg;   /* the peer's segment header (our own segment for ourselves) */
+    size_t seg_len;       /* bytes mapped at seg */
+    struct lx_ring *ring; /* the ring this rank writes in the peer's segment */
+    void *ring_map;       /* the pages mapped for it (NULL for ourselves) */
+    size_t ring_map_len;
+    struct lx_map *maps; /* [nmaps]: grown to the highest slot of the peer used here */
+    unsigned nmaps;
+    uint64_t head_seen; /* our ring's head in the peer's segment, as last read */
 };
 
 /* Which check failed, for messages. */

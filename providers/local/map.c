@@ -7,16 +7,43 @@
  */
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 
 #include "local.h"
 #include "util.h"
 
+#define LX_MAPS_MIN 8u /* first size of a peer's map table */
+
 static int fail_at(int *what, int w, int err)
 {
     *what = w;
     return err;
+}
+
+/* The map of a peer's registration slot. A peer's table grows (doubling) to
+ * the highest slot used here, once, next to the mmap a new registration needs
+ * anyway: peers use a handful of slots each, and a table of all LX_REGIONS
+ * slots per peer would cost 24 KiB per peer, 24 MiB per rank and communicator
+ * at 1,024 ranks. NULL: out of memory. */
+static struct lx_map *peer_slot_map(struct lx_peer *p, unsigned slot)
+{
+    if (slot >= p->nmaps) {
+        unsigned n = p->nmaps > 0 ? p->nmaps : LX_MAPS_MIN;
+        struct lx_map *grown;
+
+        while (n <= slot)
+            n *= 2;
+        n = OFCCL__MIN(n, LX_REGIONS);
+        grown = realloc(p->maps, n * sizeof(*grown));
+        if (grown == NULL)
+            return NULL;
+        memset(grown + p->nmaps, 0, (n - p->nmaps) * sizeof(*grown));
+        p->maps = grown;
+        p->nmaps = n;
+    }
+    return &p->maps[slot];
 }
 
 int ofccl__lx_resolve(ofccl__ep_t *ep, const struct ofccl__tp_op *op, unsigned need, char **dst,
@@ -57,7 +84,11 @@ int ofccl__lx_resolve(ofccl__ep_t *ep, const struct ofccl__tp_op *op, unsigned n
         return 0;
     }
     foff = reg->foff;
-    m = &p->maps[slot];
+    m = peer_slot_map(p, slot);
+    if (m == NULL) {
+        *perrno = ENOMEM;
+        return fail_at(what, W_MAP, ENOMEM);
+    }
     if (m->key != op->key) {
         if (m->base != NULL)
             munmap(m->base, m->len);

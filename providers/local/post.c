@@ -89,7 +89,7 @@ int ofccl__lx_post(ofccl__ep_t *ep, struct ofccl__tp_op *op)
     switch (op->kind) {
     case OFCCL__OP_WRITEDATA: {
         struct lx_peer *p = &lx->peers[op->peer];
-        ring = ofccl__lx_ring(p->seg, ep->params.rank);
+        ring = p->ring;
         tail = atomic_load_explicit(&ring->tail, memory_order_relaxed);
         /* The head the target moves is read only when the ring looks full:
          * reading it on every post would pull its cache line over each time. */

@@ -82,15 +82,20 @@ static void unmap_peer(struct ofccl__lx *lx, int r)
 {
     struct lx_peer *p = &lx->peers[r];
 
-    if (p->maps != NULL)
-        for (unsigned s = 0; s < LX_REGIONS; s++)
-            if (p->maps[s].base != NULL)
-                munmap(p->maps[s].base, p->maps[s].len);
+    for (unsigned s = 0; s < p->nmaps; s++)
+        if (p->maps[s].base != NULL)
+            munmap(p->maps[s].base, p->maps[s].len);
     free(p->maps);
+    p->maps = NULL;
+    p->nmaps = 0;
     if (p->pidfd >= 0)
         close(p->pidfd);
     if (p->seg != NULL && p->seg != lx->seg)
         munmap(p->seg, p->seg_len);
+    if (p->ring_map != NULL)
+        munmap(p->ring_map, p->ring_map_len);
+    p->seg = NULL;
+    p->ring_map = NULL;
 }
 
 /* Every op completes at its post: nothing is in flight to cancel. Mappings
@@ -156,32 +161,77 @@ int ofccl__lx_ep_name(ofccl__ep_t *ep, void *buf, size_t *len, ofccl__err_t *e)
     return 0;
 }
 
-void *ofccl__lx_map_remote_fd(int pid, int fd, size_t *len)
+/* Open another process's descriptor through /proc; *size gets its file's size. */
+static int open_remote(int pid, int fd, size_t *size)
 {
     char path[64];
     struct stat st;
-    void *p;
     int lfd, saved;
 
     snprintf(path, sizeof(path), "/proc/%d/fd/%d", pid, fd);
     lfd = open(path, O_RDWR | O_CLOEXEC);
     if (lfd < 0)
-        return NULL;
+        return -1;
     if (fstat(lfd, &st) != 0 || st.st_size <= 0) {
         saved = errno ? errno : EINVAL;
         close(lfd);
         errno = saved;
-        return NULL;
+        return -1;
     }
-    p = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, lfd, 0);
+    *size = (size_t)st.st_size;
+    return lfd;
+}
+
+static void *map_shared(int lfd, size_t off, size_t len)
+{
+    void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, lfd, (off_t)off);
+
+    return p == MAP_FAILED ? NULL : p;
+}
+
+void *ofccl__lx_map_remote_fd(int pid, int fd, size_t *len)
+{
+    size_t size;
+    void *p;
+    int lfd = open_remote(pid, fd, &size), saved;
+
+    if (lfd < 0)
+        return NULL;
+    p = map_shared(lfd, 0, size);
     saved = errno;
     close(lfd);
-    if (p == MAP_FAILED) {
-        errno = saved;
-        return NULL;
-    }
-    *len = (size_t)st.st_size;
+    errno = saved;
+    if (p != NULL)
+        *len = size;
     return p;
+}
+
+/* Map a peer's segment header and the ring this rank writes in it, once the
+ * file has proved large enough for both. NULL with errno on failure;
+ * *size = the file's size (0 if it could not be opened). */
+static struct lx_seg *map_peer_segment(struct lx_peer *p, const struct lx_name *nm, int rank,
+                                       size_t *size)
+{
+    size_t ring_off = ofccl__lx_rings_off() + (size_t)rank * sizeof(struct lx_ring);
+    size_t map_off = ring_off / LX_PAGE * LX_PAGE;
+    int lfd, saved = 0;
+
+    *size = 0;
+    lfd = open_remote(nm->pid, nm->fd, size);
+    if (lfd < 0)
+        return NULL;
+    if (*size >= ring_off + sizeof(struct lx_ring)) {
+        p->seg_len = ofccl__lx_page_round(sizeof(struct lx_seg));
+        p->seg = map_shared(lfd, 0, p->seg_len);
+        p->ring_map_len = ofccl__lx_page_round(ring_off + sizeof(struct lx_ring) - map_off);
+        p->ring_map = p->seg != NULL ? map_shared(lfd, map_off, p->ring_map_len) : NULL;
+        saved = errno;
+        if (p->ring_map != NULL)
+            p->ring = (struct lx_ring *)((char *)p->ring_map + (ring_off - map_off));
+    }
+    close(lfd);
+    errno = saved;
+    return p->ring_map != NULL ? p->seg : NULL;
 }
 
 static int attach_peer(ofccl__ep_t *ep, int r, const struct lx_name *nm, ofccl__err_t *e)
@@ -191,6 +241,7 @@ static int attach_peer(ofccl__ep_t *ep, int r, const struct lx_name *nm, ofccl__
     struct ofccl__lx *lx = ofccl__lx_of(ep);
     struct lx_peer *p = &lx->peers[r];
     int rank = ep->params.rank;
+    size_t fsize;
     char mine[40];
 
     boot_id(mine, sizeof(mine));
@@ -207,18 +258,21 @@ static int attach_peer(ofccl__ep_t *ep, int r, const struct lx_name *nm, ofccl__
                            rank, r);
     p->pid = nm->pid;
     p->pidfd = -1;
-    p->maps = calloc(LX_REGIONS, sizeof(*p->maps));
-    if (p->maps == NULL)
-        return ofccl__fail(log, OFCCL__SUB_PROV, e, OFCCL_ERR_NO_MEMORY, "out of memory");
     if (r == rank) {
         p->seg = lx->seg;
         p->seg_len = lx->seg_len;
+        p->ring = ofccl__lx_ring(lx->seg, rank);
         return nm->nonce == lx->nonce
                    ? 0
                    : ofccl__fail(log, OFCCL__SUB_PROV, e, OFCCL_ERR_CORRUPT,
                                  "rank %d: its own endpoint name came back altered", rank);
     }
-    p->seg = ofccl__lx_map_remote_fd(nm->pid, nm->fd, &p->seg_len);
+    if (map_peer_segment(p, nm, rank, &fsize) == NULL && fsize > 0 &&
+        fsize < seg_size(ep->params.size))
+        return ofccl__fail(log, OFCCL__SUB_PROV, e, OFCCL_ERR_CORRUPT,
+                           "rank %d: /proc/%d/fd/%d is not peer %d's endpoint (%zu bytes, "
+                           "at least %zu expected)",
+                           rank, nm->pid, nm->fd, r, fsize, seg_size(ep->params.size));
     if (p->seg == NULL && ofccl__limit_explain(errno, 0, why, sizeof(why)) != 0)
         return ofccl__limit_fail(log, e, errno, NULL, seg_size(ep->params.size),
                                  OFCCL_ERR_NO_MEMORY,
@@ -230,12 +284,12 @@ static int attach_peer(ofccl__ep_t *ep, int r, const struct lx_name *nm, ofccl__
                            "(/proc/%d/fd/%d): %s; the local provider needs every rank in one "
                            "PID namespace under one user: use OFCCL_PROVIDER=shm or tcp",
                            rank, r, nm->pid, nm->fd, strerror(errno));
-    if (p->seg_len < seg_size(ep->params.size) || p->seg->magic != LX_MAGIC ||
+    if (fsize < seg_size(ep->params.size) || p->seg->magic != LX_MAGIC ||
         p->seg->nonce != nm->nonce || p->seg->ranks != ep->params.size)
         return ofccl__fail(log, OFCCL__SUB_PROV, e, OFCCL_ERR_CORRUPT,
                            "rank %d: /proc/%d/fd/%d is not peer %d's endpoint (size %zu, ranks "
                            "%d, nonce %s)",
-                           rank, nm->pid, nm->fd, r, p->seg_len, (int)p->seg->ranks,
+                           rank, nm->pid, nm->fd, r, fsize, (int)p->seg->ranks,
                            p->seg->nonce == nm->nonce ? "equal" : "differs");
     /* The segment proved the pid is the peer's: watch that process. */
     p->pidfd = (int)syscall(SYS_pidfd_open, nm->pid, 0);

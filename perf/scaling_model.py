@@ -1,0 +1,205 @@
+#!/usr/bin/python3
+"""Cost model of ofccl's all-gather and reduce-scatter on a cluster (docs/scaling.md).
+
+Prints the predicted time of one all-gather and one reduce-scatter of --size bytes (the gathered
+buffer, or the reduce-scatter input of each rank) for --ranks-per-host ranks on each of 2 to
+--max-hosts hosts, for the flat ring, the hierarchical (rail-aligned) algorithm and the rail
+rings, for each NIC layout given; then a check of the model against the simulated 2 x 4 cluster
+measured here (perf/hosts/bench.sh), and ofccl's memory per rank at --mem-ranks ranks.
+
+Every link class is alpha + bytes / beta. The defaults marked 'measured' come from
+docs/performance.md on this machine; the cluster's NIC figures are assumptions (see --help).
+"""
+import argparse
+import math
+
+# Measured on this machine (docs/performance.md, perf/compare and perf/hosts/bench.sh).
+ALPHA_SHM = 0.2e-6  # local transport, 2-rank all-gather of 8-512 B: 0.18-0.22 us
+COPY_SHM = 12.6e9  # per-core memcpy with both cores copying 32 MiB blocks (ceiling -2)
+SUM_SHM = 8.4e9  # f32 sum pass, 64 MiB blocks (15.7 GB/s alone) x the 2-core/1-core memcpy ratio
+ALPHA_TCP = 13.5e-6  # tcp over loopback, 2-rank all-gather latency: 13-14 us
+BETA_TCP = 2.5e9  # tcp over loopback, 2-rank all-gather busbw at 1-64 MiB: 2.05-2.91 GB/s
+VETH_C = 117.5e6  # tbf-limited veth link between two simulated hosts, per direction
+VETH_MEASURED = {"direct": (0.22, 0.26), "ring": (0.43, 0.59)}  # link share, 1-64 MiB
+
+# ofccl's state per peer and communicator, in bytes, from the struct sizes on x86-64
+# (sizeof of the fields named; lib/core/engine.c ofccl__coll_init, setup.c, ctrl.c).
+SLOTS, DEPTH, DESC_WORDS, EAGER_RING, EAGER_HDR = 8, 4, 12, 16, 32
+REQ_PER_PEER = (8 + 4 * 4 + 3  # sig_mask, sent/inflight/sig_next/from_cnt, 3 flags
+                + 24 + 8 + 2 * 8  # peer_rk, peer_off, seen[2]
+                + (2 * DEPTH + 2) * 40  # wops: write-op contexts, (2 x depth + 2) per peer
+                + 8 + 8)  # srcs, peer_at
+COLL_PER_PEER = SLOTS * 1 + SLOTS * 8 + EAGER_RING * 1  # desc_flag, desc_seen, eager_seen
+COMM_PER_PEER = 24 + 8 + 4 + 64  # peer_ctrl, peer_ctrl_at, host_of, host_name
+FIXED_PER_COMM = SLOTS * 16384 * 4 + SLOTS * 496 + 5104 + 2296  # unit_cnt, reqs, state, comm
+SETUP_SLOT = 20 + 700  # blob header + largest setup record (setup.c SETUP_MAX)
+LX_RING_BYTES = 2 * 64 + 256 * 8  # local transport: one CQ-data ring per source rank
+
+
+def ctrl_per_peer(n, eager=16384):
+    slot = (EAGER_HDR + (eager + n - 1) // n + 63) // 64 * 64
+    return SLOTS * DESC_WORDS * 8 + 2 * SLOTS * 8 + (SLOTS + EAGER_RING) * slot
+
+
+def flat_ring(c, s, coll):
+    """One ring over all N ranks, host-major: per step one flow leaves each host."""
+    n = c.p * c.h
+    b = s / n
+    step = max(c.alpha_net + b / c.nic_bw, ALPHA_SHM + b / c.copy)
+    return (n - 1) * (step + (b / c.sum if coll == "rs" else 0))
+
+
+def rail_rings(c, s, coll):
+    """P rings over all N ranks, ring k crossing hosts on local rank k's NIC (rail)."""
+    n = c.p * c.h
+    b = s / n
+    flow = c.nic_bw / c.p if c.nics == 1 else c.nic_bw  # P flows leave a host at once
+    step = max(c.alpha_net + (b / c.p) / flow, ALPHA_SHM + b / c.copy)
+    return (n - 1) * (step + (b / c.sum if coll == "rs" else 0))
+
+
+def hierarchical(c, s, coll):
+    """Rail-aligned two levels. All-gather: every local rank gathers its rail's H blocks over
+    the network (a ring over hosts, all P rails at once), then the host's ranks exchange those
+    over shared memory. Reduce-scatter: the host reduces first (each rank its 1/P slice), then
+    a reduce-scatter ring over hosts on each rail. Returns (serial, pipelined): the phases one
+    after the other, or overlapped chunk by chunk (the slower phase plus one chunk of the
+    other)."""
+    b = s / (c.p * c.h)
+    flow = c.nic_bw / c.p if c.nics == 1 else c.nic_bw
+    red = b / c.sum if coll == "rs" else 0
+    inter = (c.h - 1) * (c.alpha_net + b / flow + red)
+    intra_bytes = s * (c.p - 1) / c.p
+    intra = (c.p - 1) * ALPHA_SHM + intra_bytes / (c.sum if coll == "rs" else c.copy)
+    chunk = 512 * 1024  # OFCCL_CHUNK_BYTES
+    fill = min(inter, intra) * min(1.0, chunk * c.p / max(s, 1))
+    return inter + intra, max(inter, intra) + fill
+
+
+def lower_bound(c, s, coll):
+    """Bytes that must cross each host's NICs, and that each rank must take in over shared
+    memory (copied by a CPU: the NIC writes only its own rank's memory)."""
+    net = s * (c.h - 1) / c.h / (c.nic_bw * c.nics)
+    shm = s * (c.p - 1) / c.p / (c.sum if coll == "rs" else c.copy)
+    return max(net, shm)
+
+
+def parse_size(text):
+    units = {"K": 2**10, "M": 2**20, "G": 2**30}
+    text = text.strip().upper().rstrip("IB")
+    if text and text[-1] in units:
+        return float(text[:-1]) * units[text[-1]]
+    return float(text)
+
+
+class Cluster:
+    def __init__(self, p, h, nics, nic_bw, alpha_net, copy, sum_):
+        self.p, self.h, self.nics, self.nic_bw = p, h, nics, nic_bw
+        self.alpha_net, self.copy, self.sum = alpha_net, copy, sum_
+
+
+def fmt_t(t):
+    return f"{t * 1e3:8.1f}"
+
+
+def table(args, nics):
+    print(f"\n{args.ranks_per_host} ranks per host, {nics} x {args.nic_gbit:g} Gbit/s NIC"
+          f"{'s' if nics > 1 else ''} per host"
+          f"{' (one rail per local rank)' if nics == args.ranks_per_host else ' (shared)'}; "
+          f"{args.size / 2**20:g} MiB; times in ms")
+    hdr = f"{'hosts':>6} {'ranks':>6} |"
+    for coll in ("all-gather", "reduce-scatter"):
+        hdr += f" {coll + ': bound':>21} {'flat':>8} {'hier':>8} {'hier-pl':>8} {'rail':>8} |"
+    print(hdr)
+    h = 2
+    while h <= args.max_hosts:
+        c = Cluster(args.ranks_per_host, h, nics, args.nic_gbit * 1e9 / 8, args.alpha_net,
+                    args.copy, args.sum)
+        row = f"{h:6d} {h * c.p:6d} |"
+        for coll in ("ag", "rs"):
+            ser, pl = hierarchical(c, args.size, coll)
+            row += (f" {fmt_t(lower_bound(c, args.size, coll)):>21} "
+                    f"{fmt_t(flat_ring(c, args.size, coll))} {fmt_t(ser)} {fmt_t(pl)} "
+                    f"{fmt_t(rail_rings(c, args.size, coll))} |")
+        print(row)
+        h *= 2
+
+
+def veth_check():
+    """The simulated 2 x 4 cluster: the link's share of the bytes that must cross it."""
+    p, h = 4, 2
+    # direct: every rank sends its block to every remote rank: P x P x b = 2 S per direction
+    # against the S/2 that must cross; ring (host-major): two crossings of 7S/8 each.
+    model = {"direct": (1 / 2) / (p * p / (p * h)), "ring": (1 / 2) / ((p * h - 1) / (p * h))}
+    print(f"\nModel check, simulated cluster of 2 hosts x 4 ranks, link {VETH_C / 1e6:g} MB/s "
+          "(perf/hosts/bench.sh): share of the link carrying bytes that must cross it")
+    print(f"{'algorithm':>10} {'model':>6} {'measured (1-64 MiB)':>20}")
+    for algo, m in model.items():
+        lo, hi = VETH_MEASURED[algo]
+        print(f"{algo:>10} {m:6.2f} {lo:9.2f} to {hi:.2f}")
+
+
+def memory(n, eager):
+    per_peer = REQ_PER_PEER * SLOTS + COLL_PER_PEER + COMM_PER_PEER + ctrl_per_peer(n, eager)
+    mib = 1 / 2**20
+    print(f"\nofccl's memory per rank at {n} ranks, one communicator (OFCCL_EAGER_BYTES="
+          f"{eager}, OFCCL_DEPTH={DEPTH}):")
+    rows = [
+        ("request slots: per-peer counters, keys, write-op contexts", REQ_PER_PEER * SLOTS * n),
+        ("of which write-op contexts", (2 * DEPTH + 2) * 40 * SLOTS * n),
+        ("descriptor and eager bookkeeping", COLL_PER_PEER * n),
+        ("peer tables (keys, mapped pointers, hosts)", COMM_PER_PEER * n),
+        ("control region (descriptors, counters, eager slots)", ctrl_per_peer(n, eager) * n),
+        ("fixed (unit counters, request slots)", FIXED_PER_COMM),
+        ("total", per_peer * n + FIXED_PER_COMM),
+        ("setup, transient: every rank's record, read back", 2.4 * SETUP_SLOT * n),
+        ("local transport segment (rings of same-host sources only resident)",
+         LX_RING_BYTES * n + 40 * 1024),
+        ("TCP rendezvous root: one record exchange sends", SETUP_SLOT * n * n),
+    ]
+    for what, b in rows:
+        print(f"  {what:<68} {b * mib:10.1f} MiB")
+    print(f"  per peer: {per_peer} bytes")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--size", type=parse_size, default=2**30,
+                    help="bytes, with K, M or G (binary) (default 1G)")
+    ap.add_argument("--ranks-per-host", type=int, default=8)
+    ap.add_argument("--max-hosts", type=int, default=2048)
+    ap.add_argument("--nic-gbit", type=float, default=400,
+                    help="per NIC (assumed: 400 Gbit/s, the NDR InfiniBand / 400GbE class)")
+    ap.add_argument("--nics", default="1,8",
+                    help="NICs per host, one table each (assumed: 1 shared, or 8 = one rail per "
+                         "local rank as in 8-GPU servers)")
+    ap.add_argument("--alpha-net", type=float, default=2e-6,
+                    help="seconds per network message (assumed: 2 us, one RDMA write and its "
+                         "completion)")
+    ap.add_argument("--copy", type=float, default=COPY_SHM,
+                    help="bytes/s one rank copies while all ranks of its host copy (measured "
+                         "here: 12.6e9)")
+    ap.add_argument("--sum", type=float, default=SUM_SHM,
+                    help="bytes/s one rank reduces while all reduce (derived here: 8.4e9)")
+    ap.add_argument("--mem-ranks", type=int, default=16384)
+    ap.add_argument("--eager", type=int, default=16384, help="OFCCL_EAGER_BYTES")
+    args = ap.parse_args()
+
+    print("Constants (alpha + bytes/beta per link class):")
+    print(f"  shared memory (local transport), measured: alpha {ALPHA_SHM * 1e6:g} us, copy "
+          f"{args.copy / 1e9:g} GB/s and sum {args.sum / 1e9:g} GB/s per rank")
+    print(f"  tcp over loopback, measured: alpha {ALPHA_TCP * 1e6:g} us, beta "
+          f"{BETA_TCP / 1e9:g} GB/s")
+    print(f"  network, assumed: alpha {args.alpha_net * 1e6:g} us, {args.nic_gbit:g} Gbit/s "
+          f"= {args.nic_gbit / 8:g} GB/s per NIC, non-blocking fabric")
+    print("bound: max(bytes each host must take in through its NICs, bytes each rank must take "
+          "in over shared memory); hier: phases in sequence; hier-pl: overlapped by chunk")
+    for nics in (int(x) for x in args.nics.split(",")):
+        table(args, nics)
+    veth_check()
+    memory(args.mem_ranks, args.eager)
+
+
+if __name__ == "__main__":
+    main()
