@@ -94,8 +94,8 @@ typedef enum ofccl__cfg_type {
     X(LIBRARY, STRING, LOCAL, "", "<path>", 0, 0,                                                  \
       "Python package only: path of the libofccl.so it loads; the C library ignores it")           \
     X(ALGO_BC, ENUM, AGREE, "auto", "auto|direct|chain|pull", 0, 0,                                \
-      "Broadcast algorithm; auto = eager when small, pull where peers' memory maps (up to 8 "      \
-      "ranks), chain from 256 KiB on 3 or more ranks, else direct")                                \
+      "Broadcast algorithm; auto = eager when small, pull where peers' memory maps, chain "        \
+      "from 256 KiB on 3 or more ranks, else direct")                                              \
     X(BOOT_GROUP, STRING, LOCAL, "", "<name>", 0, 0,                                               \
       "TCP rendezvous of separately launched jobs: this process's group (BOOT_RANK is its rank "   \
       "in it)")                                                                                    \

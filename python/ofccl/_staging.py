@@ -66,11 +66,17 @@ class CudaEngine:
 
 class HostBuffers:
     """Pinned ofccl memory for staging, grown as needed and reused; a new call
-    first waits until the previous call's copies out of it are done."""
+    first waits until the previous call's copies out of it are done. A block
+    that is outgrown is unregistered before it is dropped: its memory goes
+    back to ofccl's pool, and a later block carved from the same pages must
+    not meet a stale registration (CUDA takes a copy whose host range starts
+    inside a registered range for pinned and refuses it when the range runs
+    past it: "invalid argument")."""
 
     def __init__(self, comm: Comm):
         self.comm = comm
         self.blocks: dict = {}
+        self.pinned: dict = {}
         self.pending: Optional[Any] = None  # event of the last call's final copies
 
     def get(self, slot: str, count: int, dtype: Any) -> Any:
@@ -78,8 +84,12 @@ class HostBuffers:
         need = count * torch.empty(0, dtype=dtype).element_size()
         blk = self.blocks.get(slot)
         if blk is None or blk.numel() < need:
-            blk = self.comm.ctx.alloc(max(need, 1), torch.uint8)
-            _pin(torch, blk)
+            if blk is not None:
+                self.begin()  # no copy may still read or write the old block
+                _unpin(torch, blk, self.pinned.pop(slot, False))
+            grow = 2 * blk.numel() if blk is not None else 0
+            blk = self.comm.ctx.alloc(max(need, grow, 1), torch.uint8)
+            self.pinned[slot] = _pin(torch, blk)
             self.blocks[slot] = blk
         return blk[:need].view(dtype)
 
@@ -88,23 +98,40 @@ class HostBuffers:
             self.pending.synchronize()
         self.pending = None
 
+    def close(self) -> None:
+        """Unregister every block (after the last copies); the blocks go with
+        their last views."""
+        torch = _torch()
+        self.begin()
+        for slot, blk in self.blocks.items():
+            _unpin(torch, blk, self.pinned.get(slot, False))
+        self.blocks, self.pinned = {}, {}
+
 
 def _torch() -> Any:
     import torch
     return torch
 
 
-def _pin(torch: Any, t: Any) -> None:
+def _pin(torch: Any, t: Any) -> bool:
     """Page-lock host memory so device copies run asynchronously; without CUDA
-    (or if registration fails) the copies are simply synchronous."""
+    (or if registration fails) the copies are simply synchronous. True when
+    this call registered it."""
     if not torch.cuda.is_available():
-        return
+        return False
     try:
         rc = torch.cuda.cudart().cudaHostRegister(t.data_ptr(), t.numel() * t.element_size(), 0)
     except (AttributeError, RuntimeError):
-        return
-    if int(getattr(rc, "value", rc)) != 0:
-        return
+        return False
+    return int(getattr(rc, "value", rc)) == 0
+
+
+def _unpin(torch: Any, t: Any, pinned: bool) -> None:
+    if pinned:
+        try:
+            torch.cuda.cudart().cudaHostUnregister(t.data_ptr())
+        except (AttributeError, RuntimeError):
+            pass
 
 
 def _chunks(n: int, esize: int, chunk_bytes: int) -> List[tuple]:
