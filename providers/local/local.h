@@ -120,6 +120,7 @@ struct ofccl__lx {
     int gone;           /* a rank whose process has exited, reported; -1 = none */
     int dying;          /* seen exited at the last check, reported at the next */
     uint64_t next_watch_ns;
+    int watch_next; /* first peer of the next check's window */
 };
 
 static inline struct ofccl__lx *ofccl__lx_of(const ofccl__ep_t *ep)
