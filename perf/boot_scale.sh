@@ -14,6 +14,7 @@
 #   -t        deadline of one point, per process (default 600)
 #   -b        the boot_scale program (default build/perf/boot_scale)
 #   -k        keep the per-process lines (in BOOT_SCALE_DIR or a temporary folder)
+#   -R        only print the curve of an earlier run kept in BOOT_SCALE_DIR
 # Waiting processes nap at once instead of spinning (OFCCL_SPIN_US=0 unless set):
 # here processes far outnumber cores, and a spinning one takes a core from a
 # peer that has work to do.
@@ -27,21 +28,27 @@ groups=8
 limit=600
 bin="$here/../build/perf/boot_scale"
 keep=0
-while getopts p:g:t:b:k opt; do
+report_only=0
+while getopts p:g:t:b:kR opt; do
     case $opt in
     p) prov=$OPTARG ;;
     g) groups=$OPTARG ;;
     t) limit=$OPTARG ;;
     b) bin=$OPTARG ;;
     k) keep=1 ;;
-    *) sed -n '2,23p' "$0" >&2; exit 2 ;;
+    R) report_only=1 ;;
+    *) sed -n '2,24p' "$0" >&2; exit 2 ;;
     esac
 done
 shift $((OPTIND - 1))
 OFCCL_SPIN_US=${OFCCL_SPIN_US:-0}
 export OFCCL_SPIN_US
 [ $# -gt 0 ] || set -- 64 128 256 512 1024
-[ -x "$bin" ] || { echo "boot_scale.sh: no program at $bin (build first, or pass -b)" >&2; exit 2; }
+if [ "$report_only" = 1 ] && [ ! -f "${BOOT_SCALE_DIR:-/nonexistent}/summary.txt" ]; then
+    echo "boot_scale.sh: -R needs BOOT_SCALE_DIR naming a kept run" >&2
+    exit 2
+fi
+[ "$report_only" = 1 ] || [ -x "$bin" ] || { echo "boot_scale.sh: no program at $bin (build first, or pass -b)" >&2; exit 2; }
 
 dir=${BOOT_SCALE_DIR:-$(mktemp -d "${TMPDIR:-/tmp}/boot_scale.XXXXXX")}
 mkdir -p "$dir"
@@ -83,9 +90,9 @@ point() {
     err="$dir/$n.err"
     : > "$out"
     : > "$err"
-    # The root holds a connection per rank; each local-transport rank a
-    # process descriptor per peer while it maps their segments.
-    need=$((n + 256))
+    # The root holds a connection per rank, and every local-transport rank a
+    # process descriptor per peer of each communicator (world and split).
+    need=$((2 * n + n / 8 + 256))
     if [ "$(ulimit -n)" != unlimited ] && [ "$(ulimit -n)" -lt "$need" ]; then
         ulimit -n "$need" 2>/dev/null || {
             echo "boot_scale.sh: N=$n needs $need file descriptors per process; ulimit -n is" \
@@ -154,8 +161,9 @@ EOF
 }
 
 summary="$dir/summary.txt"
-: > "$summary"
 status=0
+[ "$report_only" = 1 ] || : > "$summary"
+[ "$report_only" = 1 ] && set --
 for n in "$@"; do
     if ! point "$n" >> "$summary"; then
         echo "boot_scale.sh: the point N=$n failed (lines in $dir/$n.out, errors in $dir/$n.err)" >&2

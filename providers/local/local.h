@@ -123,6 +123,7 @@ struct ofccl__lx {
     /* Part of a composite endpoint (mixed.c): peers given no name are on
      * other hosts, left unattached; ops never address them. */
     bool partial;
+    int watch_next; /* first peer of the next check's window */
 };
 
 static inline struct ofccl__lx *ofccl__lx_of(const ofccl__ep_t *ep)

@@ -24,6 +24,7 @@
 #include "util.h"
 
 #define LX_WATCH_NS 1000000ull /* how often peers' processes are checked */
+#define LX_WATCH_PEERS 64      /* peers checked at a time */
 
 /* The endpoint name peers receive through the bootstrap. */
 struct lx_name {
@@ -339,11 +340,14 @@ int ofccl__lx_insert_peers(ofccl__ep_t *ep, const void *names, size_t stride, co
     return 0;
 }
 
-/* Lowest rank seen exited, reported one check late (see below). */
+/* A rank seen exited, reported one check late (see below). Each check polls
+ * the pidfds of at most LX_WATCH_PEERS peers, the next window each time, so
+ * that a progress pass costs the same at 8 peers as at 1,024: an exit is seen
+ * within ceil(peers / LX_WATCH_PEERS) + 1 checks: 3 ms at 128 local peers. */
 static int watch(ofccl__ep_t *ep, struct ofccl__lx *lx)
 {
-    struct pollfd fds[64];
-    int ranks[64], n = 0;
+    struct pollfd fds[LX_WATCH_PEERS];
+    int ranks[LX_WATCH_PEERS], n = 0, size = ep->params.size;
     uint64_t now;
 
     if (lx->gone >= 0 || lx->peers == NULL)
@@ -359,20 +363,19 @@ static int watch(ofccl__ep_t *ep, struct ofccl__lx *lx)
         lx->gone = lx->dying;
         return lx->gone;
     }
-    /* One poll(2) per 64 peers; a pidfd turns readable when its process exits. */
-    for (int r = 0; r < ep->params.size && lx->dying < 0; r++) {
+    /* A pidfd turns readable when its process exits. */
+    for (int k = 0; k < size && n < LX_WATCH_PEERS; k++) {
+        int r = (lx->watch_next + k) % size;
         if (lx->peers[r].pidfd >= 0) {
             fds[n] = (struct pollfd){.fd = lx->peers[r].pidfd, .events = POLLIN};
             ranks[n++] = r;
         }
-        if (n == 64 || (r == ep->params.size - 1 && n > 0)) {
-            if (poll(fds, (nfds_t)n, 0) > 0)
-                for (int i = 0; i < n && lx->dying < 0; i++)
-                    if (fds[i].revents & (POLLIN | POLLHUP | POLLERR))
-                        lx->dying = ranks[i];
-            n = 0;
-        }
     }
+    lx->watch_next = n > 0 ? (ranks[n - 1] + 1) % size : 0;
+    if (n > 0 && poll(fds, (nfds_t)n, 0) > 0)
+        for (int i = 0; i < n && lx->dying < 0; i++)
+            if (fds[i].revents & (POLLIN | POLLHUP | POLLERR))
+                lx->dying = ranks[i];
     return -1;
 }
 
