@@ -7,10 +7,10 @@
  * carries 1/n of the data), except where peers' memory maps (the local
  * transport): there direct already moves each byte once, with no link to
  * share, while the ring adds n-1 dependent steps and twice the memory
- * traffic, so auto stays direct at every size. Within direct, what the memory and the provider
- * allow decides the variant: a small collective goes through the peers' eager
- * slots, and a reduce-scatter reads its peers' blocks in place where their
- * memory maps (pull).
+ * traffic, so auto stays direct at every size. Within direct, what the
+ * memory and the provider allow decides the variant: a small collective goes
+ * through the peers' eager slots, and a reduce-scatter reads its peers' blocks
+ * in place where their memory maps (pull).
  */
 #include "coll.h"
 
