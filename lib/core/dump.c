@@ -116,6 +116,9 @@ int ofccl_dump_state(ofccl_ctx_t *ctx, FILE *out)
 /* ---- SIGUSR1 (OFCCL_DUMP_SIGNAL=1) ---- */
 #define REG_MAX 64
 static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
+/* Held across a whole start or stop, so a context starting while the last
+ * one stops cannot install the handler before the old thread is gone. */
+static pthread_mutex_t install_lock = PTHREAD_MUTEX_INITIALIZER;
 static ofccl_ctx_t *registered[REG_MAX];
 static int nregistered;
 static int pipe_fd[2] = {-1, -1};
@@ -197,6 +200,7 @@ int ofccl__dump_start(ofccl_ctx_t *ctx)
 
     if (ofccl__cfg_int(&ctx->cfg, OFCCL__CFG_DUMP_SIGNAL) == 0)
         return 0;
+    pthread_mutex_lock(&install_lock);
     pthread_mutex_lock(&reg_lock);
     if (nregistered == REG_MAX)
         rc = ofccl__fail(&ctx->log, OFCCL__SUB_CORE, &ctx->err, OFCCL_ERR_RESOURCE,
@@ -211,6 +215,7 @@ int ofccl__dump_start(ofccl_ctx_t *ctx)
             break;
         }
     pthread_mutex_unlock(&reg_lock);
+    pthread_mutex_unlock(&install_lock);
     if (rc == 0)
         OFCCL__INFO(&ctx->log, OFCCL__SUB_CORE, "SIGUSR1 (kill -USR1 %d) dumps the state",
                     (int)getpid());
@@ -223,6 +228,7 @@ void ofccl__dump_stop(ofccl_ctx_t *ctx)
 
     if (!ctx->dump_signal)
         return;
+    pthread_mutex_lock(&install_lock);
     pthread_mutex_lock(&reg_lock);
     for (int k = 0; k < REG_MAX; k++)
         if (registered[k] == ctx) {
@@ -231,6 +237,7 @@ void ofccl__dump_stop(ofccl_ctx_t *ctx)
         }
     ctx->dump_signal = 0;
     pthread_mutex_unlock(&reg_lock);
-    if (last) /* outside the lock: the thread takes it for a dump */
+    if (last) /* outside reg_lock: the thread takes it for a dump */
         uninstall();
+    pthread_mutex_unlock(&install_lock);
 }
