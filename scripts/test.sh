@@ -19,7 +19,9 @@ if [ "${OFCCL_SKIP_SANITIZERS:-0}" != 1 ]; then
         meson setup build-asan -Db_sanitize=address,undefined -Db_lundef=false \
             -Dfault_injection=true >/dev/null
     ninja -C build-asan >/dev/null
-    # libpmix leaks ~110 KB per PMIx_Init inside itself; nothing of ours is suppressed.
+    # libpmix leaks ~110 KB per PMIx_Init inside itself; libfabric's entries of a failed
+    # tcp endpoint, left open on purpose (the .supp file says why), go with the process.
+    # Nothing allocated by ofccl itself is suppressed.
     LSAN_OPTIONS=suppressions=$PWD/test/unit/pmix.lsan.supp:fast_unwind_on_malloc=0 \
     UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
         meson test -C build-asan --print-errorlogs --num-processes 2 --suite unit --suite multi \
