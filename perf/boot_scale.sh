@@ -80,7 +80,7 @@ guard() {
 }
 
 free_port() {
-    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+    /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
 
 # One point: N processes, their lines in $dir/N.out, stderr in $dir/N.err.
@@ -125,7 +125,7 @@ point() {
     kill "$guard_pid" 2>/dev/null
     wait "$guard_pid" 2>/dev/null
     echo "$n $t0 $load $avail $failed" >> "$rows"
-    python3 - "$out" "$n" "$t0" "$load" "$avail" "$failed" "$groups" <<'EOF'
+    /usr/bin/python3 - "$out" "$n" "$t0" "$load" "$avail" "$failed" "$groups" <<'EOF'
 import sys
 path, n, t0, load, avail, failed, groups = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), \
     sys.argv[4], sys.argv[5], int(sys.argv[6]), int(sys.argv[7])
@@ -175,7 +175,7 @@ for n in "$@"; do
     tail -1 "$summary" >&2
 done
 
-python3 - "$summary" <<'EOF'
+/usr/bin/python3 - "$summary" <<'EOF'
 import math, sys
 rows = []
 for line in open(sys.argv[1]):

@@ -39,7 +39,7 @@ cores=$(nproc 2>/dev/null || echo 1)
 pin=""
 if [ "$n" -le "$cores" ] && command -v taskset >/dev/null 2>&1; then pin=taskset; fi
 free_port() {
-    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])' 2>/dev/null ||
+    /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])' 2>/dev/null ||
         echo $((20000 + $$ % 20000))
 }
 tty=0

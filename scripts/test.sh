@@ -38,7 +38,7 @@ if [ "${OFCCL_SKIP_SANITIZERS:-0}" != 1 ]; then
         status=$?
     logs="$logs build-tsan/meson-logs/testlog.json"
 fi
-python3 - $logs <<'PY' || status=1
+/usr/bin/python3 - $logs <<'PY' || status=1
 import json, sys
 ok = bad = skip = 0
 for path in sys.argv[1:]:

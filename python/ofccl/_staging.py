@@ -107,6 +107,13 @@ class HostBuffers:
             _unpin(torch, blk, self.pinned.get(slot, False))
         self.blocks, self.pinned = {}, {}
 
+    def __del__(self) -> None:
+        # The blocks go back to ofccl's pool with this object: never registered.
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown: torch may be gone
+            pass
+
 
 def _torch() -> Any:
     import torch

@@ -185,6 +185,12 @@ class Collectives:
             self._host = _staging.HostBuffers(self.comm)
         return self._host
 
+    def close(self) -> None:
+        """Unregister the staging buffers (after their last copies)."""
+        if self._host is not None:
+            self._host.close()
+            self._host = None
+
     def _then_cuda(self, event: Any, device: Any) -> Callable[[], None]:
         return lambda: torch.cuda.current_stream(device).wait_event(event)
 

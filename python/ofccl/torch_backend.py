@@ -240,6 +240,7 @@ class ProcessGroupOfccl(dist.ProcessGroup):
             self.ofccl_comm.abort()
 
     def shutdown(self) -> None:
+        self._coll.close()
         self.ofccl_comm.close()
 
     reduce = _unsupported("reduce")

@@ -9,7 +9,7 @@
 # (ranks that disagree on a setting).
 set -u
 n=$1; shift
-port=${OFCCL_TEST_BOOT_PORT:-$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')}
+port=${OFCCL_TEST_BOOT_PORT:-$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')}
 pids=""
 for r in $(seq 0 $((n - 1))); do
     if [ -n "${OFCCL_TEST_HOST_RPH:-}" ]; then
