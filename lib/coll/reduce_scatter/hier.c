@@ -168,8 +168,8 @@ static int host_srcs(ofccl__req_t *r, unsigned t, size_t off)
 
 /* Reduce what has arrived, in order, at most `depth` chunks per call: the
  * partials for the other hosts (into r->fwd), then our block (into r->out):
- * our host's sum plus the other hosts' partials, which are already scaled
- * for premul, so that one adds them in a second pass. */
+ * our host's sum plus the other hosts' partials. With premul the partials are
+ * already scaled: they are added to our host's sum in a second pass. */
 static int reduce_some(ofccl__req_t *r)
 {
     ofccl_comm_t *comm = r->comm;
