@@ -60,10 +60,12 @@ typedef enum ofccl__cfg_type {
       "more than one; else direct up to 8 ranks, for small buffers or on the local transport, "    \
       "else ring; hier where it "                                                                  \
       "does not fit is direct")                                                                    \
-    X(ALGO_RS, ENUM, AGREE, "auto", "auto|direct|ring", 0, 0,                                      \
-      "Reduce-scatter algorithm; auto = direct up to 8 ranks, for small buffers or on the local "  \
-      "transport, else ring; "                                                                     \
-      "on the local transport direct reads peers' blocks in place (pull)")                         \
+    X(ALGO_RS, ENUM, AGREE, "auto", "auto|direct|ring|hier", 0, 0,                                 \
+      "Reduce-scatter algorithm; auto = hier (within each host, then between hosts along rails) "  \
+      "when same-host peers go through the local transport and every host has as many ranks, "     \
+      "more than one; else direct up to 8 ranks, for small buffers or on the local transport, "    \
+      "else ring; on the local transport direct reads peers' blocks in place (pull); hier where "  \
+      "it does not fit is direct")                                                                 \
     X(CHUNK_BYTES, SIZE, AGREE, "512K", "", 4096, 1073741824,                                      \
       "Pipeline chunk: a collective moves each rank's block in chunks of this size")               \
     X(EAGER_BYTES, SIZE, AGREE, "16K", "", 0, 1048576,                                             \

@@ -1,7 +1,7 @@
 /*
  * The one place an algorithm is chosen. OFCCL_ALGO_AG / OFCCL_ALGO_RS force
- * direct or ring (all-gather also hier, across hosts); auto takes the
- * hierarchical all-gather where same-host and other-host peers go through
+ * direct, ring or hier (across hosts); auto takes the hierarchical
+ * all-gather or reduce-scatter where same-host and other-host peers go through
  * different transports, then direct for small jobs or small blocks (one step,
  * lowest latency) and the ring for larger jobs with large blocks (each link
  * carries 1/n of the data), except where peers' memory maps (the local
@@ -38,14 +38,16 @@ static const ofccl__algo_t *choose_bcast(ofccl_comm_t *comm, size_t block, int b
     return &ofccl__bc_direct;
 }
 
-/* Hierarchical all-gather: forced, or automatic where the links differ (a
- * peer on this host goes through the local transport, one elsewhere through
- * the fabric) and the block is past the eager size; only where it fits. */
-static bool hier(ofccl_comm_t *comm, int forced, size_t block, int bucket)
+/* Hierarchical all-gather or reduce-scatter: forced, or automatic where the
+ * links differ (a peer on this host goes through the local transport, one
+ * elsewhere through the fabric) and the block is past the eager size; only
+ * where it fits. */
+static bool hier(ofccl_comm_t *comm, int coll, int forced, size_t block, int bucket)
 {
     int me = comm->rank, mate;
 
-    if (!ofccl__ag_hier_fits(comm) || forced == 1 || forced == 2)
+    if (!(coll == OFCCL__AG ? ofccl__ag_hier_fits(comm) : ofccl__rs_hier_fits(comm)) ||
+        forced == 1 || forced == 2)
         return false;
     if (forced == 3)
         return true;
@@ -60,8 +62,8 @@ const ofccl__algo_t *ofccl__choose(ofccl_comm_t *comm, int coll, size_t block, i
         return choose_bcast(comm, block, bucket);
     int forced = (int)ofccl__cfg_int(&comm->ctx->cfg,
                                      coll == OFCCL__AG ? OFCCL__CFG_ALGO_AG : OFCCL__CFG_ALGO_RS);
-    if (coll == OFCCL__AG && hier(comm, forced, block, bucket))
-        return &ofccl__ag_hier;
+    if (hier(comm, coll, forced, block, bucket))
+        return coll == OFCCL__AG ? &ofccl__ag_hier : &ofccl__rs_hier;
     bool ring = forced == 2 || (forced == 0 && !ofccl__comm_caps(comm)->peer_map &&
                                 comm->size >= RING_MIN_RANKS && block >= RING_MIN_BLOCK);
 
