@@ -114,7 +114,15 @@ typedef enum ofccl__cfg_type {
     X(PEER_TRANSPORT, ENUM, AGREE, "auto", "auto|fabric", 0, 0,                                    \
       "Transport per peer in a job spanning hosts: auto = peers on this rank's host through the "  \
       "local shared-memory transport, the others through OFCCL_PROVIDER; fabric = every peer "     \
-      "through OFCCL_PROVIDER")
+      "through OFCCL_PROVIDER")                                                                    \
+    X(LINK_LOCAL, STRING, AGREE, "auto", "auto|<alpha_us>:<GB/s>", 0, 0,                           \
+      "Cost model, same-host peers through the local transport: latency (us) and bandwidth "       \
+      "(GB/s) per rank; auto = 0.2 us and the copy rate measured when the context is created, "    \
+      "the median over the communicator's ranks")                                                  \
+    X(LINK_FABRIC, STRING, AGREE, "auto", "auto|<alpha_us>:<GB/s>", 0, 0,                          \
+      "Cost model, peers through the fabric provider: latency (us) and bandwidth (GB/s) of a "     \
+      "host's link; auto = 13.5 us and the NIC's link speed where the provider gives one, else "   \
+      "2.5 GB/s, the median over the communicator's ranks")
 
 enum ofccl__cfg_id {
 #define OFCCL__X_ID(id, type, scope, def, allowed, min, max, help) OFCCL__CFG_##id,
