@@ -55,15 +55,13 @@ typedef enum ofccl__cfg_type {
     X(RX_POSTED, INT, LOCAL, "256", "", 8, 65536,                                                  \
       "Receives kept posted for remote CQ data where the provider consumes one per signal")        \
     X(ALGO_AG, ENUM, AGREE, "auto", "auto|direct|ring|hier", 0, 0,                                 \
-      "All-gather algorithm; auto = hier (between hosts along rails, then within each host) "      \
-      "when same-host peers go through the local transport and every host has as many ranks, "     \
-      "more than one; else direct up to 8 ranks, for small buffers or on the local transport, "    \
-      "else ring; hier where it "                                                                  \
-      "does not fit is direct")                                                                    \
+      "All-gather algorithm; auto = eager when small, else the cheapest of direct, ring and hier " \
+      "(between hosts along rails, then within each host; where every host has as many ranks, "    \
+      "more than one) by the cost model (OFCCL_LINK_*; ofccl_info -j prints its choices); hier "   \
+      "where it does not fit is direct")                                                           \
     X(ALGO_RS, ENUM, AGREE, "auto", "auto|direct|ring", 0, 0,                                      \
-      "Reduce-scatter algorithm; auto = direct up to 8 ranks, for small buffers or on the local "  \
-      "transport, else ring; "                                                                     \
-      "on the local transport direct reads peers' blocks in place (pull)")                         \
+      "Reduce-scatter algorithm; auto = eager when small, else the cheaper of direct and ring by " \
+      "the cost model; where peers' memory maps direct reads their blocks in place (pull)")        \
     X(CHUNK_BYTES, SIZE, AGREE, "512K", "", 4096, 1073741824,                                      \
       "Pipeline chunk: a collective moves each rank's block in chunks of this size")               \
     X(EAGER_BYTES, SIZE, AGREE, "16K", "", 0, 1048576,                                             \
@@ -94,8 +92,8 @@ typedef enum ofccl__cfg_type {
     X(LIBRARY, STRING, LOCAL, "", "<path>", 0, 0,                                                  \
       "Python package only: path of the libofccl.so it loads; the C library ignores it")           \
     X(ALGO_BC, ENUM, AGREE, "auto", "auto|direct|chain|pull", 0, 0,                                \
-      "Broadcast algorithm; auto = eager when small, pull where peers' memory maps, chain "        \
-      "from 256 KiB on 3 or more ranks, else direct")                                              \
+      "Broadcast algorithm; auto = eager when small, else the cheaper of direct and chain by the " \
+      "cost model; where peers' memory maps direct is pull (every rank reads the root's buffer)")  \
     X(BOOT_GROUP, STRING, LOCAL, "", "<name>", 0, 0,                                               \
       "TCP rendezvous of separately launched jobs: this process's group (BOOT_RANK is its rank "   \
       "in it)")                                                                                    \
