@@ -45,7 +45,12 @@ void ofccl__cost_topo_of(const ofccl_comm_t *comm, ofccl__cost_topo_t *t)
     t->hosts = comm->nnodes > 0 ? comm->nnodes : 1;
     t->width = comm->node_width;
     t->local_peers = false;
-    for (int p = 0; p < comm->size && !t->local_peers; p++)
+    if (t->width > 1) { /* the next rank of this host: every rank of it is reached alike */
+        int i = (comm->node_idx[me] + 1) % t->width;
+        t->local_peers =
+            ofccl__comm_peer_local(comm, comm->node_rank[comm->node_of[me] * t->width + i]);
+    }
+    for (int p = 0; t->width == 0 && p < comm->size && !t->local_peers; p++)
         t->local_peers =
             p != me && comm->node_of[p] == comm->node_of[me] && ofccl__comm_peer_local(comm, p);
     t->peer_map = ofccl__comm_caps(comm)->peer_map;
