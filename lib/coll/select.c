@@ -31,15 +31,10 @@ static bool not_yet(const ofccl_comm_t *comm)
     return false;
 }
 
-static bool ag_hier_fits(const ofccl_comm_t *comm)
-{
-    return ofccl__ag_hier_fits(comm);
-}
-
 static const cand_t ag_cands[OFCCL__CAND_COUNT] = {
     [OFCCL__CAND_DIRECT] = {&ofccl__ag_direct, NULL},
     [OFCCL__CAND_RING] = {&ofccl__ag_ring, NULL},
-    [OFCCL__CAND_HIER] = {&ofccl__ag_hier, ag_hier_fits},
+    [OFCCL__CAND_HIER] = {&ofccl__ag_hier, ofccl__ag_hier_fits},
 };
 static const cand_t rs_cands[OFCCL__CAND_COUNT] = {
     [OFCCL__CAND_DIRECT] = {&ofccl__rs_direct, NULL},
