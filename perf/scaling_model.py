@@ -175,17 +175,17 @@ def chooser_table(args):
           f"local 0.2 us / {args.copy / 1e9:g} GB/s, fabric {args.alpha_net * 1e6:g} us / "
           f"{beta_f / 1e9:g} GB/s per host; {args.size / 2**20:g} MiB; predicted ms")
     print(f"{'hosts':>6} | {'AG direct':>10} {'ring':>8} {'hier':>8} {'pick':>6} | "
-          f"{'RS direct':>10} {'ring':>8} {'pick':>6}")
+          f"{'RS direct':>10} {'ring':>8} {'hier':>8} {'pick':>6}")
     h = 2
     while h <= args.max_hosts:
         t = CostTopo(args.ranks_per_host * h, h, args.ranks_per_host, True, False, ALPHA_SHM,
                      args.copy, args.alpha_net, beta_f)
         b = args.size / t.n
         ag = [cost_time(t, "ag", c, b) * 1e3 for c in ("direct", "ring", "hier")]
-        rs = [cost_time(t, "rs", c, b) * 1e3 for c in ("direct", "ring")]
+        rs = [cost_time(t, "rs", c, b) * 1e3 for c in ("direct", "ring", "hier")]
         print(f"{h:6d} | {ag[0]:10.1f} {ag[1]:8.1f} {ag[2]:8.1f} "
               f"{cost_pick(t, 'ag', b, ('direct', 'ring', 'hier')):>6} | {rs[0]:10.1f} "
-              f"{rs[1]:8.1f} {cost_pick(t, 'rs', b, ('direct', 'ring')):>6}")
+              f"{rs[1]:8.1f} {rs[2]:8.1f} {cost_pick(t, 'rs', b, ('direct', 'ring', 'hier')):>6}")
         h *= 8 if h >= 16 else 2
 
 

@@ -59,9 +59,11 @@ typedef enum ofccl__cfg_type {
       "(between hosts along rails, then within each host; where every host has as many ranks, "    \
       "more than one) by the cost model (OFCCL_LINK_*; ofccl_info -j prints its choices); hier "   \
       "where it does not fit is direct")                                                           \
-    X(ALGO_RS, ENUM, AGREE, "auto", "auto|direct|ring", 0, 0,                                      \
-      "Reduce-scatter algorithm; auto = eager when small, else the cheaper of direct and ring by " \
-      "the cost model; where peers' memory maps direct reads their blocks in place (pull)")        \
+    X(ALGO_RS, ENUM, AGREE, "auto", "auto|direct|ring|hier", 0, 0,                                 \
+      "Reduce-scatter algorithm; auto = eager when small, else the cheapest of direct, ring and "  \
+      "hier (within each host, then between hosts along rails; where it fits, as for the "         \
+      "all-gather) by the cost model; where peers' memory maps direct reads their blocks in "      \
+      "place (pull); hier where it does not fit is direct")                                        \
     X(CHUNK_BYTES, SIZE, AGREE, "512K", "", 4096, 1073741824,                                      \
       "Pipeline chunk: a collective moves each rank's block in chunks of this size")               \
     X(EAGER_BYTES, SIZE, AGREE, "16K", "", 0, 1048576,                                             \

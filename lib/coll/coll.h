@@ -26,6 +26,10 @@ extern const ofccl__algo_t ofccl__ag_direct, ofccl__ag_ring, ofccl__ag_eager;
 extern const ofccl__algo_t ofccl__ag_hier;
 bool ofccl__ag_hier_fits(const ofccl_comm_t *comm);
 extern const ofccl__algo_t ofccl__rs_direct, ofccl__rs_ring, ofccl__rs_eager;
+/* Reduce-scatter within each host, then between hosts along rails
+ * (reduce_scatter/hier.c); the same shape as the hierarchical all-gather. */
+extern const ofccl__algo_t ofccl__rs_hier;
+bool ofccl__rs_hier_fits(const ofccl_comm_t *comm);
 /* Reduce-scatter where the provider maps peers' memory (caps.peer_map): each
  * rank announces its source (r->dst is it), reads the peers' blocks for it in
  * place and reduces them in one pass, then tells each peer it is done reading

@@ -10,9 +10,9 @@
  * reduce-scatter reads its peers' blocks in place and a broadcast's
  * receivers read the root's buffer at once (pull).
  *
- * The hierarchical reduce-scatter and broadcast are candidates of the model
- * already; until their algorithms exist their fits checks say "no" (below),
- * so the model never picks them.
+ * The hierarchical broadcast is a candidate of the model already; until its
+ * algorithm exists its fits check says "no" (below), so the model never
+ * picks it.
  */
 #include "coll.h"
 #include "cost.h"
@@ -24,7 +24,7 @@ typedef struct cand {
     bool (*fits)(const ofccl_comm_t *comm);
 } cand_t;
 
-/* Not available yet: reduce_scatter/hier.c and broadcast/hier.c. */
+/* Not available yet: broadcast/hier.c. */
 static bool not_yet(const ofccl_comm_t *comm)
 {
     (void)comm;
@@ -39,7 +39,7 @@ static const cand_t ag_cands[OFCCL__CAND_COUNT] = {
 static const cand_t rs_cands[OFCCL__CAND_COUNT] = {
     [OFCCL__CAND_DIRECT] = {&ofccl__rs_direct, NULL},
     [OFCCL__CAND_RING] = {&ofccl__rs_ring, NULL},
-    [OFCCL__CAND_HIER] = {NULL, not_yet},
+    [OFCCL__CAND_HIER] = {&ofccl__rs_hier, ofccl__rs_hier_fits},
 };
 static const cand_t bc_cands[OFCCL__CAND_COUNT] = {
     [OFCCL__CAND_DIRECT] = {&ofccl__bc_direct, NULL},
@@ -110,7 +110,7 @@ const ofccl__algo_t *ofccl__choose(ofccl_comm_t *comm, int coll, size_t block, i
     if (coll == OFCCL__BC && forced != 0)
         return forced_bcast(comm, forced);
     /* All-gather and reduce-scatter: 1 direct (eager when small), 2 ring,
-     * 3 hier (all-gather; direct where it does not fit). */
+     * 3 hier (direct where it does not fit). */
     if (forced == 2)
         return cands_of(coll)[OFCCL__CAND_RING].algo;
     if (forced == 3 && (ofccl__choose_valid(comm, coll) & (1u << OFCCL__CAND_HIER)))
