@@ -117,8 +117,8 @@ typedef enum ofccl__cfg_type {
       "through OFCCL_PROVIDER")                                                                    \
     X(LINK_LOCAL, STRING, AGREE, "auto", "auto|<alpha_us>:<GB/s>", 0, 0,                           \
       "Cost model, same-host peers through the local transport: latency (us) and bandwidth "       \
-      "(GB/s) per rank; auto = 0.2 us and the copy rate measured when the context is created, "    \
-      "the median over the communicator's ranks")                                                  \
+      "(GB/s) per rank; auto = 0.2 us and, in a job across hosts, the copy rate measured when "    \
+      "the context is created (else 10 GB/s), the median over the communicator's ranks")           \
     X(LINK_FABRIC, STRING, AGREE, "auto", "auto|<alpha_us>:<GB/s>", 0, 0,                          \
       "Cost model, peers through the fabric provider: latency (us) and bandwidth (GB/s) of a "     \
       "host's link; auto = 13.5 us and the NIC's link speed where the provider gives one, else "   \

@@ -192,8 +192,9 @@ int ofccl__link_parse(int id, const char *text, ofccl__link_t *out, bool *config
 /* One copy rate of this process, MB/s: the best of a few 4 MiB memcpys, a few ms. */
 uint32_t ofccl__link_copy_mbps(void);
 /* This rank's constants for ctx->link: configured, else measured or defaults
- * (`link_bps`: the fabric provider's link speed in bits/s, 0 when unknown). */
-int ofccl__links_init(ofccl_ctx_t *ctx, uint64_t link_bps, ofccl__err_t *e);
+ * (`link_bps`: the fabric provider's link speed in bits/s, 0 when unknown;
+ * `measure_local`: measure the copy rate, else take the default). */
+int ofccl__links_init(ofccl_ctx_t *ctx, uint64_t link_bps, bool measure_local, ofccl__err_t *e);
 /* A communicator's constants from every rank's (`all[r]`, r < comm->size):
  * OFCCL_MISMATCH naming the setting and the ranks where a configured value
  * differs, else comm->link = the configured value or the median of the

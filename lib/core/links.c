@@ -5,8 +5,10 @@
  * ("<alpha_us>:<GB/s>") or, on auto, from this process:
  *   local:  alpha 0.2 us (a 2-rank all-gather of 8-512 B, docs/performance.md);
  *           beta = this process's memcpy rate, measured when the context is
- *           created (best of 3 copies of 4 MiB, a few ms) where the rank
- *           has same-host peers, else 10 GB/s;
+ *           created (best of 3 copies of 4 MiB, 2-10 ms) where it can change
+ *           a choice: a job across hosts whose same-host peers go through
+ *           the local transport (on one host, or with every peer on the
+ *           fabric, the model's choices do not depend on it); else 10 GB/s;
  *   fabric: alpha 13.5 us (tcp over loopback, docs/performance.md); beta = the
  *           link speed the provider reports for its NIC (fi_info
  *           nic->link_attr->speed), else 2.5 GB/s (tcp over loopback).
@@ -85,7 +87,7 @@ uint32_t ofccl__link_copy_mbps(void)
     return (uint32_t)OFCCL__MIN((uint64_t)COPY_BYTES * 1000 / best, (uint64_t)UINT32_MAX);
 }
 
-int ofccl__links_init(ofccl_ctx_t *ctx, uint64_t link_bps, ofccl__err_t *e)
+int ofccl__links_init(ofccl_ctx_t *ctx, uint64_t link_bps, bool measure_local, ofccl__err_t *e)
 {
     for (int c = 0; c < OFCCL__LINK_CLASSES; c++) {
         ofccl__link_t *l = &ctx->link[c];
@@ -97,8 +99,7 @@ int ofccl__links_init(ofccl_ctx_t *ctx, uint64_t link_bps, ofccl__err_t *e)
         if (configured)
             continue;
         if (c == OFCCL__LINK_LOCAL) {
-            /* A rank alone on its host has no same-host peer to measure for. */
-            uint32_t mbps = ctx->boot->local_size > 1 ? ofccl__link_copy_mbps() : 0;
+            uint32_t mbps = measure_local ? ofccl__link_copy_mbps() : 0;
             *l = (ofccl__link_t){LOCAL_ALPHA_NS, mbps ? mbps : 10000,
                                  mbps ? OFCCL__LINK_MEASURED : OFCCL__LINK_DEFAULT};
         } else if (link_bps >= 8000000) { /* at least 1 MB/s: a real figure */
