@@ -5,13 +5,16 @@
  * split communicator (where world rank 1 has another rank number). Each
  * survivor prints how long after the kill each request failed, and with what.
  *
- * Usage: test_pmix_event event|measure [TIMEOUT_MS]
+ * Usage: test_pmix_event event|remote|measure [TIMEOUT_MS]
  *   event    (under a launcher that raises PMIx failure events, such as
  *            pmix_launch) both requests must fail with REMOTE_ERROR naming
  *            the rank (its communicator rank, world rank and host) and the
  *            source "reported by the launcher (PMIx event ...)", well before
  *            the deadline (the time itself is printed, not asserted: a loaded
  *            machine must not fail the test); a later post fails at once.
+ *   remote   both requests must fail with REMOTE_ERROR naming the rank, from
+ *            whichever source saw the death first (the event, the transport,
+ *            the local provider's process watch, a peer's failure notice).
  *   measure  (any launcher) print what happened and when; exit 0 once both
  *            requests have failed, whatever the cause.
  * The kill time goes through a file named after the launcher's pid, so the
@@ -64,12 +67,15 @@ static double read_kill_time(void)
     return t;
 }
 
-/* Wait for a request, then check its error against what `event` mode expects. */
-static int check(const char *what, int event, ofccl_comm_t *comm, ofccl_req_t *req, int rank,
-                 const char *comm_rank_of_1, double *done_at)
+enum mode { MEASURE, REMOTE, EVENT };
+
+/* Wait for a request (or take its post's error: the news may come before the
+ * post), then check its error against what the mode expects. */
+static int check(const char *what, int mode, ofccl_comm_t *comm, int posted, ofccl_req_t *req,
+                 int rank, const char *comm_rank_of_1, double *done_at)
 {
     const char *msg;
-    int rc = ofccl_wait(req), bad = 0;
+    int rc = posted != 0 ? posted : ofccl_wait(req), bad = 0;
 
     *done_at = now_s();
     msg = ofccl_comm_last_error(comm);
@@ -78,32 +84,38 @@ static int check(const char *what, int event, ofccl_comm_t *comm, ofccl_req_t *r
         printf("rank %d, %s: completed although rank 1 was killed\n", rank, what);
         bad = 1;
     }
-    if (event && (rc != OFCCL_ERR_REMOTE_ERROR || strstr(msg, comm_rank_of_1) == NULL ||
-                  strstr(msg, "(world rank 1)") == NULL ||
-                  strstr(msg, "reported by the launcher (PMIx event") == NULL)) {
+    if (mode == REMOTE && (rc != OFCCL_ERR_REMOTE_ERROR || strstr(msg, comm_rank_of_1) == NULL)) {
+        printf("rank %d, %s: expected REMOTE_ERROR naming %s\n", rank, what, comm_rank_of_1);
+        bad = 1;
+    }
+    if (mode == EVENT && (rc != OFCCL_ERR_REMOTE_ERROR || strstr(msg, comm_rank_of_1) == NULL ||
+                          strstr(msg, "(world rank 1)") == NULL ||
+                          strstr(msg, "reported by the launcher (PMIx event") == NULL)) {
         printf("rank %d, %s: expected REMOTE_ERROR naming %s (world rank 1) as reported by the "
                "launcher (PMIx event ...)\n",
                rank, what, comm_rank_of_1);
         bad = 1;
     }
-    ofccl_req_free(req);
+    if (posted == 0)
+        ofccl_req_free(req);
     return bad;
 }
 
 int main(int argc, char **argv)
 {
-    int event = argc > 1 && strcmp(argv[1], "event") == 0;
+    const char *m = argc > 1 ? argv[1] : "";
+    int mode = strcmp(m, "event") == 0 ? EVENT : strcmp(m, "remote") == 0 ? REMOTE : MEASURE;
     unsigned long long timeout_ms = argc > 2 ? strtoull(argv[2], NULL, 10) : 20000;
     ofccl_ctx_t *ctx = NULL;
     ofccl_comm_t *world = NULL, *split = NULL, *alive = NULL;
     ofccl_req_t *rw = NULL, *rs = NULL, *late = NULL;
     float *in = calloc(COUNT, 4), *out = calloc((size_t)COUNT * 3, 4);
     float *in2 = calloc(COUNT, 4), *out2 = calloc((size_t)COUNT * 3, 4);
-    int rank = -1, size = 0, bad = 0, rc;
+    int rank = -1, size = 0, bad = 0, rc, ret;
     double t_world, t_split, t_kill;
 
-    if (argc < 2 || (!event && strcmp(argv[1], "measure") != 0) || !in || !out || !in2 || !out2) {
-        fprintf(stderr, "usage: test_pmix_event event|measure [TIMEOUT_MS]\n");
+    if ((mode == MEASURE && strcmp(m, "measure") != 0) || !in || !out || !in2 || !out2) {
+        fprintf(stderr, "usage: test_pmix_event event|remote|measure [TIMEOUT_MS]\n");
         return 2;
     }
     if ((rc = ofccl_ctx_create(NULL, &ctx)) != 0 || (rc = ofccl_comm_world(ctx, &world)) != 0) {
@@ -142,17 +154,16 @@ int main(int argc, char **argv)
         raise(SIGKILL);
         return 5; /* not reached */
     }
-    if (ofccl_allgather(world, in, out, COUNT, OFCCL_F32, &rw) != 0 ||
-        ofccl_allgather(split, in2, out2, COUNT, OFCCL_F32, &rs) != 0)
-        return 6;
-    bad |= check("world all-gather", event, world, rw, rank, "rank 1 ", &t_world);
-    bad |= check("split all-gather", event, split, rs, rank, "rank 2 ", &t_split);
+    rc = ofccl_allgather(world, in, out, COUNT, OFCCL_F32, &rw);
+    ret = ofccl_allgather(split, in2, out2, COUNT, OFCCL_F32, &rs);
+    bad |= check("world all-gather", mode, world, rc, rw, rank, "rank 1 ", &t_world);
+    bad |= check("split all-gather", mode, split, ret, rs, rank, "rank 2 ", &t_split);
     t_kill = read_kill_time();
     if (t_kill > 0) {
         printf("rank %d: detection after the kill: world %.1f ms, split %.1f ms (deadline %llu "
                "ms)\n",
                rank, (t_world - t_kill) * 1e3, (t_split - t_kill) * 1e3, timeout_ms);
-        if (event && (t_world - t_kill) * 1e3 > (double)timeout_ms / 2)
+        if (mode != MEASURE && (t_world - t_kill) * 1e3 > (double)timeout_ms / 2)
             printf("rank %d: detected later than half the deadline\n", rank), bad = 1;
     }
     /* Later posts involving the dead rank fail at once. */
@@ -163,7 +174,7 @@ int main(int argc, char **argv)
     }
     printf("rank %d: a later post: %s: %s\n", rank, ofccl_strerror(rc),
            ofccl_comm_last_error(world));
-    if (rc == 0 || (event && rc != OFCCL_ERR_REMOTE_ERROR))
+    if (rc == 0 || (mode != MEASURE && rc != OFCCL_ERR_REMOTE_ERROR))
         bad = 1;
     /* A communicator without the dead rank still works (and orders the
      * clean-up after both survivors have read the kill time). */
