@@ -3,7 +3,7 @@
  * on_dead on its own thread; it only records, with atomics: which world rank,
  * and a static string naming the report. The context's threads read that in
  * progress (engine.c) and when a call starts (ofccl__comm_check): a request
- * that still needs a reported rank fails at once with REMOTE_ERROR, and so
+ * that a reported rank still owes data fails at once with REMOTE_ERROR, and so
  * does every later call on a communicator that contains it. Launchers that
  * raise no event leave this empty; then the transport's error or the
  * deadline decides, as before.
@@ -67,13 +67,10 @@ const char *ofccl__dead_source(const ofccl_comm_t *comm, int p)
     return atomic_load_explicit(&ctx->dead_why[comm->world_of[p]], memory_order_relaxed);
 }
 
-/* Does request r still need rank p: data or a descriptor from it, writes to
- * it not yet posted, or writes to it not yet completed? */
-static bool needs(const ofccl__req_t *r, int p)
-{
-    return ofccl__coll_owes(r, p) || (r->i_write_to[p] && !r->finished) || r->inflight[p] > 0;
-}
-
+/* Only what rank p still owes r counts (its descriptor, its data), as for a
+ * peer whose exit the local transport sees: a rank that ended cleanly after
+ * its part (PMIX_EVENT_PROC_TERMINATED) may leave our last completions to it
+ * still to be reaped, and must not fail a request that has all it needs. */
 int ofccl__dead_needed(const ofccl__req_t *r, const char **source)
 {
     const ofccl_comm_t *comm = r->comm;
@@ -81,7 +78,8 @@ int ofccl__dead_needed(const ofccl__req_t *r, const char **source)
     if (atomic_load_explicit(&comm->ctx->dead_count, memory_order_acquire) == 0)
         return -1;
     for (int p = 0; p < comm->size; p++)
-        if (p != comm->rank && (*source = ofccl__dead_source(comm, p)) != NULL && needs(r, p))
+        if (p != comm->rank && (*source = ofccl__dead_source(comm, p)) != NULL &&
+            ofccl__coll_owes(r, p))
             return p;
     return -1;
 }

@@ -107,8 +107,8 @@ int ofccl__coll_first_owing(const ofccl__req_t *r);
 bool ofccl__coll_owes(const ofccl__req_t *r, int p);
 
 /* ---- ranks the launcher reports gone (dead.c) ----
- * The lowest such rank request r still needs (data or a descriptor from it,
- * writes to it), or -1; *source names the report. */
+ * The lowest such rank that still owes request r a descriptor or data, or -1;
+ * *source names the report. */
 int ofccl__dead_needed(const ofccl__req_t *r, const char **source);
 
 /* ---- the engine in a communicator (engine.c), for comm.c, wait.c, progress.c ---- */

@@ -17,8 +17,9 @@
  *            the local provider's process watch, a peer's failure notice).
  *   measure  (any launcher) print what happened and when; exit 0 once both
  *            requests have failed, whatever the cause.
- * The kill time goes through a file named after the launcher's pid, so the
- * survivors measure from the kill itself (CLOCK_MONOTONIC, one host).
+ * Files named after the launcher's pid carry the survivors' "posted" to rank
+ * 1 (which dies only then) and the kill time back, so that the survivors
+ * measure from the kill itself (CLOCK_MONOTONIC, one host).
  */
 #include <signal.h>
 #include <stdio.h>
@@ -39,12 +40,33 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
+/* Files shared by the ranks of one launch (named after the launcher's pid):
+ * "time" (the kill time) and "ready<rank>" (that survivor has posted). */
 static void kill_file(char *path, size_t len)
 {
     const char *dir = getenv("TMPDIR");
 
     snprintf(path, len, "%s/ofccl-pmix-event-%d.time", dir && dir[0] ? dir : "/tmp",
              (int)getppid());
+}
+
+static void ready_file(char *path, size_t len, int rank)
+{
+    const char *dir = getenv("TMPDIR");
+
+    snprintf(path, len, "%s/ofccl-pmix-event-%d.ready%d", dir && dir[0] ? dir : "/tmp",
+             (int)getppid(), rank);
+}
+
+/* Rank 1 waits (at most 20 s) until both survivors have posted. */
+static void wait_ready(void)
+{
+    char p0[512], p2[512];
+
+    ready_file(p0, sizeof(p0), 0);
+    ready_file(p2, sizeof(p2), 2);
+    for (int i = 0; i < 2000 && (access(p0, F_OK) != 0 || access(p2, F_OK) != 0); i++)
+        usleep(10000);
 }
 
 /* The kill time rank 1 wrote, waiting for it a little; 0 if none came. */
@@ -133,6 +155,7 @@ int main(int argc, char **argv)
         (rc = ofccl_comm_set_timeout(world, timeout_ms)) != 0 ||
         (rc = ofccl_comm_set_timeout(split, timeout_ms)) != 0 ||
         (rc = ofccl_comm_split(world, rank == 1 ? OFCCL_UNDEFINED : 0, rank, &alive)) != 0 ||
+        (alive != NULL && (rc = ofccl_comm_set_timeout(alive, timeout_ms)) != 0) ||
         (rc = ofccl_barrier(world)) != 0) {
         fprintf(stderr, "rank %d: setup: %s: %s\n", rank, ofccl_strerror(rc),
                 ofccl_comm_last_error(world));
@@ -142,9 +165,11 @@ int main(int argc, char **argv)
         char path[512];
         FILE *f;
 
+        /* Posted, and never progressed: its data cannot reach the others,
+         * which are left mid-collective (posted, waiting for it). */
         if (ofccl_allgather(world, in, out, COUNT, OFCCL_F32, &rw) != 0)
             return 4;
-        ofccl_progress(ctx);
+        wait_ready();
         kill_file(path, sizeof(path));
         f = fopen(path, "w");
         if (f != NULL) {
@@ -156,6 +181,15 @@ int main(int argc, char **argv)
     }
     rc = ofccl_allgather(world, in, out, COUNT, OFCCL_F32, &rw);
     ret = ofccl_allgather(split, in2, out2, COUNT, OFCCL_F32, &rs);
+    {
+        char path[512];
+        FILE *f;
+
+        ready_file(path, sizeof(path), rank);
+        f = fopen(path, "w");
+        if (f != NULL)
+            fclose(f);
+    }
     bad |= check("world all-gather", mode, world, rc, rw, rank, "rank 1 ", &t_world);
     bad |= check("split all-gather", mode, split, ret, rs, rank, "rank 2 ", &t_split);
     t_kill = read_kill_time();
@@ -182,10 +216,13 @@ int main(int argc, char **argv)
     printf("rank %d: barrier of the survivors: %s\n", rank, ofccl_strerror(rc));
     if (rc != 0)
         bad = 1;
-    if (rank == 0) {
+    {
         char path[512];
-        kill_file(path, sizeof(path));
+        ready_file(path, sizeof(path), rank);
         unlink(path);
+        kill_file(path, sizeof(path));
+        if (rank == 0)
+            unlink(path);
     }
     if (ofccl_comm_destroy(alive) != 0 || ofccl_comm_destroy(split) != 0 ||
         ofccl_comm_destroy(world) != 0 || ofccl_ctx_destroy(ctx) != 0)
