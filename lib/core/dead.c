@@ -75,12 +75,16 @@ int ofccl__dead_needed(const ofccl__req_t *r, const char **source)
 {
     const ofccl_comm_t *comm = r->comm;
 
+    *source = NULL;
     if (atomic_load_explicit(&comm->ctx->dead_count, memory_order_acquire) == 0)
         return -1;
-    for (int p = 0; p < comm->size; p++)
-        if (p != comm->rank && (*source = ofccl__dead_source(comm, p)) != NULL &&
-            ofccl__coll_owes(r, p))
+    for (int p = 0; p < comm->size; p++) {
+        const char *s = p != comm->rank ? ofccl__dead_source(comm, p) : NULL;
+        if (s != NULL && ofccl__coll_owes(r, p)) {
+            *source = s;
             return p;
+        }
+    }
     return -1;
 }
 

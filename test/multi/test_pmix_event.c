@@ -11,7 +11,8 @@
  *            the rank (its communicator rank, world rank and host) and the
  *            source "reported by the launcher (PMIx event ...)", well before
  *            the deadline (the time itself is printed, not asserted: a loaded
- *            machine must not fail the test); a later post fails at once.
+ *            machine must not fail the test); a later post fails at once, also
+ *            on a third communicator with the rank and nothing running.
  *   remote   both requests must fail with REMOTE_ERROR naming the rank, from
  *            whichever source saw the death first (the event, the transport,
  *            the local provider's process watch, a peer's failure notice).
@@ -129,7 +130,7 @@ int main(int argc, char **argv)
     int mode = strcmp(m, "event") == 0 ? EVENT : strcmp(m, "remote") == 0 ? REMOTE : MEASURE;
     unsigned long long timeout_ms = argc > 2 ? strtoull(argv[2], NULL, 10) : 20000;
     ofccl_ctx_t *ctx = NULL;
-    ofccl_comm_t *world = NULL, *split = NULL, *alive = NULL;
+    ofccl_comm_t *world = NULL, *split = NULL, *alive = NULL, *idle = NULL;
     ofccl_req_t *rw = NULL, *rs = NULL, *late = NULL;
     float *in = calloc(COUNT, 4), *out = calloc((size_t)COUNT * 3, 4);
     float *in2 = calloc(COUNT, 4), *out2 = calloc((size_t)COUNT * 3, 4);
@@ -156,7 +157,8 @@ int main(int argc, char **argv)
         (rc = ofccl_comm_set_timeout(split, timeout_ms)) != 0 ||
         (rc = ofccl_comm_split(world, rank == 1 ? OFCCL_UNDEFINED : 0, rank, &alive)) != 0 ||
         (alive != NULL && (rc = ofccl_comm_set_timeout(alive, timeout_ms)) != 0) ||
-        (rc = ofccl_barrier(world)) != 0) {
+        (rc = ofccl_comm_split(world, 0, rank, &idle)) != 0 ||
+        (rc = ofccl_comm_set_timeout(idle, timeout_ms)) != 0 || (rc = ofccl_barrier(world)) != 0) {
         fprintf(stderr, "rank %d: setup: %s: %s\n", rank, ofccl_strerror(rc),
                 ofccl_comm_last_error(world));
         return 3;
@@ -210,6 +212,26 @@ int main(int argc, char **argv)
            ofccl_comm_last_error(world));
     if (rc == 0 || (mode != MEASURE && rc != OFCCL_ERR_REMOTE_ERROR))
         bad = 1;
+    /* A communicator with the dead rank and nothing running when it died:
+     * under a launcher that raises events, its next post fails at once. */
+    if (mode != MEASURE) {
+        double t0 = now_s();
+        late = NULL;
+        rc = ofccl_allgather(idle, in, out, COUNT, OFCCL_F32, &late);
+        if (rc == 0) {
+            rc = ofccl_wait(late);
+            ofccl_req_free(late);
+        }
+        printf("rank %d: a post on an idle communicator with rank 1, after %.1f ms: %s: %s\n", rank,
+               (now_s() - t0) * 1e3, ofccl_strerror(rc), ofccl_comm_last_error(idle));
+        /* remote: the pidfd or a notice may still be first (on local, tcp) */
+        if (rc != OFCCL_ERR_REMOTE_ERROR ||
+            strstr(ofccl_comm_last_error(idle), "rank 1 ") == NULL ||
+            (mode == EVENT && strstr(ofccl_comm_last_error(idle), "(world rank 1) on") == NULL) ||
+            (mode == EVENT &&
+             strstr(ofccl_comm_last_error(idle), "reported by the launcher (PMIx event") == NULL))
+            bad = 1;
+    }
     /* A communicator without the dead rank still works (and orders the
      * clean-up after both survivors have read the kill time). */
     rc = ofccl_barrier(alive);
@@ -224,8 +246,9 @@ int main(int argc, char **argv)
         if (rank == 0)
             unlink(path);
     }
-    if (ofccl_comm_destroy(alive) != 0 || ofccl_comm_destroy(split) != 0 ||
-        ofccl_comm_destroy(world) != 0 || ofccl_ctx_destroy(ctx) != 0)
+    if (ofccl_comm_destroy(idle) != 0 || ofccl_comm_destroy(alive) != 0 ||
+        ofccl_comm_destroy(split) != 0 || ofccl_comm_destroy(world) != 0 ||
+        ofccl_ctx_destroy(ctx) != 0)
         bad = 1;
     free(in);
     free(out);
