@@ -14,7 +14,7 @@ cluster_run "$rph" 60 "$check" "$rph" || { echo "host structure: FAILED"; exit 1
 if [ -n "$peers" ]; then
     for run in "auto direct" "fabric direct" "auto hier"; do
         set -- $run
-        echo "== transport per peer: OFCCL_PEER_TRANSPORT=$1, OFCCL_ALGO_AG=$2"
+        echo "== transport per peer: OFCCL_PEER_TRANSPORT=$1, OFCCL_ALGO_AG=OFCCL_ALGO_RS=$2"
         cluster_run "$rph" 60 "$peers" "$rph" "$1" "$2" || { echo "peers ($run): FAILED"; exit 1; }
         grep -ho 'provider .*' "$CLUSTER_DIR/rank0.log"
     done

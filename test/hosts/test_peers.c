@@ -7,14 +7,16 @@
  * machine by OFCCL_HOST_ID (run_tcpboot.sh with OFCCL_TEST_HOST_RPH).
  *
  * Each rank checks the class its endpoint gives every peer against that
- * placement, then runs an all-gather, checks every element against values
- * computed here, and checks that the bytes each transport carried
- * (ofccl_ctx_stats) are what the algorithm moves, plus at most a little
- * control traffic. direct: one block to each peer. hier (H hosts of L
- * ranks): one block to each of the H-1 ranks of its rail on other hosts, and
- * its rail's H blocks to each of the L-1 other ranks of its host.
- * Usage: test_peers RPH auto|fabric [direct|hier] (the OFCCL_PEER_TRANSPORT
- * and OFCCL_ALGO_AG it sets)
+ * placement, then runs an all-gather and a reduce-scatter, checks every
+ * element against values computed here, and checks that the bytes each
+ * transport carried (ofccl_ctx_stats) are what the algorithm moves, plus at
+ * most a little control traffic. Both collectives move the same blocks:
+ * direct, one block to each peer; hier (H hosts of L ranks), one block (its
+ * own, or its host's partial of a peer's) to each of the H-1 ranks of its
+ * rail on other hosts, and H blocks (its rail's, or its contributions to
+ * them) to each of the L-1 other ranks of its host.
+ * Usage: test_peers RPH auto|fabric [direct|hier] (the OFCCL_PEER_TRANSPORT,
+ * OFCCL_ALGO_AG and OFCCL_ALGO_RS it sets)
  */
 #include <stdlib.h>
 #include <string.h>
@@ -28,7 +30,7 @@
 static int rph;
 static bool want_auto; /* OFCCL_PEER_TRANSPORT=auto */
 static bool mixed;     /* auto across hosts with several ranks on a host */
-static bool hier;      /* OFCCL_ALGO_AG=hier */
+static bool hier;      /* OFCCL_ALGO_AG=hier, OFCCL_ALGO_RS=hier */
 
 static bool same_host(int p)
 {
@@ -72,6 +74,18 @@ static void check_delta(const char *what, uint64_t got, uint64_t blocks)
                 (unsigned long long)got, (unsigned long long)want, SLACK);
 }
 
+/* Blocks this rank sends to peers on its host, and to other hosts. */
+static void check_moved(const ofccl_stats_t *before, const ofccl_stats_t *after)
+{
+    int hosts = size / rph;
+    uint64_t same = hier ? (uint64_t)hosts * (uint64_t)(rph - 1) : (uint64_t)rph - 1;
+    uint64_t other = hier ? (uint64_t)hosts - 1 : (uint64_t)(size - rph);
+
+    check_delta("the local transport", after->local_bytes - before->local_bytes, mixed ? same : 0);
+    check_delta("the fabric", after->fabric_bytes - before->fabric_bytes,
+                mixed ? other : same + other);
+}
+
 static void test_bytes(void)
 {
     float *send = malloc(COUNT * sizeof(float));
@@ -79,10 +93,6 @@ static void test_bytes(void)
     ofccl_stats_t before = {.size = sizeof(before)}, after = {.size = sizeof(after)};
     ofccl_req_t *req = NULL;
     size_t bad = 0;
-    int hosts = size / rph;
-    /* Blocks this rank sends to peers on its host, and to other hosts. */
-    uint64_t same = hier ? (uint64_t)hosts * (uint64_t)(rph - 1) : (uint64_t)rph - 1;
-    uint64_t other = hier ? (uint64_t)hosts - 1 : (uint64_t)(size - rph);
 
     CU_ASSERT_FATAL(send != NULL && recv != NULL && size <= 64);
     for (size_t i = 0; i < COUNT; i++)
@@ -101,9 +111,49 @@ static void test_bytes(void)
     CU_ASSERT_EQUAL(bad, 0);
     if (bad)
         fprintf(stderr, "rank %d: %zu elements differ\n", rank, bad);
-    check_delta("the local transport", after.local_bytes - before.local_bytes, mixed ? same : 0);
-    check_delta("the fabric", after.fabric_bytes - before.fabric_bytes,
-                mixed ? other : same + other);
+    check_moved(&before, &after);
+    free(send);
+    free(recv);
+}
+
+/* Rank r's contribution to element i of rank b's block: small integers, so
+ * every sum is exact in f32 whatever the order. */
+static float contribution(int r, int b, size_t i)
+{
+    return (float)((int)((i * 7 + (size_t)b * 13 + (size_t)r * 5) % 512) - 256);
+}
+
+static void test_rs_bytes(void)
+{
+    float *send = malloc((size_t)size * COUNT * sizeof(float));
+    float *recv = malloc(COUNT * sizeof(float));
+    ofccl_stats_t before = {.size = sizeof(before)}, after = {.size = sizeof(after)};
+    ofccl_req_t *req = NULL;
+    size_t bad = 0;
+
+    CU_ASSERT_FATAL(send != NULL && recv != NULL && size <= 64);
+    for (int b = 0; b < size; b++)
+        for (size_t i = 0; i < COUNT; i++)
+            send[(size_t)b * COUNT + i] = contribution(rank, b, i);
+    memset(recv, 0xff, COUNT * sizeof(float));
+    CU_ASSERT_EQUAL_FATAL(ofccl_barrier(comm), 0);
+    CU_ASSERT_EQUAL_FATAL(ofccl_ctx_stats(ctx, &before), 0);
+    CU_ASSERT_EQUAL_FATAL(ofccl_reduce_scatter(comm, send, recv, COUNT, OFCCL_F32,
+                                               (ofccl_redop_t){OFCCL_OP_SUM, 1}, &req),
+                          0);
+    CU_ASSERT_EQUAL(ofccl_wait(req), 0);
+    ofccl_req_free(req);
+    CU_ASSERT_EQUAL_FATAL(ofccl_ctx_stats(ctx, &after), 0);
+    for (size_t i = 0; i < COUNT; i++) {
+        float want = 0;
+        for (int r = 0; r < size; r++)
+            want += contribution(r, rank, i);
+        bad += recv[i] != want;
+    }
+    CU_ASSERT_EQUAL(bad, 0);
+    if (bad)
+        fprintf(stderr, "rank %d: reduce-scatter: %zu elements differ\n", rank, bad);
+    check_moved(&before, &after);
     free(send);
     free(recv);
 }
@@ -113,10 +163,11 @@ int main(int argc, char **argv)
     static const cu_test_t tests[] = {
         {"each peer's transport follows its host", test_classes},
         {"all-gather: data exact, bytes per transport", test_bytes},
+        {"reduce-scatter: data exact, bytes per transport", test_rs_bytes},
         {NULL, NULL},
     };
-    static char transport[64], algo[64];
-    const char *const settings[] = {algo, transport, NULL};
+    static char transport[64], algo[64], algo_rs[64];
+    const char *const settings[] = {algo, algo_rs, transport, NULL};
 
     rph = argc > 2 ? atoi(argv[1]) : 0;
     if (rph < 1 || (strcmp(argv[2], "auto") != 0 && strcmp(argv[2], "fabric") != 0)) {
@@ -129,6 +180,7 @@ int main(int argc, char **argv)
         return 2;
     }
     snprintf(algo, sizeof(algo), "ALGO_AG=%s", hier ? "hier" : "direct");
+    snprintf(algo_rs, sizeof(algo_rs), "ALGO_RS=%s", hier ? "hier" : "direct");
     want_auto = strcmp(argv[2], "auto") == 0;
     snprintf(transport, sizeof(transport), "PEER_TRANSPORT=%s", argv[2]);
     return hosts_run_suite("peers", tests, 0, settings);
