@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "boot.h"
+#include "pmix_impl.h"
 #include "util.h"
 
 /* Exchanges done by all PMIx bootstraps of this process: the key suffix. A
@@ -56,11 +57,6 @@ __attribute__((destructor)) static void unpin_pmix(void)
     if (__atomic_exchange_n(&pinned, 0, __ATOMIC_ACQ_REL) != 0)
         PMIx_Finalize(NULL, 0);
 }
-
-typedef struct pmix_boot {
-    pmix_proc_t me;
-    pmix_proc_t all; /* the whole namespace: fences and job-level keys */
-} pmix_boot_t;
 
 /* PMIx timeouts are whole seconds; round up so a short timeout never becomes 0
  * (which PMIx reads as "wait forever"). */
@@ -461,6 +457,8 @@ static const ofccl__boot_ops_t pmix_ops = {
     .allgather = pmix_allgather,
     .barrier = pmix_barrier,
     .finalize = pmix_finalize,
+    .watch = ofccl__pmix_watch,
+    .unwatch = ofccl__pmix_unwatch,
 };
 
 int ofccl__boot_pmix_open(const ofccl__boot_params_t *p, ofccl__boot_t *b, int *unreachable,

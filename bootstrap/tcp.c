@@ -252,6 +252,8 @@ static const ofccl__boot_ops_t tcp_ops = {
     .allgather = ofccl__tcp_allgather,
     .barrier = ofccl__tcp_barrier,
     .finalize = tcp_finalize,
+    .watch = ofccl__boot_watch_none,
+    .unwatch = ofccl__boot_unwatch_none,
 };
 
 static int check_params(const ofccl__boot_params_t *p, ofccl__boot_t *b, ofccl__err_t *e)

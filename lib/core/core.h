@@ -63,6 +63,12 @@ struct ofccl_ctx {
     unsigned kill_at;           /* SIGKILL this rank when it posts collective #kill_at (1-based) */
     struct ofccl__trace *trace; /* OFCCL_TRACE (trace.c); NULL: off */
     int dump_signal;            /* OFCCL_DUMP_SIGNAL: registered with dump.c */
+    /* dead.c: ranks the launcher reported gone, by world (bootstrap) rank: a
+     * static string naming the report, NULL while alive. Written by the
+     * bootstrap's event thread, hence atomics; dead_count counts them. */
+    _Atomic(const char *) *dead_why; /* [boot->size] */
+    atomic_uint dead_count;
+    int dead_watched;
     ofccl__link_t link[OFCCL__LINK_CLASSES]; /* this rank's cost-model constants (links.c) */
 };
 
@@ -140,6 +146,7 @@ struct ofccl_comm {
     int nwins; /* open windows (lib/coll/window.c): destroy is BUSY until 0 */
     /* host names for messages: rank r runs on host_name[host_of[r]] */
     int *host_of;          /* [size] */
+    int *world_of;         /* [size]: each member's rank in the bootstrap's job */
     char (*host_name)[64]; /* [nhosts] (allocated [size]) */
     int nhosts;
     /* Hosts by identity (what decides the transport per peer), numbered by
@@ -321,6 +328,18 @@ int ofccl__notice_fail(ofccl_comm_t *comm);
  * (the rank whose exit is the cause), SILENT means "stop waiting now"; `buf`
  * gets the words that begin its message. */
 int ofccl__notice_cause(const ofccl_comm_t *comm, int *culprit, char *buf, size_t len);
+/* ---- ranks the launcher reports gone (dead.c) ---- */
+/* Follow the bootstrap's failure events (where it has them) / stop. */
+void ofccl__dead_start(ofccl_ctx_t *ctx);
+void ofccl__dead_stop(ofccl_ctx_t *ctx);
+/* How the launcher reported member p gone (a static string), or NULL. */
+const char *ofccl__dead_source(const ofccl_comm_t *comm, int p);
+/* "rank p (world rank w) on host has exited, reported by the launcher (source)". */
+void ofccl__dead_name(const ofccl_comm_t *comm, int p, const char *source, char *buf, size_t len);
+/* At the start of a call: a member reported gone fails the communicator
+ * (sticky REMOTE_ERROR naming it). Returns the sticky error, 0 when none. */
+int ofccl__dead_fail(ofccl_comm_t *comm);
+
 /* Collectives of the communicator posted and not yet completed. */
 int ofccl__comm_active_requests(const ofccl_comm_t *comm);
 

@@ -243,6 +243,7 @@ static int ctx_open(ofccl_ctx_t *ctx, const ofccl_ctx_params_t *params)
     if (rc)
         return rc;
     ctx->log.rank = ctx->boot->rank;
+    ofccl__dead_start(ctx);
 
     rc = ofccl__topo_load(ofccl__cfg_str(&ctx->cfg, OFCCL__CFG_TOPO_XML), &ctx->log, &ctx->topo, e);
     if (rc)
@@ -305,8 +306,10 @@ static void ctx_close(ofccl_ctx_t *ctx)
         ofccl__prov_close(ctx->prov);
     if (ctx->topo)
         ofccl__topo_free(ctx->topo);
-    if (ctx->boot)
+    if (ctx->boot) {
+        ofccl__dead_stop(ctx);
         ofccl__boot_close(ctx->boot);
+    }
     free(ctx);
 }
 

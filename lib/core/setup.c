@@ -24,11 +24,12 @@
  * across ranks (config.h: scope AGREE), the endpoint name. */
 #define SETUP_NAME_LEN 64
 #define SETUP_AGREE_MAX 32
-#define SETUP_FIXED (4 * (7 + 3 * OFCCL__LINK_CLASSES) + 2 * SETUP_NAME_LEN + 8 * 4)
+#define SETUP_FIXED (4 * (8 + 3 * OFCCL__LINK_CLASSES) + 2 * SETUP_NAME_LEN + 8 * 4)
 #define SETUP_MAX (SETUP_FIXED + 8 * SETUP_AGREE_MAX + OFCCL__NAME_MAX)
 
 typedef struct setup {
     uint32_t size, comm_id, signal_mode, strict, cq_data_size, nagree, namelen;
+    uint32_t world; /* the rank in the bootstrap's job (the launcher's rank) */
     ofccl__link_t link[OFCCL__LINK_CLASSES]; /* this rank's: configured or measured */
     char prov[SETUP_NAME_LEN];
     char host[SETUP_NAME_LEN]; /* the host's name, for messages */
@@ -53,11 +54,11 @@ static void setup_agree_fill(const ofccl__config_t *cfg, setup_t *s)
 
 static size_t setup_pack(const setup_t *s, uint8_t *out)
 {
-    const uint32_t w32[] = {s->size,           s->comm_id,          s->signal_mode,
-                            s->strict,         s->cq_data_size,     s->nagree,
-                            s->namelen,        s->link[0].alpha_ns, s->link[0].mbps,
-                            s->link[0].source, s->link[1].alpha_ns, s->link[1].mbps,
-                            s->link[1].source};
+    const uint32_t w32[] = {
+        s->size,           s->comm_id,        s->signal_mode,      s->strict,
+        s->cq_data_size,   s->nagree,         s->namelen,          s->link[0].alpha_ns,
+        s->link[0].mbps,   s->link[0].source, s->link[1].alpha_ns, s->link[1].mbps,
+        s->link[1].source, s->world};
     const uint64_t w64[] = {s->host_key, s->ctrl_base, s->ctrl_key, s->ctrl_len};
     uint8_t *p = out;
 
@@ -77,11 +78,11 @@ static size_t setup_pack(const setup_t *s, uint8_t *out)
 /* Untrusted input: check every length before use. */
 static int setup_unpack(ofccl_comm_t *comm, int from, const uint8_t *in, size_t len, setup_t *s)
 {
-    uint32_t *w32[] = {&s->size,           &s->comm_id,          &s->signal_mode,
-                       &s->strict,         &s->cq_data_size,     &s->nagree,
-                       &s->namelen,        &s->link[0].alpha_ns, &s->link[0].mbps,
-                       &s->link[0].source, &s->link[1].alpha_ns, &s->link[1].mbps,
-                       &s->link[1].source};
+    uint32_t *w32[] = {
+        &s->size,           &s->comm_id,        &s->signal_mode,      &s->strict,
+        &s->cq_data_size,   &s->nagree,         &s->namelen,          &s->link[0].alpha_ns,
+        &s->link[0].mbps,   &s->link[0].source, &s->link[1].alpha_ns, &s->link[1].mbps,
+        &s->link[1].source, &s->world};
     uint64_t *w64[] = {&s->host_key, &s->ctrl_base, &s->ctrl_key, &s->ctrl_len};
     const uint8_t *p = in;
 
@@ -104,6 +105,10 @@ static int setup_unpack(ofccl_comm_t *comm, int from, const uint8_t *in, size_t 
                                 "comm setup: rank %d sent %u settings and an endpoint name of %u "
                                 "bytes in a %zu-byte record",
                                 from, s->nagree, s->namelen, len);
+    if (s->world >= (uint32_t)comm->ctx->boot->size)
+        return ofccl__comm_fail(comm, OFCCL_ERR_CORRUPT,
+                                "comm setup: rank %d says it is rank %u of a job of %d", from,
+                                s->world, comm->ctx->boot->size);
     if (s->ctrl_len < comm->ctrl_words * sizeof(uint64_t))
         return ofccl__comm_fail(comm, OFCCL_ERR_CORRUPT,
                                 "comm setup: rank %d advertised a control region of %llu bytes",
@@ -286,6 +291,7 @@ static int setup_local(ofccl_comm_t *comm, setup_t *mine, uint8_t *blob, size_t 
     if (rc)
         return ofccl__comm_fail(comm, rc, "%s", comm->err.msg);
     mine->size = (uint32_t)comm->size;
+    mine->world = (uint32_t)ctx->boot->rank;
     mine->comm_id = ctx->comm_seq + 1; /* a proposal: the highest one wins */
     mine->signal_mode = (uint32_t)comm->signal_mode;
     mine->strict = caps->strict;
@@ -324,8 +330,9 @@ static int setup_peers(ofccl_comm_t *comm, const setup_t *mine, const uint8_t *a
     comm->peer_ctrl = calloc((size_t)comm->size, sizeof(*comm->peer_ctrl));
     comm->host_of = calloc((size_t)comm->size, sizeof(*comm->host_of));
     comm->host_name = calloc((size_t)comm->size, sizeof(*comm->host_name));
+    comm->world_of = calloc((size_t)comm->size, sizeof(*comm->world_of));
     if (!theirs || !keys || !names || !namelens || !links || !comm->peer_ctrl || !comm->host_of ||
-        !comm->host_name) {
+        !comm->host_name || !comm->world_of) {
         rc = ofccl__comm_fail(comm, OFCCL_ERR_NO_MEMORY, "comm setup: no memory for %d ranks",
                               comm->size);
         goto out;
@@ -356,6 +363,7 @@ static int setup_peers(ofccl_comm_t *comm, const setup_t *mine, const uint8_t *a
         if (rc)
             break;
         *id = OFCCL__MAX(*id, theirs[r].comm_id);
+        comm->world_of[r] = (int)theirs[r].world;
         keys[r] = theirs[r].host_key;
         if (theirs[r].host_key == mine->host_key) {
             local_rank += r < comm->rank;
@@ -546,6 +554,7 @@ void ofccl__comm_free(ofccl_comm_t *comm)
     free(comm->peer_ctrl);
     free(comm->peer_ctrl_at);
     free(comm->host_of);
+    free(comm->world_of);
     free(comm->host_name);
     free(comm->node_of);
     free(comm->node_idx);
