@@ -115,6 +115,12 @@ const ofccl__algo_t *ofccl__choose(ofccl_comm_t *comm, int coll, size_t block, i
         return cands_of(coll)[OFCCL__CAND_RING].algo;
     if (forced == 3 && (ofccl__choose_valid(comm, coll) & (1u << OFCCL__CAND_HIER)))
         return cands_of(coll)[OFCCL__CAND_HIER].algo;
+    if (forced == 3 && ofccl__comm_note_once(comm, OFCCL__NOTE_HIER_UNFIT))
+        OFCCL__WARN(&comm->ctx->log, OFCCL__SUB_COLL,
+                    "rank %d: a hierarchical algorithm is asked for (OFCCL_ALGO_AG/RS=hier), but "
+                    "this communicator is not several hosts of as many ranks each (%d ranks on %d "
+                    "host%s): direct runs instead",
+                    comm->rank, comm->size, comm->nnodes, comm->nnodes == 1 ? "" : "s");
     if (eager)
         return eager_of(coll);
     if (forced == 0 && ofccl__comm_note_once(comm, OFCCL__NOTE_COST)) {
