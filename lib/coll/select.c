@@ -20,7 +20,10 @@
 #define CHAIN_MIN_RANKS 3
 #define CHAIN_MIN_BLOCK (256u << 10)
 
-/* Broadcast: eager when small; on mapped memory every rank reads the root's
+static bool hier(ofccl_comm_t *comm, int forced, size_t block, int bucket);
+
+/* Broadcast: eager when small; across hosts hierarchical where the
+ * all-gather's is (hier below); on mapped memory every rank reads the root's
  * buffer at once (pull), at any rank count: measured at 16 and 32 ranks it is
  * 2-15x the chain and the direct broadcast at every size from 64 KiB to 64 MiB
  * (docs/performance.md); otherwise direct, or the chain when large enough for
@@ -31,6 +34,9 @@ static const ofccl__algo_t *choose_bcast(ofccl_comm_t *comm, size_t block, int b
 
     if (forced == 0 && !bucket && ofccl__eager_possible(comm, block))
         return &ofccl__bc_eager;
+    /* Across hosts: the all-gather's rule (its hier's value 3 is our 4). */
+    if ((forced == 0 || forced == 4) && hier(comm, forced ? 3 : 0, block, bucket))
+        return &ofccl__bc_hier;
     if (forced == 3 || (forced == 0 && ofccl__comm_caps(comm)->peer_map))
         return ofccl__comm_caps(comm)->peer_map ? &ofccl__bc_pull : &ofccl__bc_direct;
     if (forced == 2 || (forced == 0 && comm->size >= CHAIN_MIN_RANKS && block >= CHAIN_MIN_BLOCK))
