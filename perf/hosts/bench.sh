@@ -10,18 +10,25 @@
 #                     host sends the other half of the S bytes (its 4 ranks'
 #                     blocks, or its partial sums of the other host's shards)
 #                     at least once, so 1.0 is the bound for any algorithm.
+# A broadcast (from rank 0) must carry its S bytes across the link once, from
+# the root's host: there link is S / ceiling / time (= busbw / ceiling).
 #
 # Usage: perf/hosts/bench.sh [-B build] [-R rate] [-b min] [-e max] [-n iters]
-#          [-w warmup] [-a "algo ..."] [-r ranks_per_host] [-c 0|1] [-o outdir]
+#          [-w warmup] [-a "algo ..."] [-x "algo ..."] [-r ranks_per_host] [-c 0|1]
+#          [-o outdir]
 #   -a  values of OFCCL_ALGO_AG / OFCCL_ALGO_RS to compare (ofccl_perf -a;
-#       default "direct ring"); a hierarchical algorithm joins the list by name.
+#       default "direct ring"); a hierarchical algorithm joins the list by name;
+#       "" runs no all-gather or reduce-scatter.
+#   -x  values of OFCCL_ALGO_BC to compare with broadcasts (ofccl_perf -o bc
+#       -s ALGO_BC=<algo>), e.g. "direct chain hier"; default none.
 #   -c  ofccl_perf -c: 1 (default) checks every element after the timed batch.
 # Needs root (namespaces, tc). CSVs go to outdir (default perf/out/hosts).
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 build=build rate=1gbit minb=1M maxb=64M iters=5 warmup=1 algos="direct ring" rph=4 check=1
+bcalgos=""
 out=perf/out/hosts
-while getopts "B:R:b:e:n:w:a:r:c:o:h" c; do
+while getopts "B:R:b:e:n:w:a:x:r:c:o:h" c; do
     case $c in
     B) build=$OPTARG ;;
     R) rate=$OPTARG ;;
@@ -30,6 +37,7 @@ while getopts "B:R:b:e:n:w:a:r:c:o:h" c; do
     n) iters=$OPTARG ;;
     w) warmup=$OPTARG ;;
     a) algos=$OPTARG ;;
+    x) bcalgos=$OPTARG ;;
     r) rph=$OPTARG ;;
     c) check=$OPTARG ;;
     o) out=$OPTARG ;;
@@ -68,12 +76,17 @@ for algo in $algos; do
     cluster_run "$rph" 580 "$perf" -o all -b "$minb" -e "$maxb" -f 2 -n "$iters" -w "$warmup" \
         -a "$algo" -c "$check" -C "$out/ofccl-$algo.csv" || exit 1
 done
+for algo in $bcalgos; do
+    echo "# ofccl_perf -o bc, $((2 * rph)) ranks, root 0, OFCCL_ALGO_BC=$algo"
+    cluster_run "$rph" 580 "$perf" -o bc -b "$minb" -e "$maxb" -f 2 -n "$iters" -w "$warmup" \
+        -s "ALGO_BC=$algo" -c "$check" -C "$out/ofccl-bc-$algo.csv" || exit 1
+done
 c2=$(ceiling 2)
 echo "# link ceiling after: ${c2:-?} B/s per direction"
 [ -n "$c2" ] || exit 1
 
 # shellcheck disable=SC2086 # one argument per algorithm
-/usr/bin/python3 - "$c1" "$c2" "$rate" "$out" $algos <<'EOF'
+/usr/bin/python3 - "$c1" "$c2" "$rate" "$out" $algos ${bcalgos:+-- $bcalgos} <<'EOF'
 import csv, sys
 c1, c2, rate, out = float(sys.argv[1]), float(sys.argv[2]), sys.argv[3], sys.argv[4]
 ceil = (c1 + c2) / 2
@@ -81,14 +94,19 @@ print("# ceiling used: %.1f MB/s per direction (mean of %.1f before, %.1f after;
       % (ceil / 1e6, c1 / 1e6, c2 / 1e6, rate))
 print("%-6s %-6s %5s %9s %11s %11s %9s %6s" % ("coll", "algo", "ranks", "size", "time(us)",
                                                "busbw(MB/s)", "busbw/C", "link"))
-rows, wrong = [], 0
-for algo in sys.argv[5:]:
-    with open("%s/ofccl-%s.csv" % (out, algo)) as f:
+rows, wrong, args = [], 0, sys.argv[5:]
+cut = args.index("--") if "--" in args else len(args)
+files = [(a, "%s/ofccl-%s.csv" % (out, a)) for a in args[:cut]] + \
+        [(a, "%s/ofccl-bc-%s.csv" % (out, a)) for a in args[cut + 1:]]
+for algo, name in files:
+    with open(name) as f:
         for r in csv.DictReader(f):
             size, t = int(r["size"]), float(r["time_us"]) / 1e6
             busbw = float(r["busbw_GBps"]) * 1e9
             wrong += int(r["wrong"])
-            link = (size / 2) / ceil / t
+            # The bytes that must cross: half of S from each host (all-gather,
+            # reduce-scatter), or S from the root's host (broadcast).
+            link = (size if r["coll"] == "bc" else size / 2) / ceil / t
             rows.append((r["coll"], algo, r["ranks"], size, t * 1e6, busbw / 1e6, busbw / ceil,
                          link))
 for r in rows:
