@@ -12,7 +12,9 @@
  * (ofccl_ctx_stats) are what the algorithm moves, plus at most a little
  * control traffic. direct: one block to each peer. hier (H hosts of L
  * ranks): one block to each of the H-1 ranks of its rail on other hosts, and
- * its rail's H blocks to each of the L-1 other ranks of its host.
+ * its rail's H blocks to each of the L-1 other ranks of its host. With hier,
+ * a hierarchical broadcast too (OFCCL_ALGO_BC=hier): its data and its bytes
+ * per transport (test_bcast_bytes).
  * Usage: test_peers RPH auto|fabric [direct|hier] (the OFCCL_PEER_TRANSPORT
  * and OFCCL_ALGO_AG it sets)
  */
@@ -108,15 +110,65 @@ static void test_bytes(void)
     free(recv);
 }
 
+static void check_bytes(const char *what, uint64_t got, uint64_t want)
+{
+    CU_ASSERT_TRUE(got >= want && got <= want + SLACK);
+    if (got < want || got > want + SLACK)
+        fprintf(stderr, "rank %d: %s carried %llu bytes, expected %llu (+ up to %d)\n", rank, what,
+                (unsigned long long)got, (unsigned long long)want, SLACK);
+}
+
+/* Hierarchical broadcast (OFCCL_ALGO_BC=hier) of 1 MiB from the last rank (on
+ * the last host): slice i (of L) goes along rail i from the root's host,
+ * host after host, so each rank but those of the host before the root's sends
+ * one slice over the fabric (each byte crosses to each host once); within a
+ * host each rank sends its slice to the others but the root, the root each
+ * rank's slice and its own. Data checked byte by byte. */
+static void test_bcast_bytes(void)
+{
+    const size_t bytes = COUNT * sizeof(float), slice = bytes / (size_t)rph;
+    uint8_t *buf = malloc(bytes);
+    ofccl_stats_t before = {.size = sizeof(before)}, after = {.size = sizeof(after)};
+    ofccl_req_t *req = NULL;
+    int hosts = size / rph, root = size - 1, hop = (rank / rph - root / rph + hosts) % hosts;
+    uint64_t fabric = hop + 1 < hosts ? slice : 0, local;
+    size_t bad = 0;
+
+    if (!hier)
+        return;
+    if (rank == root)
+        local = 2 * (uint64_t)(rph - 1) * slice;
+    else
+        local = (uint64_t)(hop == 0 ? rph - 2 : rph - 1) * slice;
+    CU_ASSERT_FATAL(buf != NULL && bytes % (size_t)rph == 0);
+    for (size_t i = 0; i < bytes; i++)
+        buf[i] = rank == root ? (uint8_t)(i * 7 + i / 251) : 0xA5;
+    CU_ASSERT_EQUAL_FATAL(ofccl_barrier(comm), 0);
+    CU_ASSERT_EQUAL_FATAL(ofccl_ctx_stats(ctx, &before), 0);
+    CU_ASSERT_EQUAL_FATAL(ofccl_broadcast(comm, buf, bytes, OFCCL_U8, root, &req), 0);
+    CU_ASSERT_EQUAL(ofccl_wait(req), 0);
+    ofccl_req_free(req);
+    CU_ASSERT_EQUAL_FATAL(ofccl_ctx_stats(ctx, &after), 0);
+    for (size_t i = 0; i < bytes; i++)
+        bad += buf[i] != (uint8_t)(i * 7 + i / 251);
+    CU_ASSERT_EQUAL(bad, 0);
+    check_bytes("broadcast: the local transport", after.local_bytes - before.local_bytes,
+                mixed ? local : 0);
+    check_bytes("broadcast: the fabric", after.fabric_bytes - before.fabric_bytes,
+                mixed ? fabric : fabric + local);
+    free(buf);
+}
+
 int main(int argc, char **argv)
 {
     static const cu_test_t tests[] = {
         {"each peer's transport follows its host", test_classes},
         {"all-gather: data exact, bytes per transport", test_bytes},
+        {"hierarchical broadcast: data exact, bytes per transport", test_bcast_bytes},
         {NULL, NULL},
     };
-    static char transport[64], algo[64];
-    const char *const settings[] = {algo, transport, NULL};
+    static char transport[64], algo[64], algo_bc[64];
+    const char *const settings[] = {algo, transport, algo_bc, NULL};
 
     rph = argc > 2 ? atoi(argv[1]) : 0;
     if (rph < 1 || (strcmp(argv[2], "auto") != 0 && strcmp(argv[2], "fabric") != 0)) {
@@ -129,6 +181,7 @@ int main(int argc, char **argv)
         return 2;
     }
     snprintf(algo, sizeof(algo), "ALGO_AG=%s", hier ? "hier" : "direct");
+    snprintf(algo_bc, sizeof(algo_bc), "ALGO_BC=%s", hier ? "hier" : "auto");
     want_auto = strcmp(argv[2], "auto") == 0;
     snprintf(transport, sizeof(transport), "PEER_TRANSPORT=%s", argv[2]);
     return hosts_run_suite("peers", tests, 0, settings);
