@@ -64,14 +64,33 @@ static float value(int r, size_t i)
     return (float)(r * COUNT + (int)i); /* exact: below 2^24 for up to 64 ranks */
 }
 
-static void check_delta(const char *what, uint64_t got, uint64_t blocks)
+static void check_bytes(const char *what, uint64_t got, uint64_t want)
 {
-    uint64_t want = blocks * COUNT * sizeof(float);
-
     CU_ASSERT_TRUE(got >= want && got <= want + SLACK);
     if (got < want || got > want + SLACK)
         fprintf(stderr, "rank %d: %s carried %llu bytes, expected %llu (+ up to %d)\n", rank, what,
                 (unsigned long long)got, (unsigned long long)want, SLACK);
+}
+
+static void check_delta(const char *what, uint64_t got, uint64_t blocks)
+{
+    check_bytes(what, got, blocks * COUNT * sizeof(float));
+}
+
+/* Traffic of the setup and of earlier tests is behind every rank: a barrier,
+ * then the counters; once the collective posted (`rc`, `req`) is done, again. */
+static void stats_before(ofccl_stats_t *before)
+{
+    CU_ASSERT_EQUAL_FATAL(ofccl_barrier(comm), 0);
+    CU_ASSERT_EQUAL_FATAL(ofccl_ctx_stats(ctx, before), 0);
+}
+
+static void stats_after(int rc, ofccl_req_t *req, ofccl_stats_t *after)
+{
+    CU_ASSERT_EQUAL_FATAL(rc, 0);
+    CU_ASSERT_EQUAL(ofccl_wait(req), 0);
+    ofccl_req_free(req);
+    CU_ASSERT_EQUAL_FATAL(ofccl_ctx_stats(ctx, after), 0);
 }
 
 static void test_bytes(void)
@@ -81,7 +100,7 @@ static void test_bytes(void)
     ofccl_stats_t before = {.size = sizeof(before)}, after = {.size = sizeof(after)};
     ofccl_req_t *req = NULL;
     size_t bad = 0;
-    int hosts = size / rph;
+    int hosts = size / rph, rc;
     /* Blocks this rank sends to peers on its host, and to other hosts. */
     uint64_t same = hier ? (uint64_t)hosts * (uint64_t)(rph - 1) : (uint64_t)rph - 1;
     uint64_t other = hier ? (uint64_t)hosts - 1 : (uint64_t)(size - rph);
@@ -90,13 +109,9 @@ static void test_bytes(void)
     for (size_t i = 0; i < COUNT; i++)
         send[i] = value(rank, i);
     memset(recv, 0xff, (size_t)size * COUNT * sizeof(float));
-    /* Traffic of the setup and of earlier tests is behind every rank. */
-    CU_ASSERT_EQUAL_FATAL(ofccl_barrier(comm), 0);
-    CU_ASSERT_EQUAL_FATAL(ofccl_ctx_stats(ctx, &before), 0);
-    CU_ASSERT_EQUAL_FATAL(ofccl_allgather(comm, send, recv, COUNT, OFCCL_F32, &req), 0);
-    CU_ASSERT_EQUAL(ofccl_wait(req), 0);
-    ofccl_req_free(req);
-    CU_ASSERT_EQUAL_FATAL(ofccl_ctx_stats(ctx, &after), 0);
+    stats_before(&before);
+    rc = ofccl_allgather(comm, send, recv, COUNT, OFCCL_F32, &req);
+    stats_after(rc, req, &after);
     for (int r = 0; r < size; r++)
         for (size_t i = 0; i < COUNT; i++)
             bad += recv[(size_t)r * COUNT + i] != value(r, i);
@@ -108,14 +123,6 @@ static void test_bytes(void)
                 mixed ? other : same + other);
     free(send);
     free(recv);
-}
-
-static void check_bytes(const char *what, uint64_t got, uint64_t want)
-{
-    CU_ASSERT_TRUE(got >= want && got <= want + SLACK);
-    if (got < want || got > want + SLACK)
-        fprintf(stderr, "rank %d: %s carried %llu bytes, expected %llu (+ up to %d)\n", rank, what,
-                (unsigned long long)got, (unsigned long long)want, SLACK);
 }
 
 /* Hierarchical broadcast (OFCCL_ALGO_BC=hier) of 1 MiB from the last rank (on
@@ -130,7 +137,7 @@ static void test_bcast_bytes(void)
     uint8_t *buf = malloc(bytes);
     ofccl_stats_t before = {.size = sizeof(before)}, after = {.size = sizeof(after)};
     ofccl_req_t *req = NULL;
-    int hosts = size / rph, root = size - 1, hop = (rank / rph - root / rph + hosts) % hosts;
+    int hosts = size / rph, root = size - 1, hop = (rank / rph - root / rph + hosts) % hosts, rc;
     uint64_t fabric = hop + 1 < hosts ? slice : 0, local;
     size_t bad = 0;
 
@@ -143,12 +150,9 @@ static void test_bcast_bytes(void)
     CU_ASSERT_FATAL(buf != NULL && bytes % (size_t)rph == 0);
     for (size_t i = 0; i < bytes; i++)
         buf[i] = rank == root ? (uint8_t)(i * 7 + i / 251) : 0xA5;
-    CU_ASSERT_EQUAL_FATAL(ofccl_barrier(comm), 0);
-    CU_ASSERT_EQUAL_FATAL(ofccl_ctx_stats(ctx, &before), 0);
-    CU_ASSERT_EQUAL_FATAL(ofccl_broadcast(comm, buf, bytes, OFCCL_U8, root, &req), 0);
-    CU_ASSERT_EQUAL(ofccl_wait(req), 0);
-    ofccl_req_free(req);
-    CU_ASSERT_EQUAL_FATAL(ofccl_ctx_stats(ctx, &after), 0);
+    stats_before(&before);
+    rc = ofccl_broadcast(comm, buf, bytes, OFCCL_U8, root, &req);
+    stats_after(rc, req, &after);
     for (size_t i = 0; i < bytes; i++)
         bad += buf[i] != (uint8_t)(i * 7 + i / 251);
     CU_ASSERT_EQUAL(bad, 0);
