@@ -93,9 +93,11 @@ typedef enum ofccl__cfg_type {
       "network, mount and PID namespace identities (tests that simulate hosts set it)")            \
     X(LIBRARY, STRING, LOCAL, "", "<path>", 0, 0,                                                  \
       "Python package only: path of the libofccl.so it loads; the C library ignores it")           \
-    X(ALGO_BC, ENUM, AGREE, "auto", "auto|direct|chain|pull", 0, 0,                                \
-      "Broadcast algorithm; auto = eager when small, else the cheaper of direct and chain by the " \
-      "cost model; where peers' memory maps direct is pull (every rank reads the root's buffer)")  \
+    X(ALGO_BC, ENUM, AGREE, "auto", "auto|direct|chain|pull|hier", 0, 0,                           \
+      "Broadcast algorithm; auto = eager when small, else the cheapest of direct, chain and hier " \
+      "(slices along rails between hosts, then within each host) by the cost model; where peers' " \
+      "memory maps direct is pull (every rank reads the root's buffer); hier where it does not "   \
+      "fit is direct")                                                                             \
     X(BOOT_GROUP, STRING, LOCAL, "", "<name>", 0, 0,                                               \
       "TCP rendezvous of separately launched jobs: this process's group (BOOT_RANK is its rank "   \
       "in it)")                                                                                    \

@@ -38,6 +38,9 @@ extern const ofccl__algo_t ofccl__rs_pull;
 /* Broadcast (broadcast/): eager for small ones, pull where peers' memory maps,
  * direct, and the pipelined chain for large ones on many ranks. */
 extern const ofccl__algo_t ofccl__bc_eager, ofccl__bc_direct, ofccl__bc_chain, ofccl__bc_pull;
+/* Broadcast across hosts (broadcast/hier.c): slices along rails from the
+ * root's host, then within each host; only where ofccl__ag_hier_fits. */
+extern const ofccl__algo_t ofccl__bc_hier;
 
 /* The one place an algorithm is chosen (select.c): OFCCL_ALGO_* first, then
  * size and rank count, then what the memory and provider allow (eager slots

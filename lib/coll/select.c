@@ -9,10 +9,6 @@
  * then decides the variant of direct: where peers' memory maps, a
  * reduce-scatter reads its peers' blocks in place and a broadcast's
  * receivers read the root's buffer at once (pull).
- *
- * The hierarchical broadcast is a candidate of the model already; until its
- * algorithm exists its fits check says "no" (below), so the model never
- * picks it.
  */
 #include "coll.h"
 #include "cost.h"
@@ -23,13 +19,6 @@ typedef struct cand {
     const ofccl__algo_t *algo;
     bool (*fits)(const ofccl_comm_t *comm);
 } cand_t;
-
-/* Not available yet: broadcast/hier.c. */
-static bool not_yet(const ofccl_comm_t *comm)
-{
-    (void)comm;
-    return false;
-}
 
 static const cand_t ag_cands[OFCCL__CAND_COUNT] = {
     [OFCCL__CAND_DIRECT] = {&ofccl__ag_direct, NULL},
@@ -43,7 +32,7 @@ static const cand_t rs_cands[OFCCL__CAND_COUNT] = {
 };
 static const cand_t bc_cands[OFCCL__CAND_COUNT] = {
     [OFCCL__CAND_DIRECT] = {&ofccl__bc_direct, NULL},
-    [OFCCL__CAND_HIER] = {NULL, not_yet},
+    [OFCCL__CAND_HIER] = {&ofccl__bc_hier, ofccl__ag_hier_fits}, /* the same shape */
     [OFCCL__CAND_CHAIN] = {&ofccl__bc_chain, NULL},
 };
 
@@ -91,11 +80,29 @@ static const ofccl__algo_t *eager_of(int coll)
                                : &ofccl__bc_eager;
 }
 
-/* OFCCL_ALGO_BC: 1 direct, 2 chain, 3 pull (direct where memory does not map). */
+/* A hierarchical algorithm asked for where the communicator lacks the shape:
+ * direct runs (a setting may reach split communicators inside one host), said
+ * once per communicator. */
+static void hier_unfit(ofccl_comm_t *comm)
+{
+    if (ofccl__comm_note_once(comm, OFCCL__NOTE_HIER_UNFIT))
+        OFCCL__WARN(&comm->ctx->log, OFCCL__SUB_COLL,
+                    "rank %d: a hierarchical algorithm is asked for (OFCCL_ALGO_*=hier), but "
+                    "this communicator is not several hosts of as many ranks each (%d ranks on %d "
+                    "host%s): direct runs instead",
+                    comm->rank, comm->size, comm->nnodes, comm->nnodes == 1 ? "" : "s");
+}
+
+/* OFCCL_ALGO_BC: 1 direct, 2 chain, 3 pull (direct where memory does not map),
+ * 4 hier (direct where it does not fit). */
 static const ofccl__algo_t *forced_bcast(ofccl_comm_t *comm, int forced)
 {
     if (forced == 2)
         return &ofccl__bc_chain;
+    if (forced == 4 && (ofccl__choose_valid(comm, OFCCL__BC) & (1u << OFCCL__CAND_HIER)))
+        return &ofccl__bc_hier;
+    if (forced == 4)
+        hier_unfit(comm);
     return forced == 3 ? direct_variant(comm, OFCCL__BC) : &ofccl__bc_direct;
 }
 
@@ -115,12 +122,8 @@ const ofccl__algo_t *ofccl__choose(ofccl_comm_t *comm, int coll, size_t block, i
         return cands_of(coll)[OFCCL__CAND_RING].algo;
     if (forced == 3 && (ofccl__choose_valid(comm, coll) & (1u << OFCCL__CAND_HIER)))
         return cands_of(coll)[OFCCL__CAND_HIER].algo;
-    if (forced == 3 && ofccl__comm_note_once(comm, OFCCL__NOTE_HIER_UNFIT))
-        OFCCL__WARN(&comm->ctx->log, OFCCL__SUB_COLL,
-                    "rank %d: a hierarchical algorithm is asked for (OFCCL_ALGO_AG/RS=hier), but "
-                    "this communicator is not several hosts of as many ranks each (%d ranks on %d "
-                    "host%s): direct runs instead",
-                    comm->rank, comm->size, comm->nnodes, comm->nnodes == 1 ? "" : "s");
+    if (forced == 3)
+        hier_unfit(comm);
     if (eager)
         return eager_of(coll);
     if (forced == 0 && ofccl__comm_note_once(comm, OFCCL__NOTE_COST)) {

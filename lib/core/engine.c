@@ -290,8 +290,11 @@ static bool flush_descriptors(ofccl__req_t *r)
     bool pending = r->status == OFCCL_ERR_MISMATCH && (r->descs_sent < (unsigned)comm->size ||
                                                        r->ops_out > 0 || ofccl__layout_busy(comm));
 
+    /* A peer that has not posted yet writes its descriptor here when it does:
+     * leaving before would fail that write ("peer gone") instead of letting it
+     * find the difference in ours. */
     for (int p = 0; p < comm->size && !pending && r->status == OFCCL_ERR_MISMATCH; p++)
-        pending = (r->sig_mask[p] >> 63) != 0;
+        pending = (r->sig_mask[p] >> 63) != 0 || ofccl__desc_owed(r, p);
     /* Failure notices to the other ranks go out before we may leave. */
     pending |= ofccl__notice_busy(comm);
     if (!pending)

@@ -66,6 +66,9 @@ void ofccl__on_coll_signal(void *arg, uint32_t payload);
 uint64_t ofccl__scalar_bits(const ofccl__req_t *r);
 uint64_t ofccl__fingerprint(const ofccl__req_t *r);
 bool ofccl__desc_landed(const ofccl__req_t *r, int from);
+/* Do we write to `from` and has its descriptor neither been taken nor landed
+ * (it has not posted the collective yet)? */
+bool ofccl__desc_owed(const ofccl__req_t *r, int from);
 int ofccl__desc_send(ofccl__req_t *r);
 int ofccl__desc_take(ofccl__req_t *r);
 void ofccl__on_desc_signal(void *arg, uint32_t payload);
