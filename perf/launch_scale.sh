@@ -90,7 +90,7 @@ echo "launcher   N    skew  ctx-all  comm-all  cpu-ctx  cpu-comm  launcher-wall"
 for launcher in $launchers; do
     for n in "$@"; do
         rows=""
-        for r in $(seq 1 "$reps"); do
+        for _ in $(seq 1 "$reps"); do
             row=$(one "$launcher" "$n") || { status=1; continue; }
             rows="$rows$row
 "

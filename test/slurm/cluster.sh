@@ -26,8 +26,8 @@ slurm_cluster__log() { echo "slurm-cluster: $*" >&2; }
 # A TCP port nobody listens on, from a range the kernel does not hand out on
 # its own (ip_local_port_range starts at 32768 by default).
 slurm_cluster__free_port() {
-    local p i
-    for i in $(seq 1 200); do
+    local p
+    for _ in $(seq 1 200); do
         p=$((10000 + (RANDOM * 32768 + RANDOM) % 20000))
         if ! ss -Htan 2>/dev/null | awk '{print $4}' | grep -q ":$p\$"; then
             echo "$p"
@@ -153,7 +153,7 @@ slurm_cluster_start() {
             --seed-file="$dir/munged.seed" {slurm_cluster__lockfd}>&- </dev/null \
             >"$dir/munged.out" 2>&1 &
         OFSLURM_PIDS=$!
-        for b in $(seq 1 50); do
+        for _ in $(seq 1 50); do
             [ -S "$dir/munge.socket" ] && break
             sleep 0.1
         done
@@ -192,13 +192,13 @@ slurm_cluster_start() {
 # Cancel what still runs, then stop each daemon by its process id (TERM, then
 # KILL after a bounded wait) and remove the private directory. Idempotent.
 slurm_cluster_stop() {
-    local dir=${1:-${OFSLURM_DIR:-}} pids p i
+    local dir=${1:-${OFSLURM_DIR:-}} pids p
     [ -n "$dir" ] && [ -d "$dir" ] || return 0
     pids=${OFSLURM_PIDS:-}
     [ -z "$pids" ] && [ -f "$dir/daemons.pid" ] && pids=$(cat "$dir/daemons.pid")
     if [ -f "$dir/slurm.conf" ] && [ -n "$pids" ]; then
         SLURM_CONF=$dir/slurm.conf timeout 10 scancel --quiet --user root 2>/dev/null
-        for i in $(seq 1 50); do
+        for _ in $(seq 1 50); do
             [ -z "$(SLURM_CONF=$dir/slurm.conf timeout 5 squeue -h 2>/dev/null)" ] && break
             sleep 0.2
         done
@@ -208,7 +208,7 @@ slurm_cluster_stop() {
         # Only a process started for this directory (its command line names it).
         tr '\0' ' ' 2>/dev/null <"/proc/$p/cmdline" | grep -qF "$dir" || continue
         kill -TERM "$p" 2>/dev/null || continue
-        for i in $(seq 1 50); do
+        for _ in $(seq 1 50); do
             kill -0 "$p" 2>/dev/null || break
             sleep 0.1
         done

@@ -19,7 +19,7 @@ pass=0
 fail=0
 out=""
 
-# case NAME ENV... -- SRUN-ARGS... ; runs srun with the case's environment and
+# step ENV... -- SRUN-ARGS...: runs srun with the case's environment and
 # keeps its output (stdout and stderr, task-labelled) in $out; returns srun's status.
 step() {
     local envs=() rc t0
