@@ -14,20 +14,20 @@
 # Command line:
 #   cluster.sh run CMD [ARGS...]     start, run CMD, stop; CMD's exit status (77 = no cluster)
 #   cluster.sh start                 start and print `export SLURM_CONF=...` lines to eval
-#   cluster.sh stop DIR              stop the cluster of DIR (the OFCCL_SLURM_DIR printed)
+#   cluster.sh stop DIR              stop the cluster of DIR (the OFSLURM_DIR printed)
 # Settings (environment):
-#   OFCCL_SLURM_CPUS     CPUs of the node (default: nproc); more than this machine has
+#   OFSLURM_CPUS     CPUs of the node (default: nproc); more than this machine has
 #                        lets many tasks share its cores (SlurmdParameters=config_overrides)
-#   OFCCL_SLURM_WAIT_S   bound on each wait for the daemons (default 60)
-#   OFCCL_SLURM_KEEP=1   keep the private directory (logs) after stopping
+#   OFSLURM_WAIT_S   bound on each wait for the daemons (default 60)
+#   OFSLURM_KEEP=1   keep the private directory (logs) after stopping
 
 slurm_cluster__log() { echo "slurm-cluster: $*" >&2; }
 
 # A TCP port nobody listens on, from a range the kernel does not hand out on
 # its own (ip_local_port_range starts at 32768 by default).
 slurm_cluster__free_port() {
-    local p i
-    for i in $(seq 1 200); do
+    local p
+    for _ in $(seq 1 200); do
         p=$((10000 + (RANDOM * 32768 + RANDOM) % 20000))
         if ! ss -Htan 2>/dev/null | awk '{print $4}' | grep -q ":$p\$"; then
             echo "$p"
@@ -40,10 +40,10 @@ slurm_cluster__free_port() {
 # Print the last lines of the daemons' logs, to explain a failure.
 slurm_cluster__tails() {
     local f
-    for f in munged.log slurmctld.log slurmd.log; do
-        [ -s "$OFCCL_SLURM_DIR/$f" ] || continue
+    for f in munged.out munged.log slurmctld.out slurmctld.log slurmd.out slurmd.log; do
+        [ -s "$OFSLURM_DIR/$f" ] || continue
         echo "--- $f (last lines)" >&2
-        tail -n 15 "$OFCCL_SLURM_DIR/$f" >&2
+        tail -n 15 "$OFSLURM_DIR/$f" >&2
     done
 }
 
@@ -96,7 +96,7 @@ slurm_cluster__wait_idle() {
     while [ $((SECONDS - t0)) -lt "$wait_s" ]; do
         state=$(sinfo -h -n "$host" -o %T 2>/dev/null)
         [ "$state" = idle ] && return 0
-        for p in $OFCCL_SLURM_PIDS; do
+        for p in $OFSLURM_PIDS; do
             kill -0 "$p" 2>/dev/null || {
                 slurm_cluster__log "daemon pid $p exited during start"
                 return 1
@@ -108,8 +108,8 @@ slurm_cluster__wait_idle() {
     return 1
 }
 
-# Start munged, slurmctld and slurmd. Exports SLURM_CONF, OFCCL_SLURM_DIR and
-# OFCCL_SLURM_PIDS; returns 0, or 77 with the reason on stderr (nothing left running).
+# Start munged, slurmctld and slurmd. Exports SLURM_CONF, OFSLURM_DIR and
+# OFSLURM_PIDS; returns 0, or 77 with the reason on stderr (nothing left running).
 slurm_cluster_start() {
     local host cpus wait_s ctld_port slurmd_port dir b lockfile rc
     if [ "$(id -u)" -ne 0 ]; then
@@ -123,13 +123,13 @@ slurm_cluster_start() {
         fi
     done
     host=$(hostname -s)
-    cpus=${OFCCL_SLURM_CPUS:-$(nproc)}
-    wait_s=${OFCCL_SLURM_WAIT_S:-60}
+    cpus=${OFSLURM_CPUS:-$(nproc)}
+    wait_s=${OFSLURM_WAIT_S:-60}
     dir=$(mktemp -d "${TMPDIR:-/tmp}/ofccl-slurm.XXXXXX") || return 77
     chmod 700 "$dir"
     mkdir -p "$dir/state" "$dir/spool" "$dir/tmp"
-    export OFCCL_SLURM_DIR=$dir SLURM_CONF=$dir/slurm.conf
-    OFCCL_SLURM_PIDS=""
+    export OFSLURM_DIR=$dir SLURM_CONF=$dir/slurm.conf
+    OFSLURM_PIDS=""
     # The key: 1 KiB of randomness only root may read, as munged demands.
     (umask 077 && head -c 1024 /dev/urandom >"$dir/munge.key")
 
@@ -151,20 +151,20 @@ slurm_cluster_start() {
         munged -F --force --socket="$dir/munge.socket" --key-file="$dir/munge.key" \
             --log-file="$dir/munged.log" --pid-file="$dir/munged.pid" \
             --seed-file="$dir/munged.seed" {slurm_cluster__lockfd}>&- </dev/null \
-            >>"$dir/munged.log" 2>&1 &
-        OFCCL_SLURM_PIDS=$!
-        for b in $(seq 1 50); do
+            >"$dir/munged.out" 2>&1 &
+        OFSLURM_PIDS=$!
+        for _ in $(seq 1 50); do
             [ -S "$dir/munge.socket" ] && break
             sleep 0.1
         done
         if [ -S "$dir/munge.socket" ]; then
             slurmctld -D -i -f "$SLURM_CONF" {slurm_cluster__lockfd}>&- </dev/null \
-                >>"$dir/slurmctld.log" 2>&1 &
-            OFCCL_SLURM_PIDS="$OFCCL_SLURM_PIDS $!"
+                >"$dir/slurmctld.out" 2>&1 &
+            OFSLURM_PIDS="$OFSLURM_PIDS $!"
             slurmd -D -f "$SLURM_CONF" -N "$host" {slurm_cluster__lockfd}>&- </dev/null \
-                >>"$dir/slurmd.log" 2>&1 &
-            OFCCL_SLURM_PIDS="$OFCCL_SLURM_PIDS $!"
-            echo "$OFCCL_SLURM_PIDS" >"$dir/daemons.pid"
+                >"$dir/slurmd.out" 2>&1 &
+            OFSLURM_PIDS="$OFSLURM_PIDS $!"
+            echo "$OFSLURM_PIDS" >"$dir/daemons.pid"
             slurm_cluster__wait_idle "$host" "$wait_s" && rc=0
         else
             slurm_cluster__log "munged made no socket in 5 s"
@@ -174,7 +174,7 @@ slurm_cluster_start() {
     fi
     flock -u "$slurm_cluster__lockfd"
     exec {slurm_cluster__lockfd}>&-
-    export OFCCL_SLURM_PIDS
+    export OFSLURM_PIDS
     if [ $rc -ne 0 ]; then
         slurm_cluster__log "skipped: the Slurm daemons did not start"
         slurm_cluster__tails
@@ -192,13 +192,13 @@ slurm_cluster_start() {
 # Cancel what still runs, then stop each daemon by its process id (TERM, then
 # KILL after a bounded wait) and remove the private directory. Idempotent.
 slurm_cluster_stop() {
-    local dir=${1:-${OFCCL_SLURM_DIR:-}} pids p i
+    local dir=${1:-${OFSLURM_DIR:-}} pids p
     [ -n "$dir" ] && [ -d "$dir" ] || return 0
-    pids=${OFCCL_SLURM_PIDS:-}
+    pids=${OFSLURM_PIDS:-}
     [ -z "$pids" ] && [ -f "$dir/daemons.pid" ] && pids=$(cat "$dir/daemons.pid")
     if [ -f "$dir/slurm.conf" ] && [ -n "$pids" ]; then
         SLURM_CONF=$dir/slurm.conf timeout 10 scancel --quiet --user root 2>/dev/null
-        for i in $(seq 1 50); do
+        for _ in $(seq 1 50); do
             [ -z "$(SLURM_CONF=$dir/slurm.conf timeout 5 squeue -h 2>/dev/null)" ] && break
             sleep 0.2
         done
@@ -206,9 +206,9 @@ slurm_cluster_stop() {
     # slurmd first, then slurmctld, then munged: the reverse of the start.
     for p in $(echo "$pids" | tr ' ' '\n' | tac); do
         # Only a process started for this directory (its command line names it).
-        tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null | grep -qF "$dir" || continue
+        tr '\0' ' ' 2>/dev/null <"/proc/$p/cmdline" | grep -qF "$dir" || continue
         kill -TERM "$p" 2>/dev/null || continue
-        for i in $(seq 1 50); do
+        for _ in $(seq 1 50); do
             kill -0 "$p" 2>/dev/null || break
             sleep 0.1
         done
@@ -218,12 +218,12 @@ slurm_cluster_stop() {
     for p in $pids; do
         wait "$p" 2>/dev/null
     done
-    if [ "${OFCCL_SLURM_KEEP:-0}" = 1 ]; then
+    if [ "${OFSLURM_KEEP:-0}" = 1 ]; then
         slurm_cluster__log "stopped; logs kept in $dir"
     else
         rm -rf "$dir"
     fi
-    [ "$dir" = "${OFCCL_SLURM_DIR:-}" ] && unset OFCCL_SLURM_DIR OFCCL_SLURM_PIDS
+    [ "$dir" = "${OFSLURM_DIR:-}" ] && unset OFSLURM_DIR OFSLURM_PIDS
     return 0
 }
 
@@ -246,7 +246,7 @@ if [ "${BASH_SOURCE[0]}" = "$0" ]; then
     start)
         slurm_cluster_start || exit $?
         trap - EXIT INT TERM
-        echo "export SLURM_CONF=$SLURM_CONF OFCCL_SLURM_DIR=$OFCCL_SLURM_DIR"
+        echo "export SLURM_CONF=$SLURM_CONF OFSLURM_DIR=$OFSLURM_DIR"
         ;;
     stop)
         [ -n "${2:-}" ] || {
