@@ -182,7 +182,7 @@ static void test_rs_bytes(void)
 static void test_bcast_bytes(void)
 {
     const size_t bytes = COUNT * sizeof(float), slice = bytes / (size_t)rph;
-    uint8_t *buf = malloc(bytes);
+    uint8_t *buf;
     ofccl_stats_t before = {.size = sizeof(before)}, after = {.size = sizeof(after)};
     ofccl_req_t *req = NULL;
     int hosts = size / rph, root = size - 1, hop = (rank / rph - root / rph + hosts) % hosts, rc;
@@ -191,6 +191,7 @@ static void test_bcast_bytes(void)
 
     if (!hier)
         return;
+    buf = malloc(bytes);
     if (rank == root)
         local = 2 * (uint64_t)(rph - 1) * slice;
     else
