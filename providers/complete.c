@@ -254,10 +254,15 @@ static int drain_cq(ofccl__ep_t *ep, const ofccl__ep_handlers_t *h, int max, ofc
 }
 
 /* Re-post queued ops in order until one meets -EAGAIN again. An op that
- * fails for good completes through on_error (it was accepted). */
+ * fails for good completes through on_error (it was accepted). An op to a
+ * peer whose process has exited (ofccl__ep_peer_gone) stays queued without
+ * holding up the ops behind it: shm refuses ops to a dead peer it never
+ * connected to with -EAGAIN for ever, and a failure notice to a live peer
+ * must not wait behind them. Order is kept per peer. */
 static int drain_retry(ofccl__ep_t *ep, const ofccl__ep_handlers_t *h)
 {
-    int handled = 0;
+    struct ofccl__tp_op *prev = NULL; /* the last op left queued for a gone peer */
+    int handled = 0, gone = -2;       /* -2: not asked yet */
 
     for (unsigned bound = ep->params.ops_inflight; bound > 0; bound--) {
         struct ofccl__tp_op *op;
@@ -267,19 +272,28 @@ static int drain_retry(ofccl__ep_t *ep, const ofccl__ep_handlers_t *h)
         int ret;
 
         pthread_mutex_lock(&ep->lock);
-        op = ep->rq_head;
+        op = prev != NULL ? prev->next : ep->rq_head;
         if (op == NULL) {
             pthread_mutex_unlock(&ep->lock);
             break;
         }
         ret = ofccl__tp_post(ep, op);
         if (ret == -EAGAIN) {
+            if (gone == -2)
+                gone = ep->be->peer_gone(ep, NULL);
+            if (gone >= 0 && op->peer == gone)
+                prev = op;
             pthread_mutex_unlock(&ep->lock);
+            if (prev == op)
+                continue;
             break;
         }
-        ep->rq_head = op->next;
-        if (ep->rq_head == NULL)
-            ep->rq_tail = NULL;
+        if (prev != NULL)
+            prev->next = op->next;
+        else
+            ep->rq_head = op->next;
+        if (ep->rq_tail == op)
+            ep->rq_tail = prev;
         if (ret == 0) {
             pthread_mutex_unlock(&ep->lock);
             continue;

@@ -472,12 +472,17 @@ static const char *mx_strerror(int err)
     return ofccl__fabric_backend.strerror(err);
 }
 
-/* Only the local half watches its peers' processes. */
+/* Each half watches the processes of the peers it reaches that it can
+ * (the local half every one; the fabric half none today: shm, the fabric
+ * provider that watches, is never the fabric half). */
 static int mx_peer_gone(ofccl__ep_t *ep, int *pid)
 {
-    ofccl__ep_t *s = &mxe(ep)->sub[OFCCL__PEER_LOCAL];
+    struct mx_ep *mx = mxe(ep);
+    int peer = -1;
 
-    return s->be->peer_gone(s, pid);
+    for (int c = 0; c < OFCCL__PEER_CLASSES && peer < 0; c++)
+        peer = mx->sub[c].be->peer_gone(&mx->sub[c], pid);
+    return peer;
 }
 
 static int mx_peer_class(const ofccl__ep_t *ep, int peer)

@@ -88,6 +88,10 @@ typedef enum ofccl__cfg_type {
       "A waiting call (or the progress thread) polls without pause for this long after the last "  \
       "sign of progress, then naps between polls for 1/16 of the time waited (20 us to 1 ms): a "  \
       "rank waiting on a slow or stopped peer costs little CPU")                                   \
+    X(PEER_WATCH, BOOL, LOCAL, "1", "0|1", 0, 0,                                                   \
+      "Notice a same-host peer's exit from its process (a pidfd; local transport, and shm peers "  \
+      "in this PID namespace) within milliseconds; 0 = only from the launcher's failure events, "  \
+      "the transport's errors, the peers' failure notices and the deadline")                       \
     X(HOST_ID, STRING, LOCAL, "", "<text>", 0, 0,                                                  \
       "Identity of this rank's host for transport choice and locality; empty = boot id + "         \
       "network, mount and PID namespace identities (tests that simulate hosts set it)")            \

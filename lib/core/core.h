@@ -59,6 +59,7 @@ struct ofccl_ctx {
      * without the lock to decide whether to nap (ofccl__idle_poll). */
     _Atomic uint64_t activity;
     uint64_t spin_ns;           /* OFCCL_SPIN_US */
+    int peer_watch;             /* OFCCL_PEER_WATCH: ask the transport for exited peers */
     ofccl__fault_t fault;       /* OFCCL_FAULT (fault-injection builds) */
     unsigned kill_at;           /* SIGKILL this rank when it posts collective #kill_at (1-based) */
     struct ofccl__trace *trace; /* OFCCL_TRACE (trace.c); NULL: off */

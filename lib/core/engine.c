@@ -364,7 +364,9 @@ static int req_progress(ofccl__req_t *r, bool check_clock)
         if (gone < 0)
             told = ofccl__notice_cause(comm, &told_gone, cause, sizeof(cause));
         if (gone < 0)
-            gone = told ? told_gone : ofccl__ep_peer_gone(comm->ep, &pid);
+            gone = told                    ? told_gone
+                   : comm->ctx->peer_watch ? ofccl__ep_peer_gone(comm->ep, &pid)
+                                           : -1;
         /* A peer that exited owing this request nothing finished its part
          * and left: the others may still be on their way (a same-host peer
          * leaves before data from other hosts has come). */

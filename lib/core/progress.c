@@ -94,6 +94,7 @@ int ofccl__progress_start(ofccl_ctx_t *ctx, ofccl__err_t *e)
     pthread_mutexattr_destroy(&attr);
     ctx->lock_init = 1;
     ctx->spin_ns = (uint64_t)ofccl__cfg_int(&ctx->cfg, OFCCL__CFG_SPIN_US) * 1000;
+    ctx->peer_watch = ofccl__cfg_int(&ctx->cfg, OFCCL__CFG_PEER_WATCH) != 0;
     if (ofccl__cfg_int(&ctx->cfg, OFCCL__CFG_PROGRESS_THREAD) == 0)
         return 0;
     ofccl__topo_cpuset(ctx->topo, ctx->caller_cpus, sizeof(ctx->caller_cpus));

@@ -90,6 +90,7 @@ int ofccl__fab_ep_close(ofccl__ep_t *ep)
     if (f == NULL)
         return 0;
     rc = close_fids(ep, f);
+    ofccl__watch_close(&f->watch);
     free(f->rx);
     free(f->names); /* only now: the AV (closed above) may point into it */
     free(f);
@@ -268,6 +269,7 @@ int ofccl__fab_insert_peers(ofccl__ep_t *ep, const void *names, size_t stride, c
                                "rank %d: peer %d got AV index %" PRIu64 " (FI_AV_TABLE order "
                                "broken)",
                                ep->params.rank, r, (uint64_t)addr);
+        ofccl__shm_watch_peer(ep, r, name);
     }
     return 0;
 }

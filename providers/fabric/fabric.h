@@ -15,6 +15,7 @@
 #include <rdma/fi_rma.h>
 
 #include "prov_impl.h"
+#include "watch.h"
 
 /* The libfabric API level ofccl is written against. */
 #define OFCCL__FI_VERSION FI_VERSION(1, 17)
@@ -55,6 +56,8 @@ struct ofccl__fab_ep {
     char *names;                   /* peer names as inserted; kept until close (see insert_peers) */
     /* shm: the name of this endpoint's /dev/shm file until it is unlinked. */
     char shm_name[64];
+    /* shm: the processes of the peers in this PID namespace (shmfile.c). */
+    ofccl__watch_t watch;
 };
 
 /* Steps of an OFCCL__OP_WRITE_DC without FI_DELIVERY_COMPLETE (op->step). */
@@ -119,6 +122,12 @@ void ofccl__shm_name(char *buf, size_t len);
 void ofccl__shm_unlink_own(ofccl__ep_t *ep);
 /* Remove files of ofccl processes of this user and PID namespace that exited. */
 void ofccl__shm_sweep(const ofccl__log_t *log);
+/* Right after `peer`'s address `name` is inserted into the AV: where ofccl
+ * names the endpoints (shm) and the name's PID namespace is this process's,
+ * watch the peer's process (the pid is in the name). Does nothing elsewhere. */
+void ofccl__shm_watch_peer(ofccl__ep_t *ep, int peer, const char *name);
+/* The peer_gone slot: a watched peer whose process has exited, or -1. */
+int ofccl__fab_peer_gone(ofccl__ep_t *ep, int *pid);
 /* Before the AV insert: RLIMIT_AS must leave room for every peer's region
  * (`n` NUL-terminated names, `stride` bytes apart). */
 int ofccl__shm_reserve_peers(ofccl__ep_t *ep, const char *names, size_t stride, int n,

@@ -15,7 +15,10 @@
  *     of this user, in this PID namespace, left behind when they died (the
  *     name carries the pid and the namespace, so "dead" is decidable);
  *   - checks, before the AV insert, that RLIMIT_AS leaves room for the peers'
- *     regions: shm 1.17 does not check that mmap, and segfaults when it fails.
+ *     regions: shm 1.17 does not check that mmap, and segfaults when it fails;
+ *   - watches the process of every peer in its PID namespace (the pid is in
+ *     the peer's name) with a pidfd: shm reports no dead peer itself, so a
+ *     killed rank would otherwise be noticed at the deadline only.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -103,6 +106,43 @@ void ofccl__shm_sweep(const ofccl__log_t *log)
         OFCCL__INFO(log, OFCCL__SUB_PROV,
                     "removed %u shm region file(s) of exited ofccl processes from %s", removed,
                     SHM_DIR);
+}
+
+void ofccl__shm_watch_peer(ofccl__ep_t *ep, int peer, const char *name)
+{
+    unsigned long their_ns = 0, ns;
+    int pid = 0, n = 0, rc;
+
+    if (!(ep->prov->caps.quirks & OFCCL__Q_NAME_PER_PROCESS) || peer == ep->params.rank)
+        return;
+    if (strncmp(name, SHM_PREFIX, strlen(SHM_PREFIX)) == 0)
+        name += strlen(SHM_PREFIX);
+    /* A pid means something only in its own namespace; our own is alive. */
+    ns = pid_ns();
+    if (sscanf(name, "ofccl_%d_%lu_%*u_%*x%n", &pid, &their_ns, &n) != 2 || n == 0 || pid <= 0 ||
+        ns == 0 || their_ns != ns || pid == (int)getpid())
+        return;
+    rc = ofccl__watch_add(&ofccl__fab_ep_of(ep)->watch, ep->params.size, peer, pid);
+    if (rc == ESRCH)
+        OFCCL__INFO(ep->prov->log, OFCCL__SUB_PROV, "rank %d: peer %d (pid %d) has exited already",
+                    ep->params.rank, peer, pid);
+    else if (rc != 0)
+        OFCCL__INFO(ep->prov->log, OFCCL__SUB_PROV,
+                    "rank %d: pidfd_open(%d) for peer %d failed (%s): its exit will be noticed "
+                    "at the deadline only",
+                    ep->params.rank, pid, peer, strerror(rc));
+}
+
+int ofccl__fab_peer_gone(ofccl__ep_t *ep, int *pid)
+{
+    struct ofccl__fab_ep *f = ofccl__fab_ep_of(ep);
+
+    if (f == NULL) {
+        if (pid != NULL)
+            *pid = -1;
+        return -1;
+    }
+    return ofccl__watch_poll(&f->watch, pid);
 }
 
 int ofccl__shm_reserve_peers(ofccl__ep_t *ep, const char *names, size_t stride, int n,

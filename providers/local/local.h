@@ -33,6 +33,7 @@
 #define OFCCL_PROVIDERS_LOCAL_H
 
 #include "prov_impl.h"
+#include "watch.h"
 
 /* The provider name users type in OFCCL_PROVIDER, and its one domain. */
 #define OFCCL__LOCAL_NAME "local"
@@ -79,8 +80,7 @@ struct lx_map {
 };
 
 struct lx_peer {
-    int pid;
-    int pidfd; /* readable once the process has exited; -1 = not watched */
+    int pid; /* its process, watched in ofccl__lx.watch */
     /* Of a peer's segment only the registration table and the CQ-data ring
      * this rank writes to are mapped here: two small mappings instead of a
      * segment that grows with the job (2 MiB at 1,024 ranks), whose page
@@ -115,15 +115,12 @@ struct ofccl__lx {
     struct lx_peer *peers; /* [ranks], after insert_peers */
     struct lx_comp *cq;    /* [ops_inflight]: one entry per op at most */
     unsigned cq_head, cq_tail;
-    unsigned next_slot; /* where the search for a free registration starts */
-    int next_src;       /* first ring read by the next cq_read (fairness) */
-    int gone;           /* a rank whose process has exited, reported; -1 = none */
-    int dying;          /* seen exited at the last check, reported at the next */
-    uint64_t next_watch_ns;
+    unsigned next_slot;   /* where the search for a free registration starts */
+    int next_src;         /* first ring read by the next cq_read (fairness) */
+    ofccl__watch_t watch; /* the peers' processes (pidfds) */
     /* Part of a composite endpoint (mixed.c): peers given no name are on
      * other hosts, left unattached; ops never address them. */
     bool partial;
-    int watch_next; /* first peer of the next check's window */
 };
 
 static inline struct ofccl__lx *ofccl__lx_of(const ofccl__ep_t *ep)

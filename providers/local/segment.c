@@ -11,20 +11,15 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
-#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "local.h"
 #include "util.h"
-
-#define LX_WATCH_NS 1000000ull /* how often peers' processes are checked */
-#define LX_WATCH_PEERS 64      /* peers checked at a time */
 
 /* The endpoint name peers receive through the bootstrap. */
 struct lx_name {
@@ -51,8 +46,6 @@ int ofccl__lx_ep_setup(ofccl__ep_t *ep, ofccl__err_t *e)
                                  "rank %d: allocating the local endpoint", rank);
     ep->be_state = lx;
     lx->fd = -1;
-    lx->gone = -1;
-    lx->dying = -1;
     lx->cq = calloc(ep->params.ops_inflight, sizeof(*lx->cq));
     if (lx->cq == NULL)
         return ofccl__limit_fail(log, e, ENOMEM, NULL, ep->params.ops_inflight * sizeof(*lx->cq),
@@ -89,8 +82,6 @@ static void unmap_peer(struct ofccl__lx *lx, int r)
     free(p->maps);
     p->maps = NULL;
     p->nmaps = 0;
-    if (p->pidfd >= 0)
-        close(p->pidfd);
     if (p->seg != NULL && p->seg != lx->seg)
         munmap(p->seg, p->seg_len);
     if (p->ring_map != NULL)
@@ -118,6 +109,7 @@ int ofccl__lx_ep_close(ofccl__ep_t *ep)
         for (int r = 0; r < ep->params.size; r++)
             unmap_peer(lx, r);
     free(lx->peers);
+    ofccl__watch_close(&lx->watch);
     if (lx->seg != NULL)
         munmap(lx->seg, lx->seg_len);
     if (lx->fd >= 0)
@@ -244,6 +236,7 @@ static int attach_peer(ofccl__ep_t *ep, int r, const struct lx_name *nm, ofccl__
     int rank = ep->params.rank;
     size_t fsize;
     char mine[40];
+    int rc;
 
     boot_id(mine, sizeof(mine));
     if (nm->magic != LX_MAGIC)
@@ -258,7 +251,6 @@ static int attach_peer(ofccl__ep_t *ep, int r, const struct lx_name *nm, ofccl__
                            "OFCCL_PROVIDER=tcp or verbs",
                            rank, r);
     p->pid = nm->pid;
-    p->pidfd = -1;
     if (r == rank) {
         p->seg = lx->seg;
         p->seg_len = lx->seg_len;
@@ -293,12 +285,12 @@ static int attach_peer(ofccl__ep_t *ep, int r, const struct lx_name *nm, ofccl__
                            rank, nm->pid, nm->fd, r, fsize, (int)p->seg->ranks,
                            p->seg->nonce == nm->nonce ? "equal" : "differs");
     /* The segment proved the pid is the peer's: watch that process. */
-    p->pidfd = (int)syscall(SYS_pidfd_open, nm->pid, 0);
-    if (p->pidfd < 0)
+    rc = ofccl__watch_add(&lx->watch, ep->params.size, r, nm->pid);
+    if (rc != 0 && rc != ESRCH)
         OFCCL__INFO(log, OFCCL__SUB_PROV,
                     "rank %d: pidfd_open(%d) for peer %d failed (%s): its exit will be noticed "
                     "at the deadline only",
-                    rank, nm->pid, r, strerror(errno));
+                    rank, nm->pid, r, strerror(rc));
     return 0;
 }
 
@@ -314,11 +306,10 @@ int ofccl__lx_insert_peers(ofccl__ep_t *ep, const void *names, size_t stride, co
             unmap_peer(lx, r);
         free(lx->peers);
     }
+    ofccl__watch_close(&lx->watch);
     lx->peers = calloc((size_t)n, sizeof(*lx->peers));
     if (lx->peers == NULL)
         return ofccl__fail(ep->prov->log, OFCCL__SUB_PROV, e, OFCCL_ERR_NO_MEMORY, "out of memory");
-    for (int r = 0; r < n; r++)
-        lx->peers[r].pidfd = -1; /* not 0: closing a refused peer must not close stdin */
     for (int r = 0; r < n; r++) {
         struct lx_name nm;
 
@@ -340,51 +331,8 @@ int ofccl__lx_insert_peers(ofccl__ep_t *ep, const void *names, size_t stride, co
     return 0;
 }
 
-/* A rank seen exited, reported one check late (see below). Each check polls
- * the pidfds of at most LX_WATCH_PEERS peers, the next window each time, so
- * that a progress pass costs the same at 8 peers as at 1,024: an exit is seen
- * within ceil(peers / LX_WATCH_PEERS) + 1 checks: 3 ms at 128 local peers. */
-static int watch(ofccl__ep_t *ep, struct ofccl__lx *lx)
-{
-    struct pollfd fds[LX_WATCH_PEERS];
-    int ranks[LX_WATCH_PEERS], n = 0, size = ep->params.size;
-    uint64_t now;
-
-    if (lx->gone >= 0 || lx->peers == NULL)
-        return lx->gone;
-    now = ofccl__coarse_ns();
-    if (now < lx->next_watch_ns)
-        return -1;
-    lx->next_watch_ns = now + LX_WATCH_NS;
-    /* Reported one check late: whatever the peer wrote before it exited has
-     * been drained by the progress passes in between, so a collective it
-     * finished feeding still completes. */
-    if (lx->dying >= 0) {
-        lx->gone = lx->dying;
-        return lx->gone;
-    }
-    /* A pidfd turns readable when its process exits. */
-    for (int k = 0; k < size && n < LX_WATCH_PEERS; k++) {
-        int r = (lx->watch_next + k) % size;
-        if (lx->peers[r].pidfd >= 0) {
-            fds[n] = (struct pollfd){.fd = lx->peers[r].pidfd, .events = POLLIN};
-            ranks[n++] = r;
-        }
-    }
-    lx->watch_next = n > 0 ? (ranks[n - 1] + 1) % size : 0;
-    if (n > 0 && poll(fds, (nfds_t)n, 0) > 0)
-        for (int i = 0; i < n && lx->dying < 0; i++)
-            if (fds[i].revents & (POLLIN | POLLHUP | POLLERR))
-                lx->dying = ranks[i];
-    return -1;
-}
-
+/* The watch (providers/watch.c) polls at most once per millisecond. */
 int ofccl__lx_peer_gone(ofccl__ep_t *ep, int *pid)
 {
-    struct ofccl__lx *lx = ofccl__lx_of(ep);
-    int peer = watch(ep, lx);
-
-    if (pid != NULL)
-        *pid = peer >= 0 && lx->peers != NULL ? lx->peers[peer].pid : -1;
-    return peer;
+    return ofccl__watch_poll(&ofccl__lx_of(ep)->watch, pid);
 }

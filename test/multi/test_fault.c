@@ -140,12 +140,12 @@ static int peer_dies(int rank, ofccl_ctx_t *ctx, ofccl_comm_t *comm)
     rc = ofccl_wait(req);
     printf("peer-dies: rank 0 got %s after %.2f s: %s\n", ofccl_strerror(rc), now_s() - t0,
            ofccl_comm_last_error(comm));
-    /* tcp sees the connection drop (REMOTE_ERROR); shm has no connection to
-     * lose and sees the missing descriptor at the deadline (TIMEOUT). */
+    /* tcp sees the connection drop (REMOTE_ERROR) or the missing descriptor
+     * at the deadline (TIMEOUT). */
     if ((rc != OFCCL_ERR_REMOTE_ERROR && rc != OFCCL_ERR_TIMEOUT) || now_s() - t0 > 4.5 ||
         strstr(ofccl_comm_last_error(comm), "1") == NULL)
         return 41;
-    /* local watches the peer's process: REMOTE_ERROR long before the deadline. */
+    /* local and shm watch the peer's process: REMOTE_ERROR long before the deadline. */
     if (exits_seen_at_once() && (rc != OFCCL_ERR_REMOTE_ERROR || now_s() - t0 > 1.0 ||
                                  strstr(ofccl_comm_last_error(comm), "rank 1") == NULL))
         return 42;

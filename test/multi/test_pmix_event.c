@@ -5,9 +5,10 @@
  * split communicator (where world rank 1 has another rank number). Each
  * survivor prints how long after the kill each request failed, and with what.
  *
- * Usage: test_pmix_event event|remote|measure [TIMEOUT_MS]
+ * Usage: test_pmix_event event|remote|exited|measure [TIMEOUT_MS]
  *   event    (under a launcher that raises PMIx failure events, such as
- *            pmix_launch) both requests must fail with REMOTE_ERROR naming
+ *            pmix_launch, with OFCCL_PEER_WATCH=0 so that no transport watches
+ *            the peers' processes) both requests must fail with REMOTE_ERROR naming
  *            the rank (its communicator rank, world rank and host) and the
  *            source "reported by the launcher (PMIx event ...)", well before
  *            the deadline (the time itself is printed, not asserted: a loaded
@@ -16,11 +17,17 @@
  *   remote   both requests must fail with REMOTE_ERROR naming the rank, from
  *            whichever source saw the death first (the event, the transport,
  *            the local provider's process watch, a peer's failure notice).
+ *   exited   (any launcher that lets the survivors run, on a transport that
+ *            watches its peers' processes: local, shm) both requests, and the
+ *            post on the third communicator, must fail with REMOTE_ERROR naming
+ *            the rank and saying that it has exited, from this rank's process
+ *            watch ("rank 1 (pid N) has exited", N being rank 1's pid) or from
+ *            the other survivor's notice; no launcher event is needed.
  *   measure  (any launcher) print what happened and when; exit 0 once both
  *            requests have failed, whatever the cause.
  * Files named after the launcher's pid carry the survivors' "posted" to rank
- * 1 (which dies only then) and the kill time back, so that the survivors
- * measure from the kill itself (CLOCK_MONOTONIC, one host).
+ * 1 (which dies only then) and the kill time and rank 1's pid back, so that
+ * the survivors measure from the kill itself (CLOCK_MONOTONIC, one host).
  */
 #include <signal.h>
 #include <stdio.h>
@@ -70,17 +77,18 @@ static void wait_ready(void)
         usleep(10000);
 }
 
-/* The kill time rank 1 wrote, waiting for it a little; 0 if none came. */
-static double read_kill_time(void)
+/* The kill time and pid rank 1 wrote, waiting for them a little; 0 if none came. */
+static double read_kill_time(int *pid)
 {
     char path[512];
     double t = 0;
 
     kill_file(path, sizeof(path));
+    *pid = -1;
     for (int i = 0; i < 200 && t == 0; i++) {
         FILE *f = fopen(path, "r");
         if (f != NULL) {
-            if (fscanf(f, "%lf", &t) != 1)
+            if (fscanf(f, "%lf %d", &t, pid) != 2)
                 t = 0;
             fclose(f);
         }
@@ -90,24 +98,47 @@ static double read_kill_time(void)
     return t;
 }
 
-enum mode { MEASURE, REMOTE, EVENT };
+enum mode { MEASURE, REMOTE, EVENT, EXITED };
+
+/* exited mode: the message names the rank and says it has exited; where it
+ * names a pid (this rank's own process watch), that is rank 1's. */
+static int check_exited(const char *what, int rank, const char *msg, const char *comm_rank_of_1,
+                        int pid)
+{
+    char want[64];
+    const char *at = strstr(msg, comm_rank_of_1);
+
+    snprintf(want, sizeof(want), "%s(pid %d) has exited", comm_rank_of_1, pid);
+    if (at == NULL || strstr(msg, "has exited") == NULL ||
+        (strstr(msg, "(pid ") != NULL && strstr(msg, want) == NULL)) {
+        printf("rank %d, %s: expected \"%s\" or a peer's notice that %shas exited\n", rank, what,
+               want, comm_rank_of_1);
+        return 1;
+    }
+    printf("rank %d, %s: named by %s\n", rank, what,
+           strstr(msg, want) != NULL ? "this rank's process watch"
+                                     : "a peer's notice or the transport");
+    return 0;
+}
 
 /* Wait for a request (or take its post's error: the news may come before the
  * post), then check its error against what the mode expects. */
 static int check(const char *what, int mode, ofccl_comm_t *comm, int posted, ofccl_req_t *req,
-                 int rank, const char *comm_rank_of_1, double *done_at)
+                 int rank, const char *comm_rank_of_1, double *done_at, char *saved, size_t len)
 {
     const char *msg;
     int rc = posted != 0 ? posted : ofccl_wait(req), bad = 0;
 
     *done_at = now_s();
     msg = ofccl_comm_last_error(comm);
+    snprintf(saved, len, "%s", msg);
     printf("rank %d, %s: %s: %s\n", rank, what, ofccl_strerror(rc), msg);
     if (rc == 0) {
         printf("rank %d, %s: completed although rank 1 was killed\n", rank, what);
         bad = 1;
     }
-    if (mode == REMOTE && (rc != OFCCL_ERR_REMOTE_ERROR || strstr(msg, comm_rank_of_1) == NULL)) {
+    if ((mode == REMOTE || mode == EXITED) &&
+        (rc != OFCCL_ERR_REMOTE_ERROR || strstr(msg, comm_rank_of_1) == NULL)) {
         printf("rank %d, %s: expected REMOTE_ERROR naming %s\n", rank, what, comm_rank_of_1);
         bad = 1;
     }
@@ -127,18 +158,22 @@ static int check(const char *what, int mode, ofccl_comm_t *comm, int posted, ofc
 int main(int argc, char **argv)
 {
     const char *m = argc > 1 ? argv[1] : "";
-    int mode = strcmp(m, "event") == 0 ? EVENT : strcmp(m, "remote") == 0 ? REMOTE : MEASURE;
+    int mode = strcmp(m, "event") == 0    ? EVENT
+               : strcmp(m, "remote") == 0 ? REMOTE
+               : strcmp(m, "exited") == 0 ? EXITED
+                                          : MEASURE;
     unsigned long long timeout_ms = argc > 2 ? strtoull(argv[2], NULL, 10) : 20000;
     ofccl_ctx_t *ctx = NULL;
     ofccl_comm_t *world = NULL, *split = NULL, *alive = NULL, *idle = NULL;
     ofccl_req_t *rw = NULL, *rs = NULL, *late = NULL;
     float *in = calloc(COUNT, 4), *out = calloc((size_t)COUNT * 3, 4);
     float *in2 = calloc(COUNT, 4), *out2 = calloc((size_t)COUNT * 3, 4);
-    int rank = -1, size = 0, bad = 0, rc, ret;
+    int rank = -1, size = 0, bad = 0, rc, ret, pid1 = -1;
     double t_world, t_split, t_kill;
+    char msg_world[1024], msg_split[1024];
 
     if ((mode == MEASURE && strcmp(m, "measure") != 0) || !in || !out || !in2 || !out2) {
-        fprintf(stderr, "usage: test_pmix_event event|remote|measure [TIMEOUT_MS]\n");
+        fprintf(stderr, "usage: test_pmix_event event|remote|exited|measure [TIMEOUT_MS]\n");
         return 2;
     }
     if ((rc = ofccl_ctx_create(NULL, &ctx)) != 0 || (rc = ofccl_comm_world(ctx, &world)) != 0) {
@@ -175,7 +210,7 @@ int main(int argc, char **argv)
         kill_file(path, sizeof(path));
         f = fopen(path, "w");
         if (f != NULL) {
-            fprintf(f, "%.6f\n", now_s());
+            fprintf(f, "%.6f %d\n", now_s(), (int)getpid());
             fclose(f);
         }
         raise(SIGKILL);
@@ -192,9 +227,15 @@ int main(int argc, char **argv)
         if (f != NULL)
             fclose(f);
     }
-    bad |= check("world all-gather", mode, world, rc, rw, rank, "rank 1 ", &t_world);
-    bad |= check("split all-gather", mode, split, ret, rs, rank, "rank 2 ", &t_split);
-    t_kill = read_kill_time();
+    bad |= check("world all-gather", mode, world, rc, rw, rank, "rank 1 ", &t_world, msg_world,
+                 sizeof(msg_world));
+    bad |= check("split all-gather", mode, split, ret, rs, rank, "rank 2 ", &t_split, msg_split,
+                 sizeof(msg_split));
+    t_kill = read_kill_time(&pid1);
+    if (mode == EXITED) {
+        bad |= check_exited("world all-gather", rank, msg_world, "rank 1 ", pid1);
+        bad |= check_exited("split all-gather", rank, msg_split, "rank 2 ", pid1);
+    }
     if (t_kill > 0) {
         printf("rank %d: detection after the kill: world %.1f ms, split %.1f ms (deadline %llu "
                "ms)\n",
@@ -231,6 +272,9 @@ int main(int argc, char **argv)
             (mode == EVENT &&
              strstr(ofccl_comm_last_error(idle), "reported by the launcher (PMIx event") == NULL))
             bad = 1;
+        if (mode == EXITED)
+            bad |= check_exited("idle communicator", rank, ofccl_comm_last_error(idle), "rank 1 ",
+                                pid1);
     }
     /* A communicator without the dead rank still works (and orders the
      * clean-up after both survivors have read the kill time). */

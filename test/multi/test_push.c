@@ -193,13 +193,14 @@ static int run_death(void)
     printf("rank %d: push with a dead sender: %s: %s; %d buckets completed\n", rank,
            ofccl_strerror(rc), ofccl_comm_last_error(comm), completed);
     /* Every rank fails, and every receiver's message names rank 1. On the
-     * local transport, which sees a peer's process exit, that is a
-     * REMOTE_ERROR; libfabric's shm provider reports no dead peer, so there a
-     * rank may only learn it at its deadline (TIMEOUT, then a notice to the
-     * others). No receiver sees a bucket of this push complete: each bucket
-     * holds a piece of rank 1's shard. */
+     * local transport and on shm, which see a peer's process exit (a pidfd),
+     * that is a REMOTE_ERROR; tcp reports a dead peer only once a write to it
+     * fails, so there a rank may learn it at its deadline (TIMEOUT, then a
+     * notice to the others). No receiver sees a bucket of this push complete:
+     * each bucket holds a piece of rank 1's shard. */
     if (rc != OFCCL_ERR_REMOTE_ERROR &&
-        (rc != OFCCL_ERR_TIMEOUT || strcmp(ofccl_ctx_provider(ctx), "local") == 0))
+        (rc != OFCCL_ERR_TIMEOUT || strcmp(ofccl_ctx_provider(ctx), "local") == 0 ||
+         strcmp(ofccl_ctx_provider(ctx), "shm") == 0))
         return 3;
     if (rank >= NSEND && strstr(ofccl_comm_last_error(comm), "rank 1") == NULL)
         return 4;
