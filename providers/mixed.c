@@ -514,6 +514,7 @@ const ofccl__backend_t ofccl__mixed_backend = {
     .op_name = ofccl__tp_op_name,
     .peer_gone = mx_peer_gone,
     .peer_map = ofccl__tp_stub_peer_map,
+    .add_peer = ofccl__tp_stub_add_peer,
     .wait_fd = ofccl__tp_stub_wait_fd,
     .peer_class = mx_peer_class,
 };

@@ -148,6 +148,63 @@ static int setup_check(ofccl_comm_t *comm, int from, const setup_t *mine, const 
     return 0;
 }
 
+/* Rank r's encoded record: decoded, unpacked and checked against ours. */
+static int decode_check(ofccl_comm_t *comm, int r, const uint8_t *blob, size_t len,
+                        const setup_t *mine, setup_t *theirs)
+{
+    const void *payload;
+    size_t plen;
+    int rc;
+
+    if (len == 0)
+        return ofccl__comm_fail(comm, OFCCL_ERR_REMOTE_ERROR,
+                                "comm setup: rank %d could not set up its side of the "
+                                "communicator (its own error says why)",
+                                r);
+    rc = ofccl__blob_decode(blob, len, OFCCL__BLOB_COMM, (uint32_t)r, &payload, &plen, &comm->err);
+    if (rc)
+        return ofccl__comm_fail(comm, rc, "%s", comm->err.msg);
+    rc = setup_unpack(comm, r, payload, plen, theirs);
+    if (rc == 0)
+        rc = setup_check(comm, r, mine, theirs);
+    return rc;
+}
+
+size_t ofccl__setup_slot(void)
+{
+    return OFCCL__BLOB_HDR + SETUP_MAX;
+}
+
+int ofccl__setup_accept(ofccl_comm_t *comm, int r, const uint8_t *blob, size_t len,
+                        ofccl__peer_rec_t *out)
+{
+    setup_t theirs;
+    int rc = decode_check(comm, r, blob, len, comm->setup_mine, &theirs);
+
+    if (rc)
+        return rc;
+    out->comm_id = theirs.comm_id;
+    out->host_key = theirs.host_key;
+    ofccl__strlcpy(out->host, theirs.host, sizeof(out->host));
+    out->ctrl = (ofccl__rkey_t){theirs.ctrl_base, theirs.ctrl_key, theirs.ctrl_len};
+    memcpy(out->name, theirs.name, theirs.namelen);
+    out->namelen = theirs.namelen;
+    return 0;
+}
+
+/* Map one peer's control region (caps.peer_map). */
+int ofccl__setup_map_peer(ofccl_comm_t *comm, int p)
+{
+    void *at;
+    int rc = ofccl__ep_peer_map(comm->ep, p, &comm->peer_ctrl[p], 0, comm->peer_ctrl[p].len,
+                                OFCCL__ACC_REMOTE_WRITE, &at, &comm->err);
+
+    if (rc)
+        return ofccl__comm_fail(comm, rc, "comm setup: %s", comm->err.msg);
+    comm->peer_ctrl_at[p] = at;
+    return 0;
+}
+
 /* Map every peer's control region (caps.peer_map): descriptors and eager
  * collectives' {header, data} are then stored into it directly, no op,
  * completion or CQ data on the way. All or nothing, so every rank of the
@@ -158,12 +215,9 @@ static int map_peer_ctrl(ofccl_comm_t *comm)
     if (comm->peer_ctrl_at == NULL)
         return ofccl__comm_fail(comm, OFCCL_ERR_NO_MEMORY, "comm setup: no memory");
     for (int p = 0; p < comm->size; p++) {
-        void *at;
-        int rc = ofccl__ep_peer_map(comm->ep, p, &comm->peer_ctrl[p], 0, comm->peer_ctrl[p].len,
-                                    OFCCL__ACC_REMOTE_WRITE, &at, &comm->err);
+        int rc = ofccl__setup_map_peer(comm, p);
         if (rc)
-            return ofccl__comm_fail(comm, rc, "comm setup: %s", comm->err.msg);
-        comm->peer_ctrl_at[p] = at;
+            return rc;
     }
     OFCCL__DEBUG(&comm->ctx->log, OFCCL__SUB_CORE,
                  "rank %d: descriptors and eager data go straight into the %d peers' mapped "
@@ -225,6 +279,37 @@ static int nodes_from_keys(ofccl_comm_t *comm, const uint64_t *keys)
         comm->node_rank[comm->node_of[r] * comm->node_width + comm->node_idx[r]] = r;
     free(count);
     return 0;
+}
+
+/* Hosts of a lazily created world communicator: the bootstrap's host table
+ * (PMIx node ids, or identities from the rendezvous), since the peers'
+ * records are not read yet. Hosts other than this one are named by index. */
+static int setup_hosts_from_boot(ofccl_comm_t *comm, const setup_t *mine)
+{
+    const ofccl__boot_t *b = comm->ctx->boot;
+    uint64_t *keys = calloc((size_t)comm->size, sizeof(*keys));
+    int rc;
+
+    comm->host_of = calloc((size_t)comm->size, sizeof(*comm->host_of));
+    comm->host_name = calloc((size_t)comm->size, sizeof(*comm->host_name));
+    if (keys == NULL || !comm->host_of || !comm->host_name || b->size != comm->size) {
+        free(keys);
+        return ofccl__comm_fail(comm, OFCCL_ERR_NO_MEMORY, "comm setup: no memory for %d ranks",
+                                comm->size);
+    }
+    for (int r = 0; r < comm->size; r++) {
+        char name[64];
+
+        keys[r] = (uint64_t)b->host_of[r];
+        if (b->host_of[r] == b->host_of[comm->rank])
+            ofccl__strlcpy(name, mine->host, sizeof(name));
+        else
+            snprintf(name, sizeof(name), "host #%d", b->host_of[r]);
+        hosts_add(comm, r, name);
+    }
+    rc = nodes_from_keys(comm, keys);
+    free(keys);
+    return rc;
 }
 
 /* FNV-1a of the host identity string. */
@@ -316,25 +401,7 @@ static int setup_peers(ofccl_comm_t *comm, const setup_t *mine, const uint8_t *a
     }
     *id = mine->comm_id;
     for (int r = 0; r < comm->size && rc == 0; r++) {
-        const void *payload;
-        size_t plen;
-
-        if (lens[r] == 0) {
-            rc = ofccl__comm_fail(comm, OFCCL_ERR_REMOTE_ERROR,
-                                  "comm setup: rank %d could not set up its side of the "
-                                  "communicator (its own error says why)",
-                                  r);
-            break;
-        }
-        rc = ofccl__blob_decode(all + slot * (size_t)r, lens[r], OFCCL__BLOB_COMM, (uint32_t)r,
-                                &payload, &plen, &comm->err);
-        if (rc) {
-            rc = ofccl__comm_fail(comm, rc, "%s", comm->err.msg);
-            break;
-        }
-        rc = setup_unpack(comm, r, payload, plen, &theirs[r]);
-        if (rc == 0)
-            rc = setup_check(comm, r, mine, &theirs[r]);
+        rc = decode_check(comm, r, all + slot * (size_t)r, lens[r], mine, &theirs[r]);
         if (rc == 0)
             rc = hosts_add(comm, r, theirs[r].host);
         if (rc)
@@ -375,6 +442,36 @@ out:
     return rc;
 }
 
+/* Records published for reading on demand, on a provider that inserts every
+ * peer at once (the local transport, shm): read them all now. */
+static int setup_peers_read(ofccl_comm_t *comm, const setup_t *mine, size_t slot, uint32_t *id)
+{
+    ofccl__boot_t *b = comm->ctx->boot;
+    uint8_t *all = malloc(slot * (size_t)comm->size);
+    size_t *lens = calloc((size_t)comm->size, sizeof(*lens));
+    int rc = all && lens ? 0 : ofccl__comm_fail(comm, OFCCL_ERR_NO_MEMORY, "comm setup: no memory");
+
+    for (int r = 0; r < comm->size && rc == 0; r++) {
+        rc = ofccl__boot_get(b, comm->pub, r, all + slot * (size_t)r, slot, &lens[r], &comm->err);
+        if (rc)
+            rc = ofccl__comm_fail(comm, rc, "comm setup: %s", comm->err.msg);
+    }
+    if (rc) {
+        free(all);
+        free(lens);
+        return rc;
+    }
+    OFCCL__DEBUG(&comm->ctx->log, OFCCL__SUB_CORE,
+                 "rank %d: %s inserts every peer at once: read all %d records now", comm->rank,
+                 ofccl__prov_caps(comm->ctx->prov)->name, comm->size);
+    ofccl__boot_pub_free(comm->pub);
+    comm->pub = NULL;
+    rc = setup_peers(comm, mine, all, slot, lens, id);
+    free(all);
+    free(lens);
+    return rc;
+}
+
 /* The status exchange also carries when each rank's records exchange returned
  * (`released`, CLOCK_MONOTONIC): every rank leaves it at about the same
  * moment, so the differences estimate each clock's offset to rank 0's for a
@@ -396,8 +493,11 @@ static void note_clock_offset(ofccl_comm_t *comm, const uint8_t *all)
     ofccl__trace_set_offset(t, off, "bootstrap exchange release");
 }
 
-/* After the records: has every member succeeded? Fails naming the first that did not. */
-static int setup_status(ofccl_comm_t *comm, const ofccl__xchg_t *x, int mine, uint64_t released)
+/* After the records: has every member succeeded? Fails naming the first that
+ * did not. Also agrees on the communicator's number: *id, this rank's
+ * proposal, becomes the highest. */
+static int setup_status(ofccl_comm_t *comm, const ofccl__xchg_t *x, int mine, uint64_t released,
+                        uint32_t *id)
 {
     uint8_t st[STATUS_LEN] = {mine != 0}, *all = malloc((size_t)comm->size * STATUS_LEN);
     size_t *lens = calloc((size_t)comm->size, sizeof(*lens));
@@ -409,6 +509,7 @@ static int setup_status(ofccl_comm_t *comm, const ofccl__xchg_t *x, int mine, ui
         free(lens);
         return mine ? mine : ofccl__comm_fail(comm, OFCCL_ERR_NO_MEMORY, "comm setup: no memory");
     }
+    ofccl__put_le32(st + 4, *id);
     ofccl__put_le64(st + 8, released);
     rc = x->allgather(x->arg, st, STATUS_LEN, all, STATUS_LEN, lens, &e);
     if (rc && mine == 0)
@@ -419,6 +520,8 @@ static int setup_status(ofccl_comm_t *comm, const ofccl__xchg_t *x, int mine, ui
                                     "comm setup: rank %d failed to create its side of the "
                                     "communicator (its own error says why)",
                                     r);
+    for (int r = 0; r < comm->size && mine == 0; r++)
+        *id = OFCCL__MAX(*id, ofccl__get_le32(all + (size_t)r * STATUS_LEN + 4));
     if (mine == 0)
         note_clock_offset(comm, all);
     free(all);
@@ -448,22 +551,40 @@ int ofccl__comm_create(ofccl_ctx_t *ctx, const ofccl__comm_init_t *init, const o
     comm->local_size = init->local_size;
     comm->timeout_ms = (uint64_t)ofccl__cfg_int(&ctx->cfg, OFCCL__CFG_TIMEOUT_MS);
     ofccl__comm_handlers(comm);
-    all = malloc(slot * (size_t)comm->size);
-    lens = calloc((size_t)comm->size, sizeof(*lens));
-    rc = all && lens ? setup_local(comm, &mine, blob, sizeof(blob), &blen)
-                     : ofccl__comm_fail(comm, OFCCL_ERR_NO_MEMORY, "%s: out of memory", init->what);
+    if (x->publish == NULL) { /* the lazy path reads records one at a time */
+        all = malloc(slot * (size_t)comm->size);
+        lens = calloc((size_t)comm->size, sizeof(*lens));
+    }
+    rc = x->publish != NULL || (all && lens)
+             ? setup_local(comm, &mine, blob, sizeof(blob), &blen)
+             : ofccl__comm_fail(comm, OFCCL_ERR_NO_MEMORY, "%s: out of memory", init->what);
+    if (rc == 0 && (comm->setup_mine = malloc(sizeof(mine))) == NULL)
+        rc = ofccl__comm_fail(comm, OFCCL_ERR_NO_MEMORY, "%s: out of memory", init->what);
+    if (rc == 0)
+        memcpy(comm->setup_mine, &mine, sizeof(mine));
     /* Creation is collective: a rank whose side failed still takes part in
      * both exchanges (with nothing to offer), so that no peer waits for it. */
-    xrc = all && lens ? x->allgather(x->arg, rc ? NULL : blob, rc ? 0 : blen, all, slot, lens, &e)
-                      : OFCCL_ERR_NO_MEMORY;
+    if (x->publish != NULL)
+        xrc = x->publish(x->arg, rc ? NULL : blob, rc ? 0 : blen, slot, &comm->pub, &e);
+    else
+        xrc = all && lens
+                  ? x->allgather(x->arg, rc ? NULL : blob, rc ? 0 : blen, all, slot, lens, &e)
+                  : OFCCL_ERR_NO_MEMORY;
     released = ofccl__now_ns();
     if (xrc && rc == 0)
         rc = ofccl__comm_fail(comm, xrc, "%s", xrc == OFCCL_ERR_NO_MEMORY ? "no memory" : e.msg);
-    if (rc == 0)
+    id = mine.comm_id;
+    if (rc == 0 && x->publish != NULL && ofccl__prov_caps(ctx->prov)->add_peer) {
+        rc = setup_hosts_from_boot(comm, &mine);
+        if (rc == 0)
+            rc = ofccl__peers_lazy_init(comm, blob, blen);
+    } else if (rc == 0 && x->publish != NULL)
+        rc = setup_peers_read(comm, &mine, slot, &id);
+    else if (rc == 0)
         rc = setup_peers(comm, &mine, all, slot, lens, &id);
     free(all);
     free(lens);
-    rc = setup_status(comm, x, rc, released);
+    rc = setup_status(comm, x, rc, released, &id);
     if (rc == 0) {
         comm->id = id;
         ctx->comm_seq = OFCCL__MAX(ctx->comm_seq, id);
@@ -525,6 +646,9 @@ void ofccl__comm_free(ofccl_comm_t *comm)
     ofccl__prov_mem_free((void *)comm->ctrl);
     free(comm->peer_ctrl);
     free(comm->peer_ctrl_at);
+    free(comm->resolved);
+    free(comm->setup_mine);
+    ofccl__boot_pub_free(comm->pub);
     free(comm->host_of);
     free(comm->host_name);
     free(comm->node_of);
