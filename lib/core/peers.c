@@ -30,8 +30,12 @@ static int resolve_rec(ofccl_comm_t *comm, int p, ofccl__peer_rec_t *rec)
                                 p);
     rc = ofccl__boot_get(comm->ctx->boot, comm->pub, p, buf, slot, &len, &e);
     if (rc)
-        rc = ofccl__comm_fail(comm, rc, "reading peer %d's record (communicator %u): %s", p,
-                              comm->id, e.msg);
+        rc = ofccl__comm_fail(comm, rc,
+                              "reading peer %d's record (communicator %u) on demand: %s; with "
+                              "OFCCL_BOOT_EXCHANGE=all the records are collected at creation "
+                              "instead (for a launcher whose PMIx server cannot answer a "
+                              "direct-modex PMIx_Get)",
+                              p, comm->id, e.msg);
     else
         rc = ofccl__setup_accept(comm, p, buf, len, rec);
     free(buf);
