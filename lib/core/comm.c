@@ -101,8 +101,10 @@ static int boot_allgather(void *arg, const void *in, size_t len, void *out, size
     return ofccl__boot_allgather(arg, in, len, out, slot, lens, e);
 }
 
-/* OFCCL_BOOT_EXCHANGE=lazy (or auto where the bootstrap serves records on
- * demand): publish, read on first use. */
+/* OFCCL_BOOT_EXCHANGE=lazy (or auto under PMIx, which serves records on
+ * demand), on a provider that inserts peers one at a time: publish, read on
+ * first use. shm and the local transport insert every peer at once: there the
+ * records are all-gathered as under `all`. */
 static int boot_publish(void *arg, const void *in, size_t len, size_t slot,
                         struct ofccl__boot_pub **out, ofccl__err_t *e)
 {
@@ -116,7 +118,10 @@ static int comm_world_locked(ofccl_ctx_t *ctx, ofccl_comm_t **out)
     int64_t mode = ofccl__cfg_int(&ctx->cfg, OFCCL__CFG_BOOT_EXCHANGE); /* auto|all|lazy */
     ofccl__xchg_t x = {ctx->boot, boot_allgather, NULL};
 
-    if (mode == 2 || (mode == 0 && ofccl__boot_can_get(ctx->boot)))
+    /* Every rank decides alike: the provider and the bootstrap are the job's. */
+    if (ofccl__prov_caps(ctx->prov)->add_peer &&
+        (mode == 2 || (mode == 0 && ofccl__boot_can_get(ctx->boot) &&
+                       strcmp(ctx->boot->ops->name, "pmix") == 0)))
         x.publish = boot_publish;
 
     if (out == NULL)

@@ -442,36 +442,6 @@ out:
     return rc;
 }
 
-/* Records published for reading on demand, on a provider that inserts every
- * peer at once (the local transport, shm): read them all now. */
-static int setup_peers_read(ofccl_comm_t *comm, const setup_t *mine, size_t slot, uint32_t *id)
-{
-    ofccl__boot_t *b = comm->ctx->boot;
-    uint8_t *all = malloc(slot * (size_t)comm->size);
-    size_t *lens = calloc((size_t)comm->size, sizeof(*lens));
-    int rc = all && lens ? 0 : ofccl__comm_fail(comm, OFCCL_ERR_NO_MEMORY, "comm setup: no memory");
-
-    for (int r = 0; r < comm->size && rc == 0; r++) {
-        rc = ofccl__boot_get(b, comm->pub, r, all + slot * (size_t)r, slot, &lens[r], &comm->err);
-        if (rc)
-            rc = ofccl__comm_fail(comm, rc, "comm setup: %s", comm->err.msg);
-    }
-    if (rc) {
-        free(all);
-        free(lens);
-        return rc;
-    }
-    OFCCL__DEBUG(&comm->ctx->log, OFCCL__SUB_CORE,
-                 "rank %d: %s inserts every peer at once: read all %d records now", comm->rank,
-                 ofccl__prov_caps(comm->ctx->prov)->name, comm->size);
-    ofccl__boot_pub_free(comm->pub);
-    comm->pub = NULL;
-    rc = setup_peers(comm, mine, all, slot, lens, id);
-    free(all);
-    free(lens);
-    return rc;
-}
-
 /* The status exchange also carries when each rank's records exchange returned
  * (`released`, CLOCK_MONOTONIC): every rank leaves it at about the same
  * moment, so the differences estimate each clock's offset to rank 0's for a
@@ -574,13 +544,11 @@ int ofccl__comm_create(ofccl_ctx_t *ctx, const ofccl__comm_init_t *init, const o
     if (xrc && rc == 0)
         rc = ofccl__comm_fail(comm, xrc, "%s", xrc == OFCCL_ERR_NO_MEMORY ? "no memory" : e.msg);
     id = mine.comm_id;
-    if (rc == 0 && x->publish != NULL && ofccl__prov_caps(ctx->prov)->add_peer) {
+    if (rc == 0 && x->publish != NULL) { /* only on providers with caps.add_peer */
         rc = setup_hosts_from_boot(comm, &mine);
         if (rc == 0)
             rc = ofccl__peers_lazy_init(comm, blob, blen);
-    } else if (rc == 0 && x->publish != NULL)
-        rc = setup_peers_read(comm, &mine, slot, &id);
-    else if (rc == 0)
+    } else if (rc == 0)
         rc = setup_peers(comm, &mine, all, slot, lens, &id);
     free(all);
     free(lens);
