@@ -30,9 +30,11 @@ typedef struct ofccl__boot_ops {
     /* Release everything; local. */
     void (*finalize)(ofccl__boot_t *b);
     /* Lazy exchange (NULL where the backend cannot serve single records on
-     * demand): make `len` bytes readable by every rank under a new *tag and
-     * synchronise without collecting anything. Collective; bounded by the timeout. */
-    int (*publish)(ofccl__boot_t *b, const void *in, size_t len, uint64_t *tag, ofccl__err_t *e);
+     * demand): make `len` (<= slot, the most any rank publishes) bytes
+     * readable by every rank under a new *tag and synchronise without
+     * collecting anything. Collective; bounded by the timeout. */
+    int (*publish)(ofccl__boot_t *b, const void *in, size_t len, size_t slot, uint64_t *tag,
+                   ofccl__err_t *e);
     /* Read the `cap` bytes at most that `rank` published under `tag`; *len gets
      * their length. Local call, answered by the launcher; bounded by the timeout. */
     int (*get)(ofccl__boot_t *b, uint64_t tag, int rank, void *out, size_t cap, size_t *len,

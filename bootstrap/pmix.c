@@ -459,7 +459,7 @@ static int pmix_allgather(ofccl__boot_t *b, const void *in, size_t len, void *ou
 
 /* Lazy exchange: the fence only synchronises (PMIX_COLLECT_DATA unset), so
  * no rank receives the others' data; get() fetches one rank's on demand. */
-static int pmix_publish(ofccl__boot_t *b, const void *in, size_t len, uint64_t *tag,
+static int pmix_publish(ofccl__boot_t *b, const void *in, size_t len, size_t slot, uint64_t *tag,
                         ofccl__err_t *e)
 {
     unsigned long long seq = (unsigned long long)b->seq++;
@@ -467,7 +467,7 @@ static int pmix_publish(ofccl__boot_t *b, const void *in, size_t len, uint64_t *
     char what[48];
     int ret;
 
-    if (len > 0 && in == NULL)
+    if ((len > 0 && in == NULL) || len > slot)
         return ofccl__fail(b->log, OFCCL__SUB_BOOT, e, OFCCL_ERR_INVALID_ARG,
                            "bootstrap publish: no bytes for a %zu-byte record", len);
     snprintf(what, sizeof(what), "exchange #%llu (published)", seq);

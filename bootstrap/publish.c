@@ -25,7 +25,7 @@ int ofccl__boot_publish(ofccl__boot_t *b, bool lazy, const void *in, size_t len,
     pub->slot = slot;
     pub->lazy = lazy && ofccl__boot_can_get(b);
     if (pub->lazy) {
-        rc = b->ops->publish(b, in, len, &pub->tag, e);
+        rc = b->ops->publish(b, in, len, slot, &pub->tag, e);
     } else {
         pub->table = malloc((size_t)b->size * slot);
         pub->lens = calloc((size_t)b->size, sizeof(*pub->lens));
