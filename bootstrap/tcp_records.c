@@ -381,6 +381,41 @@ int ofccl__tcp_get(ofccl__boot_t *b, uint64_t tag, int rank, void *out, size_t c
     return rc;
 }
 
+/* Root: keep serving until every rank has closed its bootstrap (its
+ * rendezvous connection reads EOF), within the bootstrap timeout: a rank
+ * still finishing a collective may need a record after rank 0 is done. */
+static void wait_ranks_gone(ofccl__boot_t *b, ofccl__tcp_boot_t *t)
+{
+    uint64_t t0 = ofccl__now_ns(), deadline = t0 + b->timeout_ms * 1000000ull;
+    struct pollfd *pf = calloc((size_t)t->nconns, sizeof(*pf));
+    int open = 0;
+
+    while (pf != NULL) {
+        int n = 0, ms = ofccl__tcp_ms_left(deadline);
+
+        for (int i = 1; i < t->nconns; i++)
+            if (t->conns[i].fd >= 0)
+                pf[n++] = (struct pollfd){.fd = t->conns[i].fd, .events = POLLIN};
+        open = n;
+        if (n == 0 || ms == 0 || poll(pf, (nfds_t)n, ms) < 0)
+            break;
+        for (int i = 1; i < t->nconns; i++) {
+            uint8_t junk[256];
+            ssize_t got;
+            if (t->conns[i].fd < 0)
+                continue;
+            got = recv(t->conns[i].fd, junk, sizeof(junk), MSG_DONTWAIT);
+            if (got == 0 || (got < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
+                ofccl__tcp_conn_close(&t->conns[i]);
+        }
+    }
+    free(pf);
+    OFCCL__INFO(b->log, OFCCL__SUB_BOOT,
+                "TCP bootstrap root: served records until %s, %.1f ms after it was closed",
+                open == 0 ? "every rank had closed its bootstrap" : "the bootstrap timeout",
+                (double)(ofccl__now_ns() - t0) / 1e6);
+}
+
 void ofccl__tcp_rec_close(ofccl__boot_t *b, ofccl__tcp_boot_t *t)
 {
     ofccl__tcp_records_t *r = t->rec;
@@ -388,6 +423,8 @@ void ofccl__tcp_rec_close(ofccl__boot_t *b, ofccl__tcp_boot_t *t)
     if (r == NULL)
         return;
     if (r->running) {
+        if (b->rank == 0)
+            wait_ranks_gone(b, t);
         ssize_t n = write(r->wake[1], "x", 1);
         (void)n;
         pthread_join(r->thread, NULL);
