@@ -13,7 +13,11 @@
  *   test_lazy corrupt R        rank R publishes a corrupt record instead of creating the
  *                              communicator: its neighbours, which fetch it on demand, get
  *                              CORRUPT naming rank R; the others REMOTE_ERROR
+ *   test_lazy late             rank 0 closes its context right after creation; the others
+ *                              then resolve every peer, rank 0's record included (the TCP
+ *                              rendezvous root serves records until every rank has closed)
  */
+#include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -271,6 +275,31 @@ static void test_corrupt(void)
     CU_ASSERT_EQUAL(ofccl_ctx_destroy(ctx), 0);
 }
 
+/* Rank 0 leaves at once; the others resolve every peer afterwards. */
+static void test_late(void)
+{
+    ofccl_ctx_params_t p = {.size = sizeof(p)};
+    struct timespec nap = {0, 300 * 1000 * 1000};
+
+    CU_ASSERT_EQUAL_FATAL(ofccl_ctx_create(&p, &ctx), 0);
+    CU_ASSERT_EQUAL_FATAL(ofccl_comm_world(ctx, &comm), 0);
+    ofccl_comm_rank(comm, &rank);
+    ofccl_comm_size(comm, &size);
+    CU_ASSERT_EQUAL(resolved_now(), 0u);
+    if (rank != 0) {
+        nanosleep(&nap, NULL); /* rank 0 is in its finalize by now */
+        for (int peer = 0; peer < size; peer++) {
+            int rc = ofccl__comm_resolve(comm, peer);
+            if (rc != 0)
+                fprintf(stderr, "rank %d: %s\n", rank, ofccl_comm_last_error(comm));
+            CU_ASSERT_EQUAL(rc, 0);
+        }
+        CU_ASSERT_EQUAL(resolved_now(), (uint64_t)(size - 1));
+    }
+    CU_ASSERT_EQUAL(ofccl_comm_destroy(comm), 0);
+    CU_ASSERT_EQUAL(ofccl_ctx_destroy(ctx), 0);
+}
+
 int main(int argc, char **argv)
 {
     static const cu_test_t mismatch_tests[] = {
@@ -289,10 +318,18 @@ int main(int argc, char **argv)
         g_odd = atoi(argv[3]);
         return cu_run("lazy-mismatch", mismatch_tests);
     }
+    static const cu_test_t late_tests[] = {
+        {"records are served after rank 0 closed its context", test_late},
+        {NULL, NULL},
+    };
+
+    if (argc >= 2 && strcmp(argv[1], "late") == 0)
+        return cu_run("lazy-late", late_tests);
     if (argc >= 3 && strcmp(argv[1], "corrupt") == 0) {
         g_odd = atoi(argv[2]);
         return cu_run("lazy-corrupt", corrupt_tests);
     }
-    fprintf(stderr, "usage: test_lazy check lazy|all | mismatch FIELD RANK | corrupt RANK\n");
+    fprintf(stderr,
+            "usage: test_lazy check lazy|all | mismatch FIELD RANK | corrupt RANK | late\n");
     return 2;
 }
