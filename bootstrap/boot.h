@@ -39,6 +39,9 @@ typedef struct ofccl__boot_ops {
      * their length. Local call, answered by the launcher; bounded by the timeout. */
     int (*get)(ofccl__boot_t *b, uint64_t tag, int rank, void *out, size_t cap, size_t *len,
                ofccl__err_t *e);
+    /* As ofccl__boot_allreduce (NULL: done there as an all-gather). */
+    int (*allreduce)(ofccl__boot_t *b, const uint64_t *in, uint64_t *out, int n, const uint8_t *ops,
+                     ofccl__err_t *e);
 } ofccl__boot_ops_t;
 
 struct ofccl__boot {
@@ -110,6 +113,16 @@ int ofccl__boot_publish(ofccl__boot_t *b, bool lazy, const void *in, size_t len,
 int ofccl__boot_get(ofccl__boot_t *b, ofccl__boot_pub_t *pub, int rank, void *out, size_t cap,
                     size_t *len, ofccl__err_t *e);
 void ofccl__boot_pub_free(ofccl__boot_pub_t *pub);
+
+enum ofccl__boot_op { OFCCL__BOOT_MIN = 0, OFCCL__BOOT_MAX = 1 };
+#define OFCCL__BOOT_REDUCE_MAX 8
+/* out[k] = ops[k] (MIN or MAX) of every rank's in[k], k < n <= OFCCL__BOOT_REDUCE_MAX.
+ * Collective; where the backend reduces at one place (the TCP rendezvous
+ * root) each rank sends and receives n words, else an all-gather of them. */
+int ofccl__boot_allreduce(ofccl__boot_t *b, const uint64_t *in, uint64_t *out, int n,
+                          const uint8_t *ops, ofccl__err_t *e);
+/* Fold rank data (n words) into acc (the first rank's copy): the reduction step. */
+void ofccl__boot_reduce_into(uint64_t *acc, const uint64_t *in, int n, const uint8_t *ops);
 
 /* Host identity (host.c): `override` when set (printable, at most
  * OFCCL__HOST_ID_MAX bytes, else OFCCL_ERR_CONFIG), otherwise

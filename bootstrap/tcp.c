@@ -259,6 +259,7 @@ static const ofccl__boot_ops_t tcp_ops = {
     .finalize = tcp_finalize,
     .publish = ofccl__tcp_publish,
     .get = ofccl__tcp_get,
+    .allreduce = ofccl__tcp_allreduce,
 };
 
 static int check_params(const ofccl__boot_params_t *p, ofccl__boot_t *b, ofccl__err_t *e)

@@ -432,6 +432,68 @@ int ofccl__tcp_publish(ofccl__boot_t *b, const void *in, size_t len, size_t slot
     return rc;
 }
 
+/* The root reduces: each rank sends and receives n words, the root N·n. */
+int ofccl__tcp_allreduce(ofccl__boot_t *b, const uint64_t *in, uint64_t *out, int n,
+                         const uint8_t *ops, ofccl__err_t *e)
+{
+    ofccl__tcp_boot_t *t = b->impl;
+    size_t slot = 8 * (size_t)n;
+    uint64_t seq, deadline = ofccl__now_ns() + b->timeout_ms * 1000000ull;
+    uint8_t mine[8 * OFCCL__BOOT_REDUCE_MAX], frame[OFCCL__TCP_FRAME_HDR + sizeof(mine)];
+    ofccl__tcp_down_t d;
+    char what[48];
+    int rc = exchange_begin(b, t, &seq, what, sizeof(what), e);
+
+    if (rc != 0)
+        return rc;
+    for (int k = 0; k < n; k++)
+        ofccl__put_le64(mine + 8 * k, in[k]);
+    if (b->rank != 0) {
+        rc = rank_exchange(b, t, seq, what, mine, slot, slot, &d, deadline, e);
+        if (rc == 0 && d.body_len != slot)
+            rc = ofccl__fail(b->log, OFCCL__SUB_BOOT, e, OFCCL_ERR_CORRUPT,
+                             "the bootstrap root answered %s with %zu bytes, %zu expected", what,
+                             d.body_len, slot);
+        for (int k = 0; k < n && rc == 0; k++)
+            out[k] = ofccl__get_le64(d.body + 8 * k);
+        free(d.body);
+        return rc;
+    }
+    uint8_t *all = malloc((size_t)b->size * slot);
+    size_t *lens = calloc((size_t)b->size, sizeof(*lens));
+    up_arg_t u = {.seq = seq, .out = all, .slot = slot, .lens = lens, .what = what};
+
+    rc = all && lens ? root_gather(b, t, &u, mine, slot, deadline, e)
+                     : ofccl__fail(b->log, OFCCL__SUB_BOOT, e, OFCCL_ERR_NO_MEMORY,
+                                   "out of memory for %s", what);
+    memcpy(out, in, slot);
+    for (int r = 1; r < b->size && rc == 0; r++) {
+        uint64_t w[OFCCL__BOOT_REDUCE_MAX];
+        if (lens[r] != slot) {
+            rc = ofccl__fail(b->log, OFCCL__SUB_BOOT, e, OFCCL_ERR_CORRUPT,
+                             "rank %d sent %zu bytes for %s, %zu expected", r, lens[r], what, slot);
+            break;
+        }
+        for (int k = 0; k < n; k++)
+            w[k] = ofccl__get_le64(all + (size_t)r * slot + 8 * (size_t)k);
+        ofccl__boot_reduce_into(out, w, n, ops);
+    }
+    if (rc == 0) {
+        down_header(frame, seq, b->size, slot);
+        for (int k = 0; k < n; k++)
+            ofccl__put_le64(frame + OFCCL__TCP_FRAME_HDR + 8 * k, out[k]);
+        rc = root_send(b, t, &u, frame, OFCCL__TCP_FRAME_HDR + slot, deadline, e);
+    }
+    free(all);
+    free(lens);
+    if (rc != 0) {
+        ofccl__tcp_root_abort(t, OFCCL__TCP_DOWN_MAGIC, seq, b->size,
+                              e != NULL ? e->msg : "an allreduce failed");
+        fail_all(t);
+    }
+    return rc;
+}
+
 /* A barrier is an exchange of nothing: it shares the ordering and error
  * handling of allgather, and a peer that skips it is caught by the seq. */
 int ofccl__tcp_barrier(ofccl__boot_t *b, ofccl__err_t *e)

@@ -96,6 +96,8 @@ int ofccl__tcp_barrier(ofccl__boot_t *b, ofccl__err_t *e);
  * them; *tag names them for get. Collective (tcp_exchange.c). */
 int ofccl__tcp_publish(ofccl__boot_t *b, const void *in, size_t len, size_t slot, uint64_t *tag,
                        ofccl__err_t *e);
+int ofccl__tcp_allreduce(ofccl__boot_t *b, const uint64_t *in, uint64_t *out, int n,
+                         const uint8_t *ops, ofccl__err_t *e);
 /* Read rank `rank`'s bytes published under `tag` from the root's record
  * server (the root reads its own table). Local to the caller; bounded by the
  * timeout (tcp_records.c). */

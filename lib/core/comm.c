@@ -111,18 +111,26 @@ static int boot_publish(void *arg, const void *in, size_t len, size_t slot,
     return ofccl__boot_publish(arg, true, in, len, slot, out, e);
 }
 
+static int boot_allreduce(void *arg, const uint64_t *in, uint64_t *out, int n, const uint8_t *ops,
+                          ofccl__err_t *e)
+{
+    return ofccl__boot_allreduce(arg, in, out, n, ops, e);
+}
+
 static int comm_world_locked(ofccl_ctx_t *ctx, ofccl_comm_t **out)
 {
     ofccl__comm_init_t init = {"ofccl_comm_world", ctx->boot->rank, ctx->boot->size,
                                ctx->boot->local_rank, ctx->boot->local_size};
     int64_t mode = ofccl__cfg_int(&ctx->cfg, OFCCL__CFG_BOOT_EXCHANGE); /* auto|all|lazy */
-    ofccl__xchg_t x = {ctx->boot, boot_allgather, NULL};
+    ofccl__xchg_t x = {ctx->boot, boot_allgather, NULL, NULL};
 
     /* Every rank decides alike: the provider and the bootstrap are the job's. */
     if (ofccl__prov_caps(ctx->prov)->add_peer &&
         (mode == 2 || (mode == 0 && ofccl__boot_can_get(ctx->boot) &&
-                       strcmp(ctx->boot->ops->name, "pmix") == 0)))
+                       strcmp(ctx->boot->ops->name, "pmix") == 0))) {
         x.publish = boot_publish;
+        x.allreduce = boot_allreduce;
+    }
 
     if (out == NULL)
         return ofccl__fail(&ctx->log, OFCCL__SUB_CORE, &ctx->err, OFCCL_ERR_INVALID_ARG,

@@ -235,6 +235,10 @@ typedef struct ofccl__xchg {
      * collectively; *out reads any rank's (ofccl__boot_get). */
     int (*publish)(void *arg, const void *in, size_t len, size_t slot, struct ofccl__boot_pub **out,
                    ofccl__err_t *e);
+    /* With publish: the status exchange as a reduction (ofccl__boot_allreduce),
+     * n words per rank instead of N·16 bytes. */
+    int (*allreduce)(void *arg, const uint64_t *in, uint64_t *out, int n, const uint8_t *ops,
+                     ofccl__err_t *e);
 } ofccl__xchg_t;
 
 typedef struct ofccl__comm_init {

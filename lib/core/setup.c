@@ -447,10 +447,9 @@ out:
  * moment, so the differences estimate each clock's offset to rank 0's for a
  * trace (OFCCL_TRACE). Ranks on rank 0's host share its clock: offset 0. */
 #define STATUS_LEN 16
-static void note_clock_offset(ofccl_comm_t *comm, const uint8_t *all)
+static void note_clock_offset(ofccl_comm_t *comm, uint64_t mine, uint64_t rank0)
 {
     ofccl__trace_t *t = comm->ctx->trace;
-    int64_t off;
 
     if (t == NULL || comm->size != comm->ctx->boot->size)
         return; /* only the world communicator's rank 0 is the job's */
@@ -458,9 +457,7 @@ static void note_clock_offset(ofccl_comm_t *comm, const uint8_t *all)
         ofccl__trace_set_offset(t, 0, "same host as rank 0");
         return;
     }
-    off = (int64_t)(ofccl__get_le64(all + (size_t)comm->rank * STATUS_LEN + 8) -
-                    ofccl__get_le64(all + 8));
-    ofccl__trace_set_offset(t, off, "bootstrap exchange release");
+    ofccl__trace_set_offset(t, (int64_t)(mine - rank0), "bootstrap exchange release");
 }
 
 /* After the records: has every member succeeded? Fails naming the first that
@@ -493,9 +490,35 @@ static int setup_status(ofccl_comm_t *comm, const ofccl__xchg_t *x, int mine, ui
     for (int r = 0; r < comm->size && mine == 0; r++)
         *id = OFCCL__MAX(*id, ofccl__get_le32(all + (size_t)r * STATUS_LEN + 4));
     if (mine == 0)
-        note_clock_offset(comm, all);
+        note_clock_offset(comm, released, ofccl__get_le64(all + 8));
     free(all);
     free(lens);
+    return mine;
+}
+
+/* The same as a reduction (lazy creation of a world communicator): the
+ * lowest failed rank, the highest proposed number, rank 0's release time. */
+static int setup_status_reduced(ofccl_comm_t *comm, const ofccl__xchg_t *x, int mine,
+                                uint64_t released, uint32_t *id)
+{
+    static const uint8_t ops[3] = {OFCCL__BOOT_MIN, OFCCL__BOOT_MAX, OFCCL__BOOT_MAX};
+    uint64_t in[3] = {mine != 0 ? (uint64_t)comm->rank : UINT64_MAX, *id,
+                      comm->rank == 0 ? released : 0},
+             out[3];
+    ofccl__err_t e;
+    int rc = x->allreduce(x->arg, in, out, 3, ops, &e);
+
+    if (rc && mine == 0)
+        mine = ofccl__comm_fail(comm, rc, "comm setup: status exchange: %s", e.msg);
+    if (mine == 0 && out[0] != UINT64_MAX)
+        mine = ofccl__comm_fail(comm, OFCCL_ERR_REMOTE_ERROR,
+                                "comm setup: rank %llu failed to create its side of the "
+                                "communicator (its own error says why)",
+                                (unsigned long long)out[0]);
+    if (mine == 0) {
+        *id = (uint32_t)out[1];
+        note_clock_offset(comm, released, out[2]);
+    }
     return mine;
 }
 
@@ -552,7 +575,8 @@ int ofccl__comm_create(ofccl_ctx_t *ctx, const ofccl__comm_init_t *init, const o
         rc = setup_peers(comm, &mine, all, slot, lens, &id);
     free(all);
     free(lens);
-    rc = setup_status(comm, x, rc, released, &id);
+    rc = x->allreduce != NULL ? setup_status_reduced(comm, x, rc, released, &id)
+                              : setup_status(comm, x, rc, released, &id);
     if (rc == 0) {
         comm->id = id;
         ctx->comm_seq = OFCCL__MAX(ctx->comm_seq, id);
