@@ -404,6 +404,11 @@ static int get_one(ofccl__boot_t *b, unsigned long long kseq, int r, void *out, 
         ret = ofccl__fail(b->log, OFCCL__SUB_BOOT, e, OFCCL_ERR_TIMEOUT,
                           "PMIx_Get of rank %d's data for %s timed out after %llu ms", r, what,
                           (unsigned long long)b->timeout_ms);
+    else if (rc == PMIX_ERR_NOT_SUPPORTED)
+        ret = ofccl__fail(b->log, OFCCL__SUB_BOOT, e, OFCCL_ERR_NOT_SUPPORTED,
+                          "PMIx_Get of rank %d's data for %s: this launcher's PMIx server does "
+                          "not fetch data that a fence did not collect (no direct modex)",
+                          r, what);
     else if (rc == PMIX_ERR_NOT_FOUND)
         ret = ofccl__fail(b->log, OFCCL__SUB_BOOT, e, OFCCL_ERR_MISMATCH,
                           "rank %d published nothing for %s: ranks ran different sequences "
