@@ -102,9 +102,11 @@ static int boot_allgather(void *arg, const void *in, size_t len, void *out, size
 }
 
 /* OFCCL_BOOT_EXCHANGE=lazy (or auto under PMIx, which serves records on
- * demand), on a provider that inserts peers one at a time: publish, read on
- * first use. shm and the local transport insert every peer at once: there the
- * records are all-gathered as under `all`. */
+ * demand, from LAZY_AUTO_MIN_RANKS ranks on: below, collecting them costs
+ * less than the extra exchanges): publish, read on first use. Where a
+ * provider attaches every peer at once (shm, the local and per-peer
+ * transports) creation then collects them all (setup.c). */
+#define LAZY_AUTO_MIN_RANKS 64
 static int boot_publish(void *arg, const void *in, size_t len, size_t slot,
                         struct ofccl__boot_pub **out, ofccl__err_t *e)
 {
@@ -124,10 +126,12 @@ static int comm_world_locked(ofccl_ctx_t *ctx, ofccl_comm_t **out)
     int64_t mode = ofccl__cfg_int(&ctx->cfg, OFCCL__CFG_BOOT_EXCHANGE); /* auto|all|lazy */
     ofccl__xchg_t x = {ctx->boot, boot_allgather, NULL, NULL};
 
-    /* Every rank decides alike: the provider and the bootstrap are the job's. */
-    if (ofccl__prov_caps(ctx->prov)->add_peer &&
-        (mode == 2 || (mode == 0 && ofccl__boot_can_get(ctx->boot) &&
-                       strcmp(ctx->boot->ops->name, "pmix") == 0))) {
+    /* Every rank decides alike, from the job alone: were the provider part of
+     * it, ranks started with different ones would run different exchanges
+     * instead of naming the difference. */
+    if (mode == 2 ||
+        (mode == 0 && ctx->boot->size >= LAZY_AUTO_MIN_RANKS && ofccl__boot_can_get(ctx->boot) &&
+         strcmp(ctx->boot->ops->name, "pmix") == 0)) {
         x.publish = boot_publish;
         x.allreduce = boot_allreduce;
     }

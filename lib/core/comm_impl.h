@@ -35,6 +35,9 @@ int ofccl__setup_map_peer(ofccl_comm_t *comm, int p);
  * (equality is transitive along the ring: a setting that differs anywhere
  * differs between some pair of neighbours); everything else on first use. */
 int ofccl__peers_lazy_init(ofccl_comm_t *comm, const uint8_t *blob, size_t blen);
+/* Undo ofccl__peers_lazy_init and the host tables: the ranks fall back to
+ * collecting every record (a provider that attaches every peer at once). */
+void ofccl__peers_lazy_drop(ofccl_comm_t *comm);
 /* Release everything a (possibly half-built) communicator holds; local. */
 void ofccl__comm_free(ofccl_comm_t *comm);
 

@@ -60,7 +60,7 @@ int ofccl__comm_resolve(ofccl_comm_t *comm, int p)
         return rc;
     comm->peer_ctrl[p] = rec.ctrl;
     comm->resolved[p] = 1;
-    comm->nresolved++;
+    comm->nresolved += p != comm->rank;
     OFCCL__DEBUG(&comm->ctx->log, OFCCL__SUB_CORE,
                  "communicator %u rank %d: peer %d resolved on first use in %.1f us (%d of %d)",
                  comm->id, comm->rank, p, (double)(ofccl__now_ns() - t0) / 1e3, comm->nresolved,
@@ -90,19 +90,34 @@ int ofccl__peers_lazy_init(ofccl_comm_t *comm, const uint8_t *blob, size_t blen)
     comm->resolved = calloc((size_t)n, 1);
     if (comm->peer_ctrl == NULL || comm->resolved == NULL)
         return ofccl__comm_fail(comm, OFCCL_ERR_NO_MEMORY, "comm setup: no memory for %d ranks", n);
-    /* This rank addresses itself like any peer. */
+    /* This rank's own key now; it is inserted into its own AV, like any
+     * peer, on first use: nothing enters the AV before every rank knows
+     * that every rank stays lazy (ofccl__comm_create). */
     rc = ofccl__setup_accept(comm, me, blob, blen, &rec);
-    if (rc == 0 && (rc = ofccl__ep_add_peer(comm->ep, me, rec.name, rec.namelen, &comm->err)) != 0)
-        rc = ofccl__comm_fail(comm, rc, "comm setup: %s", comm->err.msg);
     if (rc)
         return rc;
     comm->peer_ctrl[me] = rec.ctrl;
-    comm->resolved[me] = 1;
     /* Checked now, resolved when first used. */
     for (int k = 0; k < 2 && rc == 0; k++)
         if (nb[k] != me && (k == 0 || nb[1] != nb[0]))
             rc = resolve_rec(comm, nb[k], &rec);
     return rc;
+}
+
+void ofccl__peers_lazy_drop(ofccl_comm_t *comm)
+{
+    free(comm->resolved);
+    free(comm->peer_ctrl);
+    free(comm->host_of);
+    free(comm->host_name);
+    free(comm->node_of);
+    free(comm->node_idx);
+    free(comm->node_rank);
+    comm->resolved = NULL;
+    comm->peer_ctrl = NULL;
+    comm->host_of = comm->node_of = comm->node_idx = comm->node_rank = NULL;
+    comm->host_name = NULL;
+    comm->nhosts = comm->nnodes = comm->node_width = comm->nresolved = 0;
 }
 
 int ofccl__comm_peers_resolved(const ofccl_comm_t *comm)

@@ -499,14 +499,15 @@ static int setup_status(ofccl_comm_t *comm, const ofccl__xchg_t *x, int mine, ui
 /* The same as a reduction (lazy creation of a world communicator): the
  * lowest failed rank, the highest proposed number, rank 0's release time. */
 static int setup_status_reduced(ofccl_comm_t *comm, const ofccl__xchg_t *x, int mine,
-                                uint64_t released, uint32_t *id)
+                                uint64_t released, uint32_t *id, bool *need_all)
 {
-    static const uint8_t ops[3] = {OFCCL__BOOT_MIN, OFCCL__BOOT_MAX, OFCCL__BOOT_MAX};
-    uint64_t in[3] = {mine != 0 ? (uint64_t)comm->rank : UINT64_MAX, *id,
-                      comm->rank == 0 ? released : 0},
-             out[3];
+    static const uint8_t ops[4] = {OFCCL__BOOT_MIN, OFCCL__BOOT_MAX, OFCCL__BOOT_MAX,
+                                   OFCCL__BOOT_MAX};
+    uint64_t in[4] = {mine != 0 ? (uint64_t)comm->rank : UINT64_MAX, *id,
+                      comm->rank == 0 ? released : 0, *need_all},
+             out[4];
     ofccl__err_t e;
-    int rc = x->allreduce(x->arg, in, out, 3, ops, &e);
+    int rc = x->allreduce(x->arg, in, out, 4, ops, &e);
 
     if (rc && mine == 0)
         mine = ofccl__comm_fail(comm, rc, "comm setup: status exchange: %s", e.msg);
@@ -517,9 +518,39 @@ static int setup_status_reduced(ofccl_comm_t *comm, const ofccl__xchg_t *x, int 
                                 (unsigned long long)out[0]);
     if (mine == 0) {
         *id = (uint32_t)out[1];
+        *need_all = out[3] != 0;
         note_clock_offset(comm, released, out[2]);
     }
     return mine;
+}
+
+/* Published, but some rank's provider attaches every peer at once (shm, the
+ * local or per-peer transport; the same on every rank unless OFCCL_PROVIDER
+ * differs, which the neighbours' check has caught by now): every rank
+ * collects every record after all, as under OFCCL_BOOT_EXCHANGE=all. */
+static int setup_collect_all(ofccl_comm_t *comm, const ofccl__xchg_t *x, const setup_t *mine,
+                             const uint8_t *blob, size_t blen, size_t slot, uint64_t released,
+                             uint32_t *id)
+{
+    uint8_t *all = malloc(slot * (size_t)comm->size);
+    size_t *lens = calloc((size_t)comm->size, sizeof(*lens));
+    bool again = false;
+    ofccl__err_t e;
+    int rc = 0, xrc;
+
+    ofccl__peers_lazy_drop(comm);
+    ofccl__boot_pub_free(comm->pub);
+    comm->pub = NULL;
+    if (all == NULL || lens == NULL)
+        rc = ofccl__comm_fail(comm, OFCCL_ERR_NO_MEMORY, "comm setup: no memory");
+    xrc = all && lens ? x->allgather(x->arg, blob, blen, all, slot, lens, &e) : OFCCL_ERR_NO_MEMORY;
+    if (xrc && rc == 0)
+        rc = ofccl__comm_fail(comm, xrc, "%s", xrc == OFCCL_ERR_NO_MEMORY ? "no memory" : e.msg);
+    if (rc == 0)
+        rc = setup_peers(comm, mine, all, slot, lens, id);
+    free(all);
+    free(lens);
+    return setup_status_reduced(comm, x, rc, released, id, &again);
 }
 
 int ofccl__comm_create(ofccl_ctx_t *ctx, const ofccl__comm_init_t *init, const ofccl__xchg_t *x,
@@ -567,7 +598,7 @@ int ofccl__comm_create(ofccl_ctx_t *ctx, const ofccl__comm_init_t *init, const o
     if (xrc && rc == 0)
         rc = ofccl__comm_fail(comm, xrc, "%s", xrc == OFCCL_ERR_NO_MEMORY ? "no memory" : e.msg);
     id = mine.comm_id;
-    if (rc == 0 && x->publish != NULL) { /* only on providers with caps.add_peer */
+    if (rc == 0 && x->publish != NULL) {
         rc = setup_hosts_from_boot(comm, &mine);
         if (rc == 0)
             rc = ofccl__peers_lazy_init(comm, blob, blen);
@@ -575,8 +606,15 @@ int ofccl__comm_create(ofccl_ctx_t *ctx, const ofccl__comm_init_t *init, const o
         rc = setup_peers(comm, &mine, all, slot, lens, &id);
     free(all);
     free(lens);
-    rc = x->allreduce != NULL ? setup_status_reduced(comm, x, rc, released, &id)
-                              : setup_status(comm, x, rc, released, &id);
+    if (x->publish != NULL) {
+        bool need_all = !ofccl__prov_caps(ctx->prov)->add_peer;
+
+        rc = setup_status_reduced(comm, x, rc, released, &id, &need_all);
+        if (rc == 0 && need_all)
+            rc = setup_collect_all(comm, x, &mine, blob, blen, slot, released, &id);
+    } else {
+        rc = setup_status(comm, x, rc, released, &id);
+    }
     if (rc == 0) {
         comm->id = id;
         ctx->comm_seq = OFCCL__MAX(ctx->comm_seq, id);

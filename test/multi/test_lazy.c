@@ -254,9 +254,11 @@ static void test_mismatch(void)
  * (publish, status) with a record that is not one. */
 static void test_corrupt(void)
 {
-    static const uint8_t ops[3] = {OFCCL__BOOT_MIN, OFCCL__BOOT_MAX, OFCCL__BOOT_MAX};
+    static const uint8_t ops[4] = {OFCCL__BOOT_MIN, OFCCL__BOOT_MAX, OFCCL__BOOT_MAX,
+                                   OFCCL__BOOT_MAX};
     ofccl_ctx_params_t p = {.size = sizeof(p)};
-    uint64_t status[3] = {UINT64_MAX, 1, 0}, out[3];
+    /* failed rank (none), communicator number, rank 0's clock, need all records (no) */
+    uint64_t status[4] = {UINT64_MAX, 1, 0, 0}, out[4];
     uint8_t junk[200];
     ofccl__boot_pub_t *pub = NULL;
     ofccl__err_t e;
@@ -271,7 +273,7 @@ static void test_corrupt(void)
     CU_ASSERT_EQUAL(
         ofccl__boot_publish(ctx->boot, true, junk, sizeof(junk), ofccl__setup_slot(), &pub, &e), 0);
     /* The status exchange of a lazily created world communicator: "fine". */
-    CU_ASSERT_EQUAL(ofccl__boot_allreduce(ctx->boot, status, out, 3, ops, &e), 0);
+    CU_ASSERT_EQUAL(ofccl__boot_allreduce(ctx->boot, status, out, 4, ops, &e), 0);
     ofccl__boot_pub_free(pub);
     CU_ASSERT_EQUAL(ofccl_ctx_destroy(ctx), 0);
 }
