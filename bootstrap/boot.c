@@ -151,10 +151,25 @@ int ofccl__boot_open(const ofccl__boot_params_t *p, ofccl__boot_t **out, ofccl__
     return 0;
 }
 
+int ofccl__boot_watch_none(ofccl__boot_t *b, ofccl__boot_dead_fn dead, void *arg, ofccl__err_t *e)
+{
+    (void)dead;
+    (void)arg;
+    return ofccl__fail(NULL, OFCCL__SUB_BOOT, e, OFCCL_ERR_NOT_SUPPORTED,
+                       "the %s bootstrap raises no failure events", b->ops->name);
+}
+
+void ofccl__boot_unwatch_none(ofccl__boot_t *b)
+{
+    (void)b;
+}
+
 void ofccl__boot_close(ofccl__boot_t *b)
 {
     if (b == NULL)
         return;
+    if (b->ops != NULL)
+        ofccl__boot_unwatch(b);
     if (b->ops != NULL && b->ops->finalize != NULL)
         b->ops->finalize(b);
     free(b->host_of);

@@ -18,6 +18,13 @@
 
 typedef struct ofccl__boot ofccl__boot_t;
 
+/* A rank the launcher reports gone (killed, aborted, exited, its connection
+ * lost). Called on the bootstrap's own thread (PMIx's event thread), never
+ * with a lock of the caller held: it must only record, thread-safely.
+ * `source` is a static string naming the report ("PMIx event
+ * PMIX_ERR_PROC_ABORTED_BY_SIG"). */
+typedef void (*ofccl__boot_dead_fn)(void *arg, int rank, const char *source);
+
 typedef struct ofccl__boot_ops {
     size_t size;      /* sizeof(ofccl__boot_ops_t): the table can grow */
     const char *name; /* "pmix", "tcp", "singleton" */
@@ -29,6 +36,12 @@ typedef struct ofccl__boot_ops {
     int (*barrier)(ofccl__boot_t *b, ofccl__err_t *e);
     /* Release everything; local. */
     void (*finalize)(ofccl__boot_t *b);
+    /* Failure events: from now on call `dead` for each rank of the job the
+     * launcher reports gone. OFCCL_ERR_NOT_SUPPORTED where the bootstrap hears
+     * of none (TCP, singleton). One watch per bootstrap. */
+    int (*watch)(ofccl__boot_t *b, ofccl__boot_dead_fn dead, void *arg, ofccl__err_t *e);
+    /* Stop: once it returns, `dead` is not running and never runs again. */
+    void (*unwatch)(ofccl__boot_t *b);
     /* Lazy exchange (NULL where the backend cannot serve single records on
      * demand): make `len` (<= slot, the most any rank publishes) bytes
      * readable by every rank under a new *tag and synchronise without
@@ -86,6 +99,23 @@ static inline int ofccl__boot_barrier(ofccl__boot_t *b, ofccl__err_t *e)
     return b->ops->barrier(b, e);
 }
 
+/* Failure events (see the ops table); bootstraps without them answer
+ * OFCCL_ERR_NOT_SUPPORTED, and an ops table too old to have the slots too. */
+static inline int ofccl__boot_watch(ofccl__boot_t *b, ofccl__boot_dead_fn dead, void *arg,
+                                    ofccl__err_t *e)
+{
+    if (b->ops->size < offsetof(ofccl__boot_ops_t, unwatch) + sizeof(b->ops->unwatch))
+        return OFCCL_ERR_NOT_SUPPORTED;
+    return b->ops->watch(b, dead, arg, e);
+}
+static inline void ofccl__boot_unwatch(ofccl__boot_t *b)
+{
+    if (b->ops->size >= offsetof(ofccl__boot_ops_t, unwatch) + sizeof(b->ops->unwatch))
+        b->ops->unwatch(b);
+}
+/* The stubs of bootstraps that hear of no failures (boot.c). */
+int ofccl__boot_watch_none(ofccl__boot_t *b, ofccl__boot_dead_fn dead, void *arg, ofccl__err_t *e);
+void ofccl__boot_unwatch_none(ofccl__boot_t *b);
 /* Records published for reading one at a time (publish.c): where the backend
  * has publish/get, only a tag; elsewhere every rank's record, all-gathered. */
 typedef struct ofccl__boot_pub {

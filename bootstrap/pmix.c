@@ -30,6 +30,7 @@
 #include <unistd.h>
 
 #include "boot.h"
+#include "pmix_impl.h"
 #include "util.h"
 
 /* Exchanges done by all PMIx bootstraps of this process: the key suffix. A
@@ -58,11 +59,6 @@ __attribute__((destructor)) static void unpin_pmix(void)
     if (__atomic_exchange_n(&pinned, 0, __ATOMIC_ACQ_REL) != 0)
         PMIx_Finalize(NULL, 0);
 }
-
-typedef struct pmix_boot {
-    pmix_proc_t me;
-    pmix_proc_t all; /* the whole namespace: fences and job-level keys */
-} pmix_boot_t;
 
 /* PMIx timeouts are whole seconds; round up so a short timeout never becomes 0
  * (which PMIx reads as "wait forever"). */
@@ -516,6 +512,8 @@ static const ofccl__boot_ops_t pmix_ops = {
     .allgather = pmix_allgather,
     .barrier = pmix_barrier,
     .finalize = pmix_finalize,
+    .watch = ofccl__pmix_watch,
+    .unwatch = ofccl__pmix_unwatch,
     .publish = pmix_publish,
     .get = pmix_get,
 };

@@ -35,6 +35,8 @@ static const ofccl__boot_ops_t singleton_ops = {
     .allgather = singleton_allgather,
     .barrier = singleton_barrier,
     .finalize = singleton_finalize,
+    .watch = ofccl__boot_watch_none,
+    .unwatch = ofccl__boot_unwatch_none,
 };
 
 int ofccl__boot_singleton_open(const ofccl__boot_params_t *p, ofccl__boot_t *b, ofccl__err_t *e)

@@ -7,7 +7,13 @@
  *     received byte is copied once;
  *   - read: each process streams through a buffer of the size, summing it
  *     (64-bit integer lanes, vectorised), bytes read per second per process: the bound of a
- *     multi-input reduce-scatter, which reads each input byte once.
+ *     multi-input reduce-scatter, which reads each input byte once;
+ *   - peer read: the same sum, but over the reduce-scatter's own access pattern: every
+ *     process owns (wrote) a buffer of the size in shared memory, and process i reads
+ *     block i (size/N bytes) of every process's buffer, 2 KiB from each in turn, as the
+ *     reduction kernel does: reads of memory other cores wrote, from N streams at once.
+ * Besides the median over processes, each kind's slowest process is reported: a
+ * collective in which every rank waits for every other ends with its slowest rank.
  * The N processes are forked, pinned to cpus 0..N-1 (or the -p list), and
  * start each timed round together at a barrier in shared memory; each round
  * repeats the work for at least -t ms; the figure is the median over
@@ -32,10 +38,12 @@
 #define CHUNK (512u << 10)
 #define ROUNDS 3
 #define MAXN 1024
+#define KINDS 3
+#define PIECE 2048 /* bytes read from one source before the next, as ofccl's kernel */
 
 typedef struct shared {
     pthread_barrier_t bar;
-    double rate[2][MAXN]; /* per process: copy, read */
+    double rate[KINDS][MAXN]; /* per process: copy, read, peer read */
 } shared_t;
 
 static double now(void)
@@ -68,21 +76,39 @@ static uint64_t read_block(const uint64_t *a, size_t n)
     return s;
 }
 
-/* One process's share: best of ROUNDS rounds of each kind, all processes
- * starting every round together. */
-static void child(shared_t *sh, int me, size_t bytes, double min_s)
+/* Block `me` of each of the n buffers of `bytes` at `all`, PIECE bytes from
+ * each source in turn. */
+static uint64_t read_peers(const char *all, int n, int me, size_t bytes)
 {
-    char *src = malloc(bytes), *dst = malloc(bytes);
+    size_t blk = bytes / (size_t)n & ~(size_t)7, at = (size_t)me * blk;
+    uint64_t s = 0;
+
+    for (size_t off = 0; off < blk; off += PIECE) {
+        size_t len = blk - off < PIECE ? blk - off : PIECE;
+        for (int p = 0; p < n; p++)
+            s += read_block((const uint64_t *)(all + (size_t)p * bytes + at + off),
+                            len / sizeof(uint64_t));
+    }
+    return s;
+}
+
+/* One process's share: best of ROUNDS rounds of each kind, all processes
+ * starting every round together. `all` holds every process's buffer for the
+ * peer reads; this one writes its own first. */
+static void child(shared_t *sh, char *all, int n, int me, size_t bytes, double min_s)
+{
+    char *src = malloc(bytes), *dst = malloc(bytes), *mine = all + (size_t)me * bytes;
     if (!src || !dst) {
-        sh->rate[0][me] = sh->rate[1][me] = -1;
-        for (int k = 0; k < 2 * ROUNDS; k++)
+        for (int k = 0; k < KINDS; k++)
+            sh->rate[k][me] = -1;
+        for (int k = 0; k < KINDS * ROUNDS; k++)
             pthread_barrier_wait(&sh->bar);
         return;
     }
     for (size_t i = 0; i < bytes; i++)
-        src[i] = (char)(i * 7 + me), dst[i] = 0;
+        src[i] = (char)(i * 7 + me), dst[i] = 0, mine[i] = (char)(i * 5 + me);
     volatile uint64_t sink = 0;
-    for (int kind = 0; kind < 2; kind++) {
+    for (int kind = 0; kind < KINDS; kind++) {
         double best = 0;
         for (int r = 0; r < ROUNDS; r++) {
             pthread_barrier_wait(&sh->bar);
@@ -91,12 +117,15 @@ static void child(shared_t *sh, int me, size_t bytes, double min_s)
             do {
                 if (kind == 0)
                     copy_block(dst, src, bytes);
-                else
+                else if (kind == 1)
                     sink += read_block((const uint64_t *)src, bytes / sizeof(uint64_t));
+                else
+                    sink += read_peers(all, n, me, bytes);
                 reps++;
                 t = now() - t0;
             } while (t < min_s && reps < 1000000);
-            double rate = (double)bytes * reps / t;
+            double moved = kind == 2 ? (double)(bytes / (size_t)n & ~(size_t)7) * n : (double)bytes;
+            double rate = moved * reps / t;
             if (rate > best)
                 best = rate;
         }
@@ -111,6 +140,14 @@ static int cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
+}
+
+static double slowest(const double *v, int n)
+{
+    double m = v[0];
+    for (int i = 1; i < n; i++)
+        m = v[i] < m ? v[i] : m;
+    return m;
 }
 
 static double median(const double *v, int n)
@@ -164,10 +201,12 @@ int main(int argc, char **argv)
         return 1;
     }
     if (out)
-        fprintf(out, "procs,bytes,copy_Bps,read_Bps\n");
-    printf("# %d processes at once on %ld cpus: per-process rates, median over processes\n", n,
-           ncpu);
-    printf("%12s %14s %14s\n", "bytes", "copy GB/s", "read GB/s");
+        fprintf(out, "procs,bytes,copy_Bps,read_Bps,peer_read_Bps,copy_min_Bps,read_min_Bps,"
+                     "peer_read_min_Bps\n");
+    printf("# %d processes at once on %ld cpus: per-process rates in GB/s, median over "
+           "processes (slowest process in brackets)\n",
+           n, ncpu);
+    printf("%12s %18s %18s %18s\n", "bytes", "copy", "read", "peer read");
     for (size_t bytes = lo; bytes <= hi; bytes = (size_t)(bytes * factor)) {
         shared_t *sh =
             mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
@@ -179,6 +218,12 @@ int main(int argc, char **argv)
         pthread_barrierattr_init(&ba);
         pthread_barrierattr_setpshared(&ba, PTHREAD_PROCESS_SHARED);
         pthread_barrier_init(&sh->bar, &ba, n);
+        char *all = mmap(NULL, bytes * (size_t)n, PROT_READ | PROT_WRITE,
+                         MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+        if (all == MAP_FAILED) {
+            perror("ceiling_all: mmap of the shared buffers");
+            return 1;
+        }
         for (int i = 0; i < n; i++) {
             pid_t pid = fork();
             if (pid < 0) {
@@ -190,7 +235,7 @@ int main(int argc, char **argv)
                 CPU_ZERO(&set);
                 CPU_SET(i % (ncpu > 0 ? ncpu : 1), &set);
                 sched_setaffinity(0, sizeof(set), &set);
-                child(sh, i, bytes, min_ms / 1e3);
+                child(sh, all, n, i, bytes, min_ms / 1e3);
                 _exit(0);
             }
         }
@@ -198,14 +243,24 @@ int main(int argc, char **argv)
         for (int i = 0; i < n; i++)
             if (wait(&st) < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
                 bad = 1;
-        double c = median(sh->rate[0], n), r = median(sh->rate[1], n);
-        if (bad || c <= 0 || r <= 0) {
+        double med[KINDS], low[KINDS];
+        for (int k = 0; k < KINDS; k++) {
+            med[k] = median(sh->rate[k], n);
+            low[k] = slowest(sh->rate[k], n);
+            bad |= low[k] <= 0;
+        }
+        if (bad) {
             fprintf(stderr, "ceiling_all: a process failed at %zu bytes\n", bytes);
             return 1;
         }
-        printf("%12zu %14.2f %14.2f\n", bytes, c / 1e9, r / 1e9);
+        printf("%12zu", bytes);
+        for (int k = 0; k < KINDS; k++)
+            printf("   %6.2f (%6.2f)", med[k] / 1e9, low[k] / 1e9);
+        printf("\n");
         if (out)
-            fprintf(out, "%d,%zu,%.0f,%.0f\n", n, bytes, c, r);
+            fprintf(out, "%d,%zu,%.0f,%.0f,%.0f,%.0f,%.0f,%.0f\n", n, bytes, med[0], med[1], med[2],
+                    low[0], low[1], low[2]);
+        munmap(all, bytes * (size_t)n);
         munmap(sh, sizeof(*sh));
         if (bytes > hi / factor)
             break;

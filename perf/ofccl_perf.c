@@ -39,7 +39,7 @@
 
 enum { MEM_POOL, MEM_REG, MEM_PLAIN };
 static const char *const mem_names[] = {"pool", "reg", "plain"};
-/* hier is an all-gather algorithm: reduce-scatter keeps auto under -a hier. */
+/* -a sets both OFCCL_ALGO_AG and OFCCL_ALGO_RS. */
 static const char *const algo_names[] = {"auto", "direct", "ring", "hier"};
 
 typedef struct bench {
@@ -486,7 +486,7 @@ int main(int argc, char **argv)
     b->es = perf_dtype_size(b->dt);
     /* The algorithm goes through the settings list, like any parameter. */
     snprintf(algo_ag, sizeof(algo_ag), "ALGO_AG=%s", algo_names[algo]);
-    snprintf(algo_rs, sizeof(algo_rs), "ALGO_RS=%s", algo_names[algo == 3 ? 0 : algo]);
+    snprintf(algo_rs, sizeof(algo_rs), "ALGO_RS=%s", algo_names[algo]);
     settings[ns++] = algo_ag;
     settings[ns++] = algo_rs;
     settings[ns] = NULL;

@@ -4,8 +4,10 @@
 Prints the predicted time of one all-gather and one reduce-scatter of --size bytes (the gathered
 buffer, or the reduce-scatter input of each rank) for --ranks-per-host ranks on each of 2 to
 --max-hosts hosts, for the flat ring, the hierarchical (rail-aligned) algorithm and the rail
-rings, for each NIC layout given; then a check of the model against the simulated 2 x 4 cluster
-measured here (perf/hosts/bench.sh), and ofccl's memory per rank at --mem-ranks ranks.
+rings, for each NIC layout given; then what the library's chooser (the same formulas as
+lib/coll/cost.c: cost_time, cost_pick) picks on such a cluster, a check of the model against the
+simulated 2 x 4 cluster measured here (perf/hosts/bench.sh), and ofccl's memory per rank at
+--mem-ranks ranks.
 
 Every link class is alpha + bytes / beta. The defaults marked 'measured' come from
 docs/performance.md on this machine; the cluster's NIC figures are assumptions (see --help).
@@ -82,6 +84,109 @@ def lower_bound(c, s, coll):
     net = s * (c.h - 1) / c.h / (c.nic_bw * c.nics)
     shm = s * (c.p - 1) / c.p / (c.sum if coll == "rs" else c.copy)
     return max(net, shm)
+
+
+# The library's chooser (lib/coll/cost.c), the same formulas: a candidate's predicted time from
+# the shape (n ranks on `hosts` hosts of `width`), whether same-host peers go through the local
+# transport (`local_peers`) and every peer's memory maps (`peer_map`), and alpha (s) / beta
+# (bytes/s) of the two link classes. `nbytes`: one rank's block (ag, rs), the buffer (bc).
+# Differences from the cluster tables above: one link per host (beta_fabric is the host's; with
+# one NIC per rail configure their sum); the copy rate is one rank's measured alone; the
+# reduction is left out (the same in every candidate); no rail rings.
+COST_FLOWS = 7  # an endpoint keeps 7 peers' streams at full rate (8 ranks); more share it
+CHOOSER_CANDS = ("direct", "ring", "hier", "chain")
+
+
+class CostTopo:
+    def __init__(self, n, hosts, width, local_peers, peer_map, alpha_local, beta_local,
+                 alpha_fabric, beta_fabric, chunk=512 * 1024):
+        self.n, self.hosts, self.width = n, hosts, width
+        self.local_peers, self.peer_map, self.chunk = local_peers, peer_map, chunk
+        self.alpha = (alpha_local, alpha_fabric)
+        self.beta = (beta_local, beta_fabric)
+
+
+def kappa(m):
+    return 1.0 if m <= COST_FLOWS else m / COST_FLOWS
+
+
+def cost_time(t, coll, cand, nbytes):
+    """Predicted seconds of `coll` ("ag", "rs", "bc") by `cand`; inf where it cannot run."""
+    if t.n < 2:
+        return 0.0
+    h = max(t.hosts, 1)
+    p = t.n if h == 1 else (t.width if t.width > 0 else -(-t.n // h))
+    ms, mr = p - 1, t.n - p
+    mf = mr + (0 if t.local_peers else ms)
+    s = 0 if t.local_peers else 1
+    a_f, b_f, b_l = t.alpha[1], t.beta[1], t.beta[0]
+    b = float(nbytes)
+    bcast = coll == "bc"
+
+    def hop(x):
+        step = t.alpha[s] + x / t.beta[s] if p > 1 else 0.0
+        return max(step, a_f + x / b_f) if h > 1 else step
+
+    def fan_out(x):
+        return t.alpha[s] + ms * x * (1.0 if t.local_peers else kappa(ms)) / t.beta[s]
+
+    if cand == "direct":
+        busy = 0.0
+        if t.local_peers and ms > 0:
+            busy = b / b_l if bcast and t.peer_map else ms * b / b_l
+        if mf > 0:
+            busy = max(busy, mf * b * kappa(mf) / b_f)
+        if not bcast and h > 1:
+            busy = max(busy, p * mr * b / b_f)
+        return (a_f if mf > 0 else t.alpha[0]) + busy
+    if cand == "ring":
+        return math.inf if bcast else (t.n - 1) * hop(b)
+    if cand == "hier":
+        if h < 2 or t.width < 2:
+            return math.inf
+        if bcast:
+            return a_f + (h - 1) * b * kappa(h - 1) / b_f + fan_out(b)
+        t1 = a_f + max((h - 1) * b * kappa(h - 1), p * (h - 1) * b) / b_f
+        t2 = fan_out(h * b)
+        return max(t1, t2) + min(t1, t2) * min(1.0, t.chunk / b if b > 0 else 1.0)
+    if cand == "chain":
+        c = min(float(t.chunk), b)
+        k = math.ceil(b / c) if c > 0 else 1
+        return (k + t.n - 2) * hop(c) if bcast else math.inf
+    return math.inf
+
+
+def cost_pick(t, coll, nbytes, valid):
+    """The cheapest of `valid` (candidate names); ties go to the earlier in CHOOSER_CANDS."""
+    best, best_t = None, math.inf
+    for cand in CHOOSER_CANDS:
+        if cand in valid:
+            tc = cost_time(t, coll, cand, nbytes)
+            if best is None or tc < best_t:
+                best, best_t = cand, tc
+    return best
+
+
+def chooser_table(args):
+    """What the library's auto would pick for a cluster: 8 ranks per host, same-host peers
+    through the local transport, the host's link at the NIC rate."""
+    beta_f = args.nic_gbit * 1e9 / 8
+    print(f"\nThe library's chooser (lib/coll/cost.c) on {args.ranks_per_host} ranks per host, "
+          f"local 0.2 us / {args.copy / 1e9:g} GB/s, fabric {args.alpha_net * 1e6:g} us / "
+          f"{beta_f / 1e9:g} GB/s per host; {args.size / 2**20:g} MiB; predicted ms")
+    print(f"{'hosts':>6} | {'AG direct':>10} {'ring':>8} {'hier':>8} {'pick':>6} | "
+          f"{'RS direct':>10} {'ring':>8} {'hier':>8} {'pick':>6}")
+    h = 2
+    while h <= args.max_hosts:
+        t = CostTopo(args.ranks_per_host * h, h, args.ranks_per_host, True, False, ALPHA_SHM,
+                     args.copy, args.alpha_net, beta_f)
+        b = args.size / t.n
+        ag = [cost_time(t, "ag", c, b) * 1e3 for c in ("direct", "ring", "hier")]
+        rs = [cost_time(t, "rs", c, b) * 1e3 for c in ("direct", "ring", "hier")]
+        print(f"{h:6d} | {ag[0]:10.1f} {ag[1]:8.1f} {ag[2]:8.1f} "
+              f"{cost_pick(t, 'ag', b, ('direct', 'ring', 'hier')):>6} | {rs[0]:10.1f} "
+              f"{rs[1]:8.1f} {rs[2]:8.1f} {cost_pick(t, 'rs', b, ('direct', 'ring', 'hier')):>6}")
+        h *= 8 if h >= 16 else 2
 
 
 def parse_size(text):
@@ -197,6 +302,7 @@ def main():
           "in over shared memory); hier: phases in sequence; hier-pl: overlapped by chunk")
     for nics in (int(x) for x in args.nics.split(",")):
         table(args, nics)
+    chooser_table(args)
     veth_check()
     memory(args.mem_ranks, args.eager)
 

@@ -57,9 +57,10 @@ typedef struct ofccl__prov_caps {
     size_t max_order_waw_size, max_order_raw_size, max_order_war_size;
     size_t inject_size;
     size_t max_msg_size;
-    bool peer_map;   /* peers' registered memory can be mapped here (ofccl__ep_peer_map) */
-    bool add_peer;   /* peers can be inserted one at a time, on demand (ofccl__ep_add_peer) */
-    unsigned quirks; /* OFCCL__Q_* flags of the row, as applied */
+    bool peer_map;     /* peers' registered memory can be mapped here (ofccl__ep_peer_map) */
+    bool add_peer;     /* peers can be inserted one at a time, on demand (ofccl__ep_add_peer) */
+    uint64_t link_bps; /* nic->link_attr->speed (bits/s) where the provider gives it, else 0 */
+    unsigned quirks;   /* OFCCL__Q_* flags of the row, as applied */
 } ofccl__prov_caps_t;
 
 /* ---- quirk table: one row per provider (data, not #ifdefs) ---- */

@@ -4,6 +4,7 @@ set -eu
 pkgs="build-essential meson ninja-build pkg-config python3 libfabric-dev libfabric-bin
       libhwloc-dev hwloc libpmix-dev libcunit1-dev openmpi-bin libopenmpi-dev gnuplot-nox
       iproute2 nftables clang libclang-rt-14-dev
+      munge slurmctld slurmd slurm-client slurm-wlm-basic-plugins
       python3-dev python3-venv python3-numpy python3-pytest python3-torch python3-matplotlib"
 missing=""
 for p in $pkgs; do

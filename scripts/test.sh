@@ -4,7 +4,9 @@
 # UndefinedBehaviorSanitizer in a build with fault injection (which adds the
 # injected-fault tests, so LeakSanitizer checks that failures leak nothing). Prints the meson summaries and a final
 # "N passed, N failed" line; fails when any test failed or when no test ran.
-# A ThreadSanitizer pass covers the tests that run threads.
+# A ThreadSanitizer pass covers the tests that run threads. The first pass also
+# runs the 'slurm' suite: a private one-node Slurm cluster started and stopped by
+# test/slurm (as root; skipped otherwise) with the multi-rank programs under srun.
 # Set OFCCL_SKIP_SANITIZERS=1 to run only the first pass.
 set -eu
 cd "$(dirname "$0")/.."

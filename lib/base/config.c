@@ -277,24 +277,24 @@ void ofccl__config_unknown_env(char *buf, size_t len)
 
 void ofccl__config_launcher_env(char *buf, size_t len)
 {
-    static const char *const prefixes[] = {"SLURM_", "PMI_", "OMPI_", "PMIX_"};
+    /* The most telling prefixes first: srun sets some 40 SLURM_* variables,
+     * which alone overflow the buffer, and the diagnosis of a broken launch
+     * rests on whether a PMIX_, OMPI_ or PMI_ name made it into the list. */
+    static const char *const prefixes[] = {"PMIX_", "OMPI_", "PMI_", "SLURM_"};
 
     if (len == 0)
         return;
     buf[0] = '\0';
-    for (char **ep = environ; ep != NULL && *ep != NULL; ep++) {
-        const char *eq = strchr(*ep, '=');
-        if (eq == NULL)
-            continue;
-        for (size_t k = 0; k < OFCCL__ARRAY_LEN(prefixes); k++) {
-            /* OMPI_ALLOW_RUN_AS_ROOT* and OMPI_MCA_* are user settings, not a launch. */
-            if (strncmp(*ep, "OMPI_ALLOW_RUN_AS_ROOT", 22) == 0 ||
-                strncmp(*ep, "OMPI_MCA_", 9) == 0)
-                break;
-            if (strncmp(*ep, prefixes[k], strlen(prefixes[k])) == 0) {
+    for (size_t k = 0; k < OFCCL__ARRAY_LEN(prefixes); k++) {
+        for (char **ep = environ; ep != NULL && *ep != NULL; ep++) {
+            const char *eq = strchr(*ep, '=');
+            /* OMPI_ALLOW_RUN_AS_ROOT*, OMPI_MCA_* and SLURM_CONF (which cluster
+             * a Slurm command talks to) are user settings, not a launch. */
+            if (eq == NULL || strncmp(*ep, "OMPI_ALLOW_RUN_AS_ROOT", 22) == 0 ||
+                strncmp(*ep, "OMPI_MCA_", 9) == 0 || strncmp(*ep, "SLURM_CONF=", 11) == 0)
+                continue;
+            if (strncmp(*ep, prefixes[k], strlen(prefixes[k])) == 0)
                 append_name(buf, len, *ep, (size_t)(eq - *ep));
-                break;
-            }
         }
     }
 }

@@ -61,15 +61,15 @@ typedef enum ofccl__cfg_type {
     X(RX_POSTED, INT, LOCAL, "256", "", 8, 65536,                                                  \
       "Receives kept posted for remote CQ data where the provider consumes one per signal")        \
     X(ALGO_AG, ENUM, AGREE, "auto", "auto|direct|ring|hier", 0, 0,                                 \
-      "All-gather algorithm; auto = hier (between hosts along rails, then within each host) "      \
-      "when same-host peers go through the local transport and every host has as many ranks, "     \
-      "more than one; else direct up to 8 ranks, for small buffers or on the local transport, "    \
-      "else ring; hier where it "                                                                  \
-      "does not fit is direct")                                                                    \
-    X(ALGO_RS, ENUM, AGREE, "auto", "auto|direct|ring", 0, 0,                                      \
-      "Reduce-scatter algorithm; auto = direct up to 8 ranks, for small buffers or on the local "  \
-      "transport, else ring; "                                                                     \
-      "on the local transport direct reads peers' blocks in place (pull)")                         \
+      "All-gather algorithm; auto = eager when small, else the cheapest of direct, ring and hier " \
+      "(between hosts along rails, then within each host; where every host has as many ranks, "    \
+      "more than one) by the cost model (OFCCL_LINK_*; ofccl_info -j prints its choices); hier "   \
+      "where it does not fit is direct")                                                           \
+    X(ALGO_RS, ENUM, AGREE, "auto", "auto|direct|ring|hier", 0, 0,                                 \
+      "Reduce-scatter algorithm; auto = eager when small, else the cheapest of direct, ring and "  \
+      "hier (within each host, then between hosts along rails; where it fits, as for the "         \
+      "all-gather) by the cost model; where peers' memory maps direct reads their blocks in "      \
+      "place (pull); hier where it does not fit is direct")                                        \
     X(CHUNK_BYTES, SIZE, AGREE, "512K", "", 4096, 1073741824,                                      \
       "Pipeline chunk: a collective moves each rank's block in chunks of this size")               \
     X(EAGER_BYTES, SIZE, AGREE, "16K", "", 0, 1048576,                                             \
@@ -99,9 +99,11 @@ typedef enum ofccl__cfg_type {
       "network, mount and PID namespace identities (tests that simulate hosts set it)")            \
     X(LIBRARY, STRING, LOCAL, "", "<path>", 0, 0,                                                  \
       "Python package only: path of the libofccl.so it loads; the C library ignores it")           \
-    X(ALGO_BC, ENUM, AGREE, "auto", "auto|direct|chain|pull", 0, 0,                                \
-      "Broadcast algorithm; auto = eager when small, pull where peers' memory maps, chain "        \
-      "from 256 KiB on 3 or more ranks, else direct")                                              \
+    X(ALGO_BC, ENUM, AGREE, "auto", "auto|direct|chain|pull|hier", 0, 0,                           \
+      "Broadcast algorithm; auto = eager when small, else the cheapest of direct, chain and hier " \
+      "(slices along rails between hosts, then within each host) by the cost model; where peers' " \
+      "memory maps direct is pull (every rank reads the root's buffer); hier where it does not "   \
+      "fit is direct")                                                                             \
     X(BOOT_GROUP, STRING, LOCAL, "", "<name>", 0, 0,                                               \
       "TCP rendezvous of separately launched jobs: this process's group (BOOT_RANK is its rank "   \
       "in it)")                                                                                    \
@@ -120,7 +122,15 @@ typedef enum ofccl__cfg_type {
     X(PEER_TRANSPORT, ENUM, AGREE, "auto", "auto|fabric", 0, 0,                                    \
       "Transport per peer in a job spanning hosts: auto = peers on this rank's host through the "  \
       "local shared-memory transport, the others through OFCCL_PROVIDER; fabric = every peer "     \
-      "through OFCCL_PROVIDER")
+      "through OFCCL_PROVIDER")                                                                    \
+    X(LINK_LOCAL, STRING, AGREE, "auto", "auto|<alpha_us>:<GB/s>", 0, 0,                           \
+      "Cost model, same-host peers through the local transport: latency (us) and bandwidth "       \
+      "(GB/s) per rank; auto = 0.2 us and, in a job across hosts, the copy rate measured when "    \
+      "the context is created (else 10 GB/s), the median over the communicator's ranks")           \
+    X(LINK_FABRIC, STRING, AGREE, "auto", "auto|<alpha_us>:<GB/s>", 0, 0,                          \
+      "Cost model, peers through the fabric provider: latency (us) and bandwidth (GB/s) of a "     \
+      "host's link; auto = 13.5 us and the NIC's link speed where the provider gives one, else "   \
+      "2.5 GB/s, the median over the communicator's ranks")
 
 enum ofccl__cfg_id {
 #define OFCCL__X_ID(id, type, scope, def, allowed, min, max, help) OFCCL__CFG_##id,

@@ -26,6 +26,10 @@ extern const ofccl__algo_t ofccl__ag_direct, ofccl__ag_ring, ofccl__ag_eager;
 extern const ofccl__algo_t ofccl__ag_hier;
 bool ofccl__ag_hier_fits(const ofccl_comm_t *comm);
 extern const ofccl__algo_t ofccl__rs_direct, ofccl__rs_ring, ofccl__rs_eager;
+/* Reduce-scatter within each host, then between hosts along rails
+ * (reduce_scatter/hier.c); the same shape as the hierarchical all-gather. */
+extern const ofccl__algo_t ofccl__rs_hier;
+bool ofccl__rs_hier_fits(const ofccl_comm_t *comm);
 /* Reduce-scatter where the provider maps peers' memory (caps.peer_map): each
  * rank announces its source (r->dst is it), reads the peers' blocks for it in
  * place and reduces them in one pass, then tells each peer it is done reading
@@ -34,6 +38,9 @@ extern const ofccl__algo_t ofccl__rs_pull;
 /* Broadcast (broadcast/): eager for small ones, pull where peers' memory maps,
  * direct, and the pipelined chain for large ones on many ranks. */
 extern const ofccl__algo_t ofccl__bc_eager, ofccl__bc_direct, ofccl__bc_chain, ofccl__bc_pull;
+/* Broadcast across hosts (broadcast/hier.c): slices along rails from the
+ * root's host, then within each host; only where ofccl__ag_hier_fits. */
+extern const ofccl__algo_t ofccl__bc_hier;
 
 /* The one place an algorithm is chosen (select.c): OFCCL_ALGO_* first, then
  * size and rank count, then what the memory and provider allow (eager slots
@@ -93,7 +100,7 @@ int ofccl__post_allgather(ofccl__req_t *r);
 int ofccl__post(ofccl_comm_t *comm, int coll, const void *sendbuf, void *recvbuf, size_t count,
                 ofccl_dtype_t dtype, ofccl_redop_t op, size_t block, ofccl_req_t **req);
 /* ofccl__comm_note_once bits. */
-enum { OFCCL__NOTE_PULL_STAGED = 0 };
+enum { OFCCL__NOTE_PULL_STAGED = 0, OFCCL__NOTE_COST = 1, OFCCL__NOTE_HIER_UNFIT = 2 };
 int ofccl__post_reduce_scatter(ofccl__req_t *r);
 int ofccl__post_broadcast(ofccl__req_t *r);
 /* An all-gather of `bytes` per rank, waited for (creating objects over a

@@ -81,9 +81,11 @@ int ofccl__post_reduce_scatter(ofccl__req_t *r)
         copy_src = smr == NULL && caps->mr_local;
         r->src = (ofccl__mem_ref_t){(void *)r->sendbuf, smr};
     }
-    dst_bytes = r->algo == &ofccl__rs_ring ? total - r->block : total;
+    dst_bytes = r->algo == &ofccl__rs_ring || r->algo == &ofccl__rs_hier ? total - r->block : total;
     if (r->algo == &ofccl__rs_ring)
         fwd_bytes = total - r->block;
+    if (r->algo == &ofccl__rs_hier) /* a partial for each other host */
+        fwd_bytes = (size_t)(comm->nnodes - 1) * r->block;
     dst_bytes = (dst_bytes + 63) & ~(size_t)63;
     fwd_bytes = (fwd_bytes + 63) & ~(size_t)63;
     need = round8(dst_bytes + fwd_bytes + (copy_src ? total : 0) +

@@ -1,76 +1,139 @@
 /*
- * The one place an algorithm is chosen. OFCCL_ALGO_AG / OFCCL_ALGO_RS force
- * direct or ring (all-gather also hier, across hosts); auto takes the
- * hierarchical all-gather where same-host and other-host peers go through
- * different transports, then direct for small jobs or small blocks (one step,
- * lowest latency) and the ring for larger jobs with large blocks (each link
- * carries 1/n of the data), except where peers' memory maps (the local
- * transport): there direct already moves each byte once, with no link to
- * share, while the ring adds n-1 dependent steps and twice the memory
- * traffic, so auto stays direct at every size. Within direct, what the
- * memory and the provider allow decides the variant: a small collective goes
- * through the peers' eager slots, and a reduce-scatter reads its peers' blocks
- * in place where their memory maps (pull).
+ * The one place an algorithm is chosen. OFCCL_ALGO_AG / _RS / _BC, when set,
+ * win. On auto, a collective small enough for the peers' eager slots goes
+ * eagerly (one step, no descriptor round trip; never a bucket, which is
+ * packed into staging); otherwise the cost model (cost.c) predicts the time
+ * of every candidate that can run here and the cheapest wins: direct, ring
+ * and, where the communicator's hosts have the shape (fits), hier; for
+ * broadcast direct, chain and hier. What the memory and the provider allow
+ * then decides the variant of direct: where peers' memory maps, a
+ * reduce-scatter reads its peers' blocks in place and a broadcast's
+ * receivers read the root's buffer at once (pull).
  */
 #include "coll.h"
+#include "cost.h"
 
-#define RING_MIN_RANKS 9
-#define RING_MIN_BLOCK (64u << 10)
+/* A candidate of one collective: the algorithm and where it can run (NULL:
+ * wherever the collective can). */
+typedef struct cand {
+    const ofccl__algo_t *algo;
+    bool (*fits)(const ofccl_comm_t *comm);
+} cand_t;
 
-#define CHAIN_MIN_RANKS 3
-#define CHAIN_MIN_BLOCK (256u << 10)
+static const cand_t ag_cands[OFCCL__CAND_COUNT] = {
+    [OFCCL__CAND_DIRECT] = {&ofccl__ag_direct, NULL},
+    [OFCCL__CAND_RING] = {&ofccl__ag_ring, NULL},
+    [OFCCL__CAND_HIER] = {&ofccl__ag_hier, ofccl__ag_hier_fits},
+};
+static const cand_t rs_cands[OFCCL__CAND_COUNT] = {
+    [OFCCL__CAND_DIRECT] = {&ofccl__rs_direct, NULL},
+    [OFCCL__CAND_RING] = {&ofccl__rs_ring, NULL},
+    [OFCCL__CAND_HIER] = {&ofccl__rs_hier, ofccl__rs_hier_fits},
+};
+static const cand_t bc_cands[OFCCL__CAND_COUNT] = {
+    [OFCCL__CAND_DIRECT] = {&ofccl__bc_direct, NULL},
+    [OFCCL__CAND_HIER] = {&ofccl__bc_hier, ofccl__ag_hier_fits}, /* the same shape */
+    [OFCCL__CAND_CHAIN] = {&ofccl__bc_chain, NULL},
+};
 
-/* Broadcast: eager when small; on mapped memory every rank reads the root's
- * buffer at once (pull), at any rank count: measured at 16 and 32 ranks it is
- * 2-15x the chain and the direct broadcast at every size from 64 KiB to 64 MiB
- * (docs/performance.md); otherwise direct, or the chain when large enough for
- * its pipeline to beat the root's n-1 copies. */
-static const ofccl__algo_t *choose_bcast(ofccl_comm_t *comm, size_t block, int bucket)
+static const cand_t *cands_of(int coll)
 {
-    int forced = (int)ofccl__cfg_int(&comm->ctx->cfg, OFCCL__CFG_ALGO_BC);
-
-    if (forced == 0 && !bucket && ofccl__eager_possible(comm, block))
-        return &ofccl__bc_eager;
-    if (forced == 3 || (forced == 0 && ofccl__comm_caps(comm)->peer_map))
-        return ofccl__comm_caps(comm)->peer_map ? &ofccl__bc_pull : &ofccl__bc_direct;
-    if (forced == 2 || (forced == 0 && comm->size >= CHAIN_MIN_RANKS && block >= CHAIN_MIN_BLOCK))
-        return &ofccl__bc_chain;
-    return &ofccl__bc_direct;
+    return coll == OFCCL__AG ? ag_cands : coll == OFCCL__RS ? rs_cands : bc_cands;
 }
 
-/* Hierarchical all-gather: forced, or automatic where the links differ (a
- * peer on this host goes through the local transport, one elsewhere through
- * the fabric) and the block is past the eager size; only where it fits. */
-static bool hier(ofccl_comm_t *comm, int forced, size_t block, int bucket)
+/* Candidates of `coll` that can run on the communicator (bit 1 << cand). */
+unsigned ofccl__choose_valid(const ofccl_comm_t *comm, int coll)
 {
-    int me = comm->rank, mate;
+    const cand_t *c = cands_of(coll);
+    unsigned valid = 0;
 
-    if (!ofccl__ag_hier_fits(comm) || forced == 1 || forced == 2)
-        return false;
-    if (forced == 3)
-        return true;
-    mate = comm->node_rank[comm->node_of[me] * comm->node_width +
-                           (comm->node_idx[me] + 1) % comm->node_width];
-    return ofccl__comm_peer_local(comm, mate) && (bucket || !ofccl__eager_possible(comm, block));
+    for (int k = 0; k < OFCCL__CAND_COUNT; k++)
+        if (c[k].algo != NULL && (c[k].fits == NULL || c[k].fits(comm)))
+            valid |= 1u << k;
+    return valid;
+}
+
+int ofccl__choose_model(const ofccl_comm_t *comm, int coll, size_t bytes)
+{
+    ofccl__cost_topo_t t;
+
+    ofccl__cost_topo_of(comm, &t);
+    return ofccl__cost_pick(&t, coll, bytes, ofccl__choose_valid(comm, coll));
+}
+
+/* Direct, in the variant the memory allows. */
+static const ofccl__algo_t *direct_variant(ofccl_comm_t *comm, int coll)
+{
+    bool map = ofccl__comm_caps(comm)->peer_map;
+
+    if (coll == OFCCL__RS && map)
+        return &ofccl__rs_pull;
+    if (coll == OFCCL__BC && map)
+        return &ofccl__bc_pull;
+    return cands_of(coll)[OFCCL__CAND_DIRECT].algo;
+}
+
+static const ofccl__algo_t *eager_of(int coll)
+{
+    return coll == OFCCL__AG   ? &ofccl__ag_eager
+           : coll == OFCCL__RS ? &ofccl__rs_eager
+                               : &ofccl__bc_eager;
+}
+
+/* A hierarchical algorithm asked for where the communicator lacks the shape:
+ * direct runs (a setting may reach split communicators inside one host), said
+ * once per communicator. */
+static void hier_unfit(ofccl_comm_t *comm)
+{
+    if (ofccl__comm_note_once(comm, OFCCL__NOTE_HIER_UNFIT))
+        OFCCL__WARN(&comm->ctx->log, OFCCL__SUB_COLL,
+                    "rank %d: a hierarchical algorithm is asked for (OFCCL_ALGO_*=hier), but "
+                    "this communicator is not several hosts of as many ranks each (%d ranks on %d "
+                    "host%s): direct runs instead",
+                    comm->rank, comm->size, comm->nnodes, comm->nnodes == 1 ? "" : "s");
+}
+
+/* OFCCL_ALGO_BC: 1 direct, 2 chain, 3 pull (direct where memory does not map),
+ * 4 hier (direct where it does not fit). */
+static const ofccl__algo_t *forced_bcast(ofccl_comm_t *comm, int forced)
+{
+    if (forced == 2)
+        return &ofccl__bc_chain;
+    if (forced == 4 && (ofccl__choose_valid(comm, OFCCL__BC) & (1u << OFCCL__CAND_HIER)))
+        return &ofccl__bc_hier;
+    if (forced == 4)
+        hier_unfit(comm);
+    return forced == 3 ? direct_variant(comm, OFCCL__BC) : &ofccl__bc_direct;
 }
 
 const ofccl__algo_t *ofccl__choose(ofccl_comm_t *comm, int coll, size_t block, int bucket)
 {
-    if (coll == OFCCL__BC)
-        return choose_bcast(comm, block, bucket);
-    int forced = (int)ofccl__cfg_int(&comm->ctx->cfg,
-                                     coll == OFCCL__AG ? OFCCL__CFG_ALGO_AG : OFCCL__CFG_ALGO_RS);
-    if (coll == OFCCL__AG && hier(comm, forced, block, bucket))
-        return &ofccl__ag_hier;
-    bool ring = forced == 2 || (forced == 0 && !ofccl__comm_caps(comm)->peer_map &&
-                                comm->size >= RING_MIN_RANKS && block >= RING_MIN_BLOCK);
+    int id = coll == OFCCL__AG   ? OFCCL__CFG_ALGO_AG
+             : coll == OFCCL__RS ? OFCCL__CFG_ALGO_RS
+                                 : OFCCL__CFG_ALGO_BC;
+    int forced = (int)ofccl__cfg_int(&comm->ctx->cfg, id), cand;
+    bool eager = !bucket && ofccl__eager_possible(comm, block);
 
-    if (ring)
-        return coll == OFCCL__AG ? &ofccl__ag_ring : &ofccl__rs_ring;
-    /* Buckets are packed into staging and scattered back: never eager. */
-    if (!bucket && ofccl__eager_possible(comm, block))
-        return coll == OFCCL__AG ? &ofccl__ag_eager : &ofccl__rs_eager;
-    if (coll == OFCCL__RS && ofccl__comm_caps(comm)->peer_map)
-        return &ofccl__rs_pull;
-    return coll == OFCCL__AG ? &ofccl__ag_direct : &ofccl__rs_direct;
+    if (coll == OFCCL__BC && forced != 0)
+        return forced_bcast(comm, forced);
+    /* All-gather and reduce-scatter: 1 direct (eager when small), 2 ring,
+     * 3 hier (direct where it does not fit). */
+    if (forced == 2)
+        return cands_of(coll)[OFCCL__CAND_RING].algo;
+    if (forced == 3 && (ofccl__choose_valid(comm, coll) & (1u << OFCCL__CAND_HIER)))
+        return cands_of(coll)[OFCCL__CAND_HIER].algo;
+    if (forced == 3)
+        hier_unfit(comm);
+    if (eager)
+        return eager_of(coll);
+    if (forced == 0 && ofccl__comm_note_once(comm, OFCCL__NOTE_COST)) {
+        char why[600];
+        ofccl__cost_describe(comm, why, sizeof(why));
+        OFCCL__INFO(&comm->ctx->log, OFCCL__SUB_COLL, "rank %d: communicator of %d ranks: %s",
+                    comm->rank, comm->size, why);
+    }
+    cand = forced != 0 ? OFCCL__CAND_DIRECT : ofccl__choose_model(comm, coll, block);
+    if (cand == OFCCL__CAND_DIRECT || cand >= OFCCL__CAND_COUNT)
+        return direct_variant(comm, coll);
+    return cands_of(coll)[cand].algo;
 }

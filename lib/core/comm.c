@@ -228,6 +228,7 @@ int ofccl__comm_fail(ofccl_comm_t *comm, int code, const char *fmt, ...)
 int ofccl__comm_check(ofccl_comm_t *comm, const char *what)
 {
     ofccl__notice_fail(comm); /* a peer's failure notice makes this one fail too */
+    ofccl__dead_fail(comm);   /* and so does a member the launcher reports gone */
     if (ofccl__comm_usable(comm) == 0)
         return 0;
     if (comm->sticky == OFCCL_ERR_ABORTED)

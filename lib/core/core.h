@@ -20,6 +20,19 @@
 
 #define OFCCL__NAME_MAX 256 /* bytes of endpoint name we accept from fi_getname */
 
+/* ---- link classes of the chooser's cost model (links.c) ----
+ * local: same-host peers through the local transport; fabric: peers through
+ * the fabric provider. A context holds this rank's constants (configured by
+ * OFCCL_LINK_*, or measured when it is created); a communicator holds the
+ * ones its ranks agreed on at creation, the same on every rank. */
+enum { OFCCL__LINK_LOCAL, OFCCL__LINK_FABRIC, OFCCL__LINK_CLASSES };
+enum { OFCCL__LINK_MEASURED, OFCCL__LINK_DEFAULT, OFCCL__LINK_CONFIGURED };
+typedef struct ofccl__link {
+    uint32_t alpha_ns; /* latency of one transfer, ns */
+    uint32_t mbps;     /* bandwidth, MB/s (10^6 bytes per second) */
+    uint32_t source;   /* OFCCL__LINK_MEASURED / _DEFAULT / _CONFIGURED */
+} ofccl__link_t;
+
 struct ofccl_ctx {
     ofccl__config_t cfg;
     ofccl__log_t log;
@@ -50,6 +63,13 @@ struct ofccl_ctx {
     unsigned kill_at;           /* SIGKILL this rank when it posts collective #kill_at (1-based) */
     struct ofccl__trace *trace; /* OFCCL_TRACE (trace.c); NULL: off */
     int dump_signal;            /* OFCCL_DUMP_SIGNAL: registered with dump.c */
+    /* dead.c: ranks the launcher reported gone, by world (bootstrap) rank: a
+     * static string naming the report, NULL while alive. Written by the
+     * bootstrap's event thread, hence atomics; dead_count counts them. */
+    _Atomic(const char *) *dead_why; /* [boot->size] */
+    atomic_uint dead_count;
+    int dead_watched;
+    ofccl__link_t link[OFCCL__LINK_CLASSES]; /* this rank's cost-model constants (links.c) */
 };
 
 /* ---- signals: 32 bits of immediate data, so they fit verbs and EFA ----
@@ -134,6 +154,7 @@ struct ofccl_comm {
     void *setup_mine; /* this rank's record, which peers' must agree with */
     /* host names for messages: rank r runs on host_name[host_of[r]] */
     int *host_of;          /* [size] */
+    int *world_of;         /* [size]: each member's rank in the bootstrap's job */
     char (*host_name)[64]; /* [nhosts] (allocated [size]) */
     int nhosts;
     /* Hosts by identity (what decides the transport per peer), numbered by
@@ -142,6 +163,9 @@ struct ofccl_comm {
      * node_rank[h * node_width + i] is the i-th rank of host h. */
     int *node_of, *node_idx, *node_rank; /* [size] each */
     int nnodes, node_width;
+    /* The cost model's constants, agreed by every rank at creation (links.c):
+     * configured ones equal everywhere, measured ones the median over ranks. */
+    ofccl__link_t link[OFCCL__LINK_CLASSES];
 
     struct {
         ofccl__sig_sink_fn fn;
@@ -176,6 +200,24 @@ int ofccl__ctx_choose(const ofccl__config_t *cfg, ofccl__topo_t *topo, bool all_
 
 int ofccl__fault_parse(const char *spec, int rank, ofccl__fault_t *f, unsigned *kill_at,
                        ofccl__err_t *e);
+/* Cost-model links (links.c). Parse an OFCCL_LINK_* value ("auto" or
+ * "<alpha_us>:<GB/s>"); *configured is false for auto. */
+int ofccl__link_parse(int id, const char *text, ofccl__link_t *out, bool *configured,
+                      ofccl__err_t *e);
+/* One copy rate of this process, MB/s: the best of a few 4 MiB memcpys, a few ms. */
+uint32_t ofccl__link_copy_mbps(void);
+/* This rank's constants for ctx->link: configured, else measured or defaults
+ * (`link_bps`: the fabric provider's link speed in bits/s, 0 when unknown;
+ * `measure_local`: measure the copy rate, else take the default). */
+int ofccl__links_init(ofccl_ctx_t *ctx, uint64_t link_bps, bool measure_local, ofccl__err_t *e);
+/* A communicator's constants from every rank's (`all[r]`, r < comm->size):
+ * OFCCL_MISMATCH naming the setting and the ranks where a configured value
+ * differs, else comm->link = the configured value or the median of the
+ * measured ones, the same on every rank. */
+int ofccl__links_agree(ofccl_comm_t *comm, const ofccl__link_t (*all)[OFCCL__LINK_CLASSES]);
+/* "auto" or "<alpha_us>:<GB/s>", as OFCCL_LINK_* takes it. */
+void ofccl__link_format(const ofccl__link_t *l, char *buf, size_t len);
+
 /* Live handles (handles.c): a destroyed context or communicator is not live. */
 int ofccl__handle_add(const void *h);
 void ofccl__handle_remove(const void *h);
@@ -315,6 +357,18 @@ int ofccl__notice_fail(ofccl_comm_t *comm);
  * (the rank whose exit is the cause), SILENT means "stop waiting now"; `buf`
  * gets the words that begin its message. */
 int ofccl__notice_cause(const ofccl_comm_t *comm, int *culprit, char *buf, size_t len);
+/* ---- ranks the launcher reports gone (dead.c) ---- */
+/* Follow the bootstrap's failure events (where it has them) / stop. */
+void ofccl__dead_start(ofccl_ctx_t *ctx);
+void ofccl__dead_stop(ofccl_ctx_t *ctx);
+/* How the launcher reported member p gone (a static string), or NULL. */
+const char *ofccl__dead_source(const ofccl_comm_t *comm, int p);
+/* "rank p (world rank w) on host has exited, reported by the launcher (source)". */
+void ofccl__dead_name(const ofccl_comm_t *comm, int p, const char *source, char *buf, size_t len);
+/* At the start of a call: a member reported gone fails the communicator
+ * (sticky REMOTE_ERROR naming it). Returns the sticky error, 0 when none. */
+int ofccl__dead_fail(ofccl_comm_t *comm);
+
 /* Collectives of the communicator posted and not yet completed. */
 int ofccl__comm_active_requests(const ofccl_comm_t *comm);
 

@@ -243,6 +243,7 @@ static int ctx_open(ofccl_ctx_t *ctx, const ofccl_ctx_params_t *params)
     if (rc)
         return rc;
     ctx->log.rank = ctx->boot->rank;
+    ofccl__dead_start(ctx);
 
     rc = ofccl__topo_load(ofccl__cfg_str(&ctx->cfg, OFCCL__CFG_TOPO_XML), &ctx->log, &ctx->topo, e);
     if (rc)
@@ -277,6 +278,9 @@ static int ctx_open(ofccl_ctx_t *ctx, const ofccl_ctx_params_t *params)
     rc = ofccl__prov_open(&pp, &ctx->prov, e);
     if (rc)
         return rc;
+    rc = ofccl__links_init(ctx, ofccl__prov_caps(ctx->prov)->link_bps, pp.same_host_local, e);
+    if (rc)
+        return rc;
     rc = ofccl__progress_start(ctx, e);
     if (rc == 0)
         rc = ofccl__trace_open(ctx);
@@ -302,8 +306,10 @@ static void ctx_close(ofccl_ctx_t *ctx)
         ofccl__prov_close(ctx->prov);
     if (ctx->topo)
         ofccl__topo_free(ctx->topo);
-    if (ctx->boot)
+    if (ctx->boot) {
+        ofccl__dead_stop(ctx);
         ofccl__boot_close(ctx->boot);
+    }
     free(ctx);
 }
 

@@ -65,6 +65,19 @@ bool ofccl__desc_landed(const ofccl__req_t *r, int from)
     return comm->coll->desc_flag[(size_t)r->slot * (size_t)comm->size + (size_t)from] != 0;
 }
 
+bool ofccl__desc_owed(const ofccl__req_t *r, int from)
+{
+    const ofccl_comm_t *comm = r->comm;
+    size_t idx = (size_t)r->slot * (size_t)comm->size + (size_t)from;
+
+    if (!r->i_write_to[from] || r->peer_ready[from])
+        return false;
+    if (comm->signal_mode == OFCCL__SIGNAL_ATOMIC && !desc_mapped(comm))
+        return atomic_load_explicit(&comm->ctrl[ofccl__ctrl_desc_cnt(comm->size, r->slot, from)],
+                                    memory_order_acquire) <= comm->coll->desc_seen[idx];
+    return !ofccl__desc_landed(r, from);
+}
+
 static void store_descriptor(const ofccl__req_t *r, int p, const uint64_t *d)
 {
     const ofccl_comm_t *comm = r->comm;

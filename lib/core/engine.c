@@ -295,8 +295,11 @@ static bool flush_descriptors(ofccl__req_t *r)
     bool pending = r->status == OFCCL_ERR_MISMATCH && (r->descs_sent < (unsigned)comm->size ||
                                                        r->ops_out > 0 || ofccl__layout_busy(comm));
 
+    /* A peer that has not posted yet writes its descriptor here when it does:
+     * leaving before would fail that write ("peer gone") instead of letting it
+     * find the difference in ours. */
     for (int p = 0; p < comm->size && !pending && r->status == OFCCL_ERR_MISMATCH; p++)
-        pending = (r->sig_mask[p] >> 63) != 0;
+        pending = (r->sig_mask[p] >> 63) != 0 || ofccl__desc_owed(r, p);
     /* Failure notices to the other ranks go out before we may leave. */
     pending |= ofccl__notice_busy(comm);
     if (!pending)
@@ -358,24 +361,36 @@ static int req_progress(ofccl__req_t *r, bool check_clock)
     /* Deadlines are seconds and a dead peer is polled per millisecond: a
      * clock read on every pass of a spinning wait would be most of its cost. */
     if (check_clock && r->status == 0) {
-        char cause[160] = "", who[OFCCL__ERRMSG_LEN / 2];
-        int pid, told_gone, told = ofccl__notice_cause(comm, &told_gone, cause, sizeof(cause));
-        int gone = told ? told_gone : ofccl__ep_peer_gone(comm->ep, &pid);
+        char cause[320] = "", who[OFCCL__ERRMSG_LEN / 2];
+        const char *reported = NULL;
+        int pid = -1, told_gone = -1, told = 0, gone;
+        /* The launcher's word first: first-hand, and every rank hears it. */
+        gone = ofccl__dead_needed(r, &reported);
+        if (gone < 0)
+            told = ofccl__notice_cause(comm, &told_gone, cause, sizeof(cause));
+        if (gone < 0)
+            gone = told ? told_gone : ofccl__ep_peer_gone(comm->ep, &pid);
         /* A peer that exited owing this request nothing finished its part
          * and left: the others may still be on their way (a same-host peer
          * leaves before data from other hosts has come). */
-        if (!told && gone >= 0 && !ofccl__coll_owes(r, gone))
+        if (!told && !reported && gone >= 0 && !ofccl__coll_owes(r, gone))
             gone = -1;
         /* A gone peer's writes, if any, were read above: what is still
          * missing will never come, so it fails now rather than at the deadline. */
         if (told || gone >= 0 || ofccl__coarse_ns() > r->deadline_ns) {
-            if (gone >= 0 && !told)
+            if (reported != NULL) {
+                ofccl__dead_name(comm, gone, reported, cause, sizeof(cause) - 2);
+                strcat(cause, "; ");
+            } else if (gone >= 0 && !told) {
                 snprintf(cause, sizeof(cause), "rank %d (pid %d) has exited; ", gone, pid);
+            }
             /* A peer's exit is the cause: what the others still owe is on its way. */
             ofccl__coll_waiting_for(r, gone, who, sizeof(who));
-            /* Tell the others first: they would blame this rank's departure. */
-            ofccl__notice_send(comm, gone >= 0 ? OFCCL__NOTICE_EXITED : OFCCL__NOTICE_SILENT,
-                               gone >= 0 ? gone : ofccl__coll_first_owing(r), -1);
+            /* Tell the others first: they would blame this rank's departure
+             * (not needed when the launcher told everyone). */
+            if (reported == NULL)
+                ofccl__notice_send(comm, gone >= 0 ? OFCCL__NOTICE_EXITED : OFCCL__NOTICE_SILENT,
+                                   gone >= 0 ? gone : ofccl__coll_first_owing(r), -1);
             ofccl__coll_fail(r,
                              told == OFCCL__NOTICE_MISMATCH ? OFCCL_ERR_MISMATCH
                              : gone >= 0                    ? OFCCL_ERR_REMOTE_ERROR

@@ -123,7 +123,7 @@ struct ofccl_req {
     /* memory: source of what this rank sends, destination peers write into */
     ofccl__mem_ref_t src; /* AG: own block; RS: n blocks */
     ofccl__mem_ref_t dst; /* AG: n blocks (final or staged); RS: staging for peers */
-    ofccl__mem_ref_t fwd; /* RS ring: reduced partials forwarded to the right */
+    ofccl__mem_ref_t fwd; /* RS ring, hier: reduced partials sent on to peers */
     void *out;            /* RS: where the reduced block goes (user recvbuf) */
     void *copy_out;       /* AG staged: user recvbuf to copy dst into at completion */
     char *own_dst;        /* AG direct sending from sendbuf: where our block goes */

@@ -66,6 +66,9 @@ void ofccl__on_coll_signal(void *arg, uint32_t payload);
 uint64_t ofccl__scalar_bits(const ofccl__req_t *r);
 uint64_t ofccl__fingerprint(const ofccl__req_t *r);
 bool ofccl__desc_landed(const ofccl__req_t *r, int from);
+/* Do we write to `from` and has its descriptor neither been taken nor landed
+ * (it has not posted the collective yet)? */
+bool ofccl__desc_owed(const ofccl__req_t *r, int from);
 int ofccl__desc_send(ofccl__req_t *r);
 int ofccl__desc_take(ofccl__req_t *r);
 void ofccl__on_desc_signal(void *arg, uint32_t payload);
@@ -105,6 +108,11 @@ void ofccl__coll_dump_history(const ofccl__req_t *stuck);
 int ofccl__coll_first_owing(const ofccl__req_t *r);
 /* Does rank p still owe request r a descriptor or data? */
 bool ofccl__coll_owes(const ofccl__req_t *r, int p);
+
+/* ---- ranks the launcher reports gone (dead.c) ----
+ * The lowest such rank that still owes request r a descriptor or data, or -1;
+ * *source names the report. */
+int ofccl__dead_needed(const ofccl__req_t *r, const char **source);
 
 /* ---- the engine in a communicator (engine.c), for comm.c, wait.c, progress.c ---- */
 int ofccl__coll_init(ofccl_comm_t *comm);

@@ -43,9 +43,11 @@
  *
  * Structure, and why: the work goes by blocks of OFCCL__RED_BLOCK elements.
  * One or two sources are reduced straight into dst in one fused loop; with
- * more, the first two go into an f32/f64 accumulator on the stack, the middle
- * ones are added to it and the last one is added and written out in the same
- * loop, so each byte is loaded and stored once, as in a plain a+b loop. Every
+ * more, f32 and bf16 sum the first nsrc - 1 sources by strips of 32 elements
+ * in vector registers (see strip_f), and f16 and f64 put the first two into
+ * an f32/f64 accumulator on the stack and add the middle ones to it; the
+ * last one is added and written out in the same loop, so each byte is loaded
+ * and stored once, as in a plain a+b loop. Every
  * element of dst depends only on the same element of the sources, which is
  * what makes dst == srcs[k] safe. Full blocks have a compile-time trip count
  * so gcc vectorises them even at -O2 (its "very cheap" cost model refuses
@@ -287,9 +289,80 @@ OFCCL__ALWAYS_INLINE void kern_d(int kind, int divide, double *d, double *acc, c
     }
 }
 
+/* ---- many sources: strips summed in registers ----
+ * With three or more sources, f32 and bf16 go by strips of OFCCL__RED_STRIP
+ * elements: the first nsrc - 1 sources are summed in vector registers, in
+ * source order, and written to the accumulator once; then the last source is
+ * added and the result stored by the K_LAST loop. Every source advances one
+ * strip at a time, so all of them stream together. Summing each source over a
+ * whole block before the next (the accumulator going through L1 once per
+ * source) measured 2-5x slower at 8 and 16 sources with every core of a
+ * 16-core host reducing at once (docs/performance.md). The values and their
+ * order are those of the block loops; f16 (conversion-bound) and f64 keep
+ * them. GCC and clang vector extensions: 8 x f32, split into two SSE2
+ * registers in the baseline table. */
+#define OFCCL__RED_STRIP 32 /* four vectors of 8 f32: strip_f */
+#if defined(__GNUC__)
+#define OFCCL__RED_STRIPS 1
+typedef float v8f_t __attribute__((vector_size(32)));
+typedef uint32_t v8u_t __attribute__((vector_size(32)));
+typedef uint16_t v8h_t __attribute__((vector_size(16)));
+
+/* *out = p(x) for the 8 elements at element i of source p (f32 or bf16).
+ * (Through a pointer: a vector returned by value warns about the ABI in the
+ * SSE2 table.) */
+OFCCL__ALWAYS_INLINE void vload_mul(int t, const char *p, size_t i, float c, v8f_t *out)
+{
+    v8f_t x;
+
+    if (t == OFCCL_BF16) {
+        v8h_t h;
+        v8u_t u;
+
+        memcpy(&h, p + i * 2, sizeof(h));
+        u = __builtin_convertvector(h, v8u_t) << 16;
+        memcpy(&x, &u, sizeof(x));
+    } else {
+        memcpy(&x, p + i * 4, sizeof(x));
+    }
+    *out = x * c;
+}
+
+/* acc[0, STRIP) = ((p0 + p1) + p2) + ... + p(nsrc-2) at element `off`; four
+ * named vectors, not an array, so the compiler keeps them in registers. */
+OFCCL__ALWAYS_INLINE void strip_f(int t, float *acc, const void *const *srcs, int nsrc, size_t off,
+                                  float c)
+{
+    const char *p0 = (const char *)srcs[0], *p1 = (const char *)srcs[1];
+    v8f_t a0, a1, a2, a3, x0, x1, x2, x3;
+
+    vload_mul(t, p0, off, c, &a0);
+    vload_mul(t, p0, off + 8, c, &a1);
+    vload_mul(t, p0, off + 16, c, &a2);
+    vload_mul(t, p0, off + 24, c, &a3);
+    for (int k = 1; k < nsrc - 1; k++) {
+        const char *pk = k == 1 ? p1 : (const char *)srcs[k];
+
+        vload_mul(t, pk, off, c, &x0);
+        vload_mul(t, pk, off + 8, c, &x1);
+        vload_mul(t, pk, off + 16, c, &x2);
+        vload_mul(t, pk, off + 24, c, &x3);
+        a0 = a0 + x0;
+        a1 = a1 + x1;
+        a2 = a2 + x2;
+        a3 = a3 + x3;
+    }
+    memcpy(acc, &a0, sizeof(a0));
+    memcpy(acc + 8, &a1, sizeof(a1));
+    memcpy(acc + 16, &a2, sizeof(a2));
+    memcpy(acc + 24, &a3, sizeof(a3));
+}
+#endif
+
 /* One block of `n` elements at element `off`. One or two sources go straight
- * to dst; more go through the stack accumulator, the last one fused with the
- * output: ((p0 + p1) + p2) + ... in every case. */
+ * to dst; more go through the accumulator, by strips where they can (above),
+ * the last source fused with the output: ((p0 + p1) + p2) + ... in every
+ * case. */
 OFCCL__ALWAYS_INLINE void block_f(int t, int divide, void *dst, const void *const *srcs, int nsrc,
                                   size_t off, size_t n, float c, float div)
 {
@@ -303,7 +376,22 @@ OFCCL__ALWAYS_INLINE void block_f(int t, int divide, void *dst, const void *cons
         kern_f(t, K_TWO, divide, d, NULL, OFCCL__SRC(0), OFCCL__SRC(1), n, c, div);
     } else {
         float acc[OFCCL__RED_BLOCK] OFCCL__ALIGNED(64);
+        size_t done = 0;
 
+#ifdef OFCCL__RED_STRIPS
+        if (t != OFCCL_F16)
+            for (; n - done >= OFCCL__RED_STRIP; done += OFCCL__RED_STRIP) {
+                strip_f(t, acc, srcs, nsrc, off + done, c);
+                kern_f(t, K_LAST, divide, d + done * es, acc,
+                       (const char *)srcs[nsrc - 1] + (off + done) * es, NULL, OFCCL__RED_STRIP, c,
+                       div);
+            }
+        if (done == n)
+            return;
+        d += done * es;
+        off += done;
+        n -= done;
+#endif
         kern_f(t, K_ACC2, 0, NULL, acc, OFCCL__SRC(0), OFCCL__SRC(1), n, c, div);
         for (int k = 2; k < nsrc - 1; k++)
             kern_f(t, K_ADD, 0, NULL, acc, OFCCL__SRC(k), NULL, n, c, div);

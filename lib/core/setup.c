@@ -18,16 +18,19 @@
 #include "trace.h"
 #include "util.h"
 
-/* The setup blob's payload, little-endian on the wire: fixed words, the
- * provider and host names, the control region, the values of every setting
- * that must agree across ranks (config.h: scope AGREE), the endpoint name. */
+/* The setup blob's payload, little-endian on the wire: fixed words (among
+ * them the cost model's link constants, links.c), the provider and host
+ * names, the control region, the values of every setting that must agree
+ * across ranks (config.h: scope AGREE), the endpoint name. */
 #define SETUP_NAME_LEN 64
 #define SETUP_AGREE_MAX 32
-#define SETUP_FIXED (4 * 7 + 2 * SETUP_NAME_LEN + 8 * 4)
+#define SETUP_FIXED (4 * (8 + 3 * OFCCL__LINK_CLASSES) + 2 * SETUP_NAME_LEN + 8 * 4)
 #define SETUP_MAX (SETUP_FIXED + 8 * SETUP_AGREE_MAX + OFCCL__NAME_MAX)
 
 typedef struct setup {
     uint32_t size, comm_id, signal_mode, strict, cq_data_size, nagree, namelen;
+    uint32_t world; /* the rank in the bootstrap's job (the launcher's rank) */
+    ofccl__link_t link[OFCCL__LINK_CLASSES]; /* this rank's: configured or measured */
     char prov[SETUP_NAME_LEN];
     char host[SETUP_NAME_LEN]; /* the host's name, for messages */
     uint64_t host_key;         /* a hash of the host's identity: ranks on one host share it */
@@ -51,8 +54,11 @@ static void setup_agree_fill(const ofccl__config_t *cfg, setup_t *s)
 
 static size_t setup_pack(const setup_t *s, uint8_t *out)
 {
-    const uint32_t w32[] = {s->size,         s->comm_id, s->signal_mode, s->strict,
-                            s->cq_data_size, s->nagree,  s->namelen};
+    const uint32_t w32[] = {
+        s->size,           s->comm_id,        s->signal_mode,      s->strict,
+        s->cq_data_size,   s->nagree,         s->namelen,          s->link[0].alpha_ns,
+        s->link[0].mbps,   s->link[0].source, s->link[1].alpha_ns, s->link[1].mbps,
+        s->link[1].source, s->world};
     const uint64_t w64[] = {s->host_key, s->ctrl_base, s->ctrl_key, s->ctrl_len};
     uint8_t *p = out;
 
@@ -72,8 +78,11 @@ static size_t setup_pack(const setup_t *s, uint8_t *out)
 /* Untrusted input: check every length before use. */
 static int setup_unpack(ofccl_comm_t *comm, int from, const uint8_t *in, size_t len, setup_t *s)
 {
-    uint32_t *w32[] = {&s->size,         &s->comm_id, &s->signal_mode, &s->strict,
-                       &s->cq_data_size, &s->nagree,  &s->namelen};
+    uint32_t *w32[] = {
+        &s->size,           &s->comm_id,        &s->signal_mode,      &s->strict,
+        &s->cq_data_size,   &s->nagree,         &s->namelen,          &s->link[0].alpha_ns,
+        &s->link[0].mbps,   &s->link[0].source, &s->link[1].alpha_ns, &s->link[1].mbps,
+        &s->link[1].source, &s->world};
     uint64_t *w64[] = {&s->host_key, &s->ctrl_base, &s->ctrl_key, &s->ctrl_len};
     const uint8_t *p = in;
 
@@ -96,10 +105,20 @@ static int setup_unpack(ofccl_comm_t *comm, int from, const uint8_t *in, size_t 
                                 "comm setup: rank %d sent %u settings and an endpoint name of %u "
                                 "bytes in a %zu-byte record",
                                 from, s->nagree, s->namelen, len);
+    if (s->world >= (uint32_t)comm->ctx->boot->size)
+        return ofccl__comm_fail(comm, OFCCL_ERR_CORRUPT,
+                                "comm setup: rank %d says it is rank %u of a job of %d", from,
+                                s->world, comm->ctx->boot->size);
     if (s->ctrl_len < comm->ctrl_words * sizeof(uint64_t))
         return ofccl__comm_fail(comm, OFCCL_ERR_CORRUPT,
                                 "comm setup: rank %d advertised a control region of %llu bytes",
                                 from, (unsigned long long)s->ctrl_len);
+    for (int c = 0; c < OFCCL__LINK_CLASSES; c++)
+        if (s->link[c].source > OFCCL__LINK_CONFIGURED || s->link[c].mbps == 0)
+            return ofccl__comm_fail(comm, OFCCL_ERR_CORRUPT,
+                                    "comm setup: rank %d sent link constants %u ns, %u MB/s, "
+                                    "source %u",
+                                    from, s->link[c].alpha_ns, s->link[c].mbps, s->link[c].source);
     for (uint32_t k = 0; k < s->nagree; k++, p += 8)
         s->agree[k] = (int64_t)ofccl__get_le64(p);
     memcpy(s->name, p, s->namelen);
@@ -357,11 +376,13 @@ static int setup_local(ofccl_comm_t *comm, setup_t *mine, uint8_t *blob, size_t 
     if (rc)
         return ofccl__comm_fail(comm, rc, "%s", comm->err.msg);
     mine->size = (uint32_t)comm->size;
+    mine->world = (uint32_t)ctx->boot->rank;
     mine->comm_id = ctx->comm_seq + 1; /* a proposal: the highest one wins */
     mine->signal_mode = (uint32_t)comm->signal_mode;
     mine->strict = caps->strict;
     mine->cq_data_size = (uint32_t)caps->cq_data_size;
     setup_agree_fill(&ctx->cfg, mine);
+    memcpy(mine->link, ctx->link, sizeof(mine->link));
     ofccl__strlcpy(mine->prov, caps->name, sizeof(mine->prov));
     ofccl__strlcpy(mine->host, ctx->boot->hostname, sizeof(mine->host));
     mine->host_key = host_key(ctx->boot->host_id);
@@ -388,13 +409,15 @@ static int setup_peers(ofccl_comm_t *comm, const setup_t *mine, const uint8_t *a
     uint64_t *keys = calloc((size_t)comm->size, sizeof(*keys));
     uint8_t *names = malloc(OFCCL__NAME_MAX * (size_t)comm->size);
     size_t *namelens = calloc((size_t)comm->size, sizeof(*namelens));
+    ofccl__link_t(*links)[OFCCL__LINK_CLASSES] = calloc((size_t)comm->size, sizeof(*links));
     int rc = 0, local_size = 0, local_rank = 0;
 
     comm->peer_ctrl = calloc((size_t)comm->size, sizeof(*comm->peer_ctrl));
     comm->host_of = calloc((size_t)comm->size, sizeof(*comm->host_of));
     comm->host_name = calloc((size_t)comm->size, sizeof(*comm->host_name));
-    if (!theirs || !keys || !names || !namelens || !comm->peer_ctrl || !comm->host_of ||
-        !comm->host_name) {
+    comm->world_of = calloc((size_t)comm->size, sizeof(*comm->world_of));
+    if (!theirs || !keys || !names || !namelens || !links || !comm->peer_ctrl || !comm->host_of ||
+        !comm->host_name || !comm->world_of) {
         rc = ofccl__comm_fail(comm, OFCCL_ERR_NO_MEMORY, "comm setup: no memory for %d ranks",
                               comm->size);
         goto out;
@@ -407,6 +430,7 @@ static int setup_peers(ofccl_comm_t *comm, const setup_t *mine, const uint8_t *a
         if (rc)
             break;
         *id = OFCCL__MAX(*id, theirs[r].comm_id);
+        comm->world_of[r] = (int)theirs[r].world;
         keys[r] = theirs[r].host_key;
         if (theirs[r].host_key == mine->host_key) {
             local_rank += r < comm->rank;
@@ -414,6 +438,7 @@ static int setup_peers(ofccl_comm_t *comm, const setup_t *mine, const uint8_t *a
         }
         memcpy(names + OFCCL__NAME_MAX * (size_t)r, theirs[r].name, theirs[r].namelen);
         namelens[r] = theirs[r].namelen;
+        memcpy(links[r], theirs[r].link, sizeof(links[r]));
         comm->peer_ctrl[r] =
             (ofccl__rkey_t){theirs[r].ctrl_base, theirs[r].ctrl_key, theirs[r].ctrl_len};
     }
@@ -423,6 +448,8 @@ static int setup_peers(ofccl_comm_t *comm, const setup_t *mine, const uint8_t *a
     }
     if (rc == 0)
         rc = nodes_from_keys(comm, keys);
+    if (rc == 0)
+        rc = ofccl__links_agree(comm, (const ofccl__link_t(*)[OFCCL__LINK_CLASSES])links);
     if (rc == 0) {
         rc = ofccl__ep_insert_peers(comm->ep, names, OFCCL__NAME_MAX, namelens, comm->size,
                                     &comm->err);
@@ -439,6 +466,7 @@ out:
     free(theirs);
     free(names);
     free(namelens);
+    free(links);
     return rc;
 }
 
@@ -680,6 +708,7 @@ void ofccl__comm_free(ofccl_comm_t *comm)
     free(comm->setup_mine);
     ofccl__boot_pub_free(comm->pub);
     free(comm->host_of);
+    free(comm->world_of);
     free(comm->host_name);
     free(comm->node_of);
     free(comm->node_idx);

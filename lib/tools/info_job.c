@@ -3,13 +3,14 @@
  * alone as a singleton), make the world communicator, and print from rank 0
  * what the job looks like to ofccl: hosts and their ranks, the transport
  * each class of peer gets, the algorithm the chooser picks for each
- * collective and block size, and every setting with where its value came
- * from.
+ * collective and block size, the cost model behind it (link constants and
+ * predicted times), and every setting with where its value came from.
  */
 #include <stdio.h>
 #include <string.h>
 
 #include "coll.h"
+#include "cost.h"
 #include "core.h"
 #include "info.h"
 
@@ -81,6 +82,51 @@ static void print_chooser(ofccl_comm_t *comm)
     }
 }
 
+/* The cost model behind auto: the agreed link constants, this rank's own
+ * figures, and each candidate's predicted time. */
+static void print_cost(const ofccl_comm_t *comm)
+{
+    static const size_t sizes[] = {65536, 1 << 20, 16 << 20, 256 << 20};
+    static const int colls[] = {OFCCL__AG, OFCCL__RS, OFCCL__BC};
+    static const char *const names[] = {"all-gather", "reduce-scatter", "broadcast"};
+    static const char *const words[] = {"measured", "default", "configured"};
+    ofccl__cost_topo_t t;
+    char line[1024];
+
+    printf("\nCost model (agreed by the communicator's ranks; this rank's own figures in "
+           "brackets):\n");
+    for (int c = 0; c < OFCCL__LINK_CLASSES; c++) {
+        const ofccl__link_t *l = &comm->link[c], *own = &comm->ctx->link[c];
+        printf("  %-7s alpha %8.2f us  beta %8.2f GB/s  %-10s [%.2f us, %.2f GB/s, %s]\n",
+               c == OFCCL__LINK_LOCAL ? "local" : "fabric", l->alpha_ns / 1e3, l->mbps / 1e3,
+               words[l->source % 3], own->alpha_ns / 1e3, own->mbps / 1e3, words[own->source % 3]);
+    }
+    ofccl__cost_topo_of(comm, &t);
+    printf("  shape: %d ranks, %d host%s of %d, same-host peers %s\n", t.n, t.hosts,
+           t.hosts == 1 ? "" : "s", t.width, t.local_peers ? "local" : "through the fabric");
+    printf("  predicted us per candidate (- = cannot run here); bytes per rank, broadcast "
+           "bytes in all:\n");
+    printf("  %-15s %-10s", "collective", "bytes");
+    for (int k = 0; k < OFCCL__CAND_COUNT; k++)
+        printf(" %10s", ofccl__cost_cand_name(k));
+    printf("  picks\n");
+    for (int i = 0; i < 3; i++) {
+        unsigned valid = ofccl__choose_valid(comm, colls[i]);
+        for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++) {
+            printf("  %-15s %-10zu", names[i], sizes[k]);
+            for (int c = 0; c < OFCCL__CAND_COUNT; c++) {
+                if (valid & (1u << c))
+                    printf(" %10.1f", ofccl__cost_time(&t, colls[i], c, sizes[k]) * 1e6);
+                else
+                    printf(" %10s", "-");
+            }
+            printf("  %s\n", ofccl__cost_cand_name(ofccl__choose_model(comm, colls[i], sizes[k])));
+        }
+    }
+    ofccl__cost_describe(comm, line, sizeof(line));
+    printf("  %s\n", line);
+}
+
 static void print_settings(const ofccl__config_t *cfg)
 {
     printf("\nSettings (value and source: default, environment or API):\n");
@@ -112,6 +158,7 @@ int ofccl__info_job(const char *const *settings)
         print_hosts(comm);
         print_transport(comm);
         print_chooser(comm);
+        print_cost(comm);
         print_settings(&ctx->cfg);
         fflush(stdout);
     }

@@ -37,6 +37,8 @@ static void fill_caps(ofccl__prov_caps_t *c, const struct fi_info *i)
     c->max_order_war_size = i->ep_attr->max_order_war_size;
     c->inject_size = i->tx_attr->inject_size;
     c->max_msg_size = i->ep_attr->max_msg_size;
+    if (i->nic != NULL && i->nic->link_attr != NULL)
+        c->link_bps = (uint64_t)i->nic->link_attr->speed;
 }
 
 /* What the chosen entry says that ofccl cannot work with. */

@@ -171,11 +171,32 @@ static void test_environment_scans(void)
 
     setenv("SLURM_JOB_ID", "42", 1);
     setenv("OMPI_MCA_btl", "self", 1);
+    setenv("SLURM_CONF", "/etc/slurm/slurm.conf", 1);
     ofccl__config_launcher_env(buf, sizeof(buf));
     CU_ASSERT_PTR_NOT_NULL(strstr(buf, "SLURM_JOB_ID"));
     CU_ASSERT_PTR_NULL(strstr(buf, "OMPI_MCA_btl"));
+    CU_ASSERT_PTR_NULL(strstr(buf, "SLURM_CONF"));
     unsetenv("SLURM_JOB_ID");
     unsetenv("OMPI_MCA_btl");
+    unsetenv("SLURM_CONF");
+
+    /* srun --mpi=pmi2 sets dozens of SLURM_* variables before PMI_FD: the
+     * PMI_ name must still be listed, first, however full the buffer gets. */
+    for (int k = 0; k < 64; k++) {
+        char name[32];
+        snprintf(name, sizeof(name), "SLURM_TEST_VARIABLE_%02d", k);
+        setenv(name, "1", 1);
+    }
+    setenv("PMI_FD", "5", 1);
+    ofccl__config_launcher_env(buf, sizeof(buf));
+    CU_ASSERT_EQUAL(strncmp(buf, "PMI_FD", 6), 0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(buf, "SLURM_TEST_VARIABLE_00"));
+    for (int k = 0; k < 64; k++) {
+        char name[32];
+        snprintf(name, sizeof(name), "SLURM_TEST_VARIABLE_%02d", k);
+        unsetenv(name);
+    }
+    unsetenv("PMI_FD");
 }
 
 static void test_strerror(void)

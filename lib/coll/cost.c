@@ -1,0 +1,234 @@
+/*
+ * The chooser's cost model. Every transfer over a link class costs
+ * alpha + bytes / beta (links.c gives the constants, agreed by every rank).
+ * n ranks on H hosts of P ranks; m_s = P - 1 same-host peers, m_r = n - P
+ * peers on other hosts; class s (same-host pairs) is the local transport
+ * where same-host peers use it, else the fabric; b is one rank's block
+ * (all-gather, reduce-scatter) and S the buffer (broadcast). A collective's
+ * time is the latency of its dependent steps plus, per step, the busiest of
+ * the resources it loads:
+ *   - a rank's local-transport copies: bytes / beta_local;
+ *   - a rank's fabric endpoint with m streams at once: bytes / beta_fabric
+ *     times kappa(m) = max(1, m / F): an endpoint keeps F = 7 peers' streams
+ *     (8 ranks) at full rate, more share it (all-pairs traffic on tcp);
+ *   - a host's link to the others, shared by its ranks: the bytes that leave
+ *     the host / beta_fabric.
+ * Candidates (all-gather and reduce-scatter move the same bytes; the
+ * reduction, (n-1) blocks per rank in each, is left out):
+ *   direct  alpha + max(m_s b / beta_l, m_f b kappa(m_f) / beta_f,
+ *                       P m_r b / beta_f), m_f = the peers through the fabric;
+ *   ring    (n - 1) max(alpha_s + b / beta_s, alpha_f + b / beta_f): one block
+ *           per step on every hop, one crossing per host boundary;
+ *   hier    T1 = alpha_f + (H - 1) P b / beta_f (every rail at once through the
+ *           host's link), T2 = alpha_s + (P - 1) H b / beta_s (the rails'
+ *           blocks within the host); the second phase forwards chunk by
+ *           chunk, so max(T1, T2) + min(T1, T2) min(1, chunk / b);
+ * and for broadcast (S bytes from the root):
+ *   direct  alpha + max(S / beta_l where readers pull at once, else
+ *           m_s S / beta_s, m_f S kappa(m_f) / beta_f);
+ *   chain   (k + n - 2) steps of one chunk c = min(chunk, S), k = S / c,
+ *           each max(alpha_s + c / beta_s, alpha_f + c / beta_f);
+ *   hier    alpha_f + (H - 1) S / beta_f, then alpha_s + (P - 1) S / beta_s.
+ * perf/scaling_model.py prints the same formulas for clusters; docs/scaling.md.
+ */
+#include <math.h>
+#include <stdio.h>
+
+#include "coll.h"
+#include "cost.h"
+
+void ofccl__cost_topo_of(const ofccl_comm_t *comm, ofccl__cost_topo_t *t)
+{
+    int me = comm->rank;
+
+    t->n = comm->size;
+    t->hosts = comm->nnodes > 0 ? comm->nnodes : 1;
+    t->width = comm->node_width;
+    t->local_peers = false;
+    if (t->width > 1) { /* the next rank of this host: every rank of it is reached alike */
+        int i = (comm->node_idx[me] + 1) % t->width;
+        t->local_peers =
+            ofccl__comm_peer_local(comm, comm->node_rank[comm->node_of[me] * t->width + i]);
+    }
+    for (int p = 0; t->width == 0 && p < comm->size && !t->local_peers; p++)
+        t->local_peers =
+            p != me && comm->node_of[p] == comm->node_of[me] && ofccl__comm_peer_local(comm, p);
+    t->peer_map = ofccl__comm_caps(comm)->peer_map;
+    t->chunk = (size_t)ofccl__cfg_int(&comm->ctx->cfg, OFCCL__CFG_CHUNK_BYTES);
+    for (int c = 0; c < OFCCL__LINK_CLASSES; c++) {
+        t->alpha[c] = comm->link[c].alpha_ns * 1e-9;
+        t->beta[c] = comm->link[c].mbps * 1e6;
+    }
+}
+
+static double kappa(int m)
+{
+    return m <= OFCCL__COST_FLOWS ? 1.0 : (double)m / OFCCL__COST_FLOWS;
+}
+
+static double max2(double a, double b)
+{
+    return a > b ? a : b;
+}
+
+/* The shape: hosts H, ranks per host P, same-host peers, other-host peers,
+ * peers through the fabric, and the class of same-host pairs. */
+typedef struct shape {
+    int h, p, ms, mr, mf, s;
+} shape_t;
+
+static shape_t shape_of(const ofccl__cost_topo_t *t)
+{
+    shape_t x;
+
+    x.h = t->hosts > 1 ? t->hosts : 1;
+    x.p = x.h == 1 ? t->n : t->width > 0 ? t->width : (t->n + x.h - 1) / x.h;
+    x.ms = x.p - 1;
+    x.mr = t->n - x.p;
+    x.mf = x.mr + (t->local_peers ? 0 : x.ms);
+    x.s = t->local_peers ? OFCCL__LINK_LOCAL : OFCCL__LINK_FABRIC;
+    return x;
+}
+
+/* One step moving `bytes` on every hop of a host-major path (ring, chain). */
+static double hop(const ofccl__cost_topo_t *t, const shape_t *x, double bytes)
+{
+    double step = 0;
+
+    if (x->p > 1)
+        step = t->alpha[x->s] + bytes / t->beta[x->s];
+    if (x->h > 1)
+        step = max2(step, t->alpha[OFCCL__LINK_FABRIC] + bytes / t->beta[OFCCL__LINK_FABRIC]);
+    return step;
+}
+
+/* Within a host, one rank sending `bytes` to each of its m_s peers. */
+static double fan_out(const ofccl__cost_topo_t *t, const shape_t *x, double bytes)
+{
+    double k = t->local_peers ? 1.0 : kappa(x->ms);
+
+    return t->alpha[x->s] + x->ms * bytes * k / t->beta[x->s];
+}
+
+static double direct(const ofccl__cost_topo_t *t, const shape_t *x, double b, bool bcast)
+{
+    double aF = t->alpha[OFCCL__LINK_FABRIC], bF = t->beta[OFCCL__LINK_FABRIC];
+    double bL = t->beta[OFCCL__LINK_LOCAL], busy = 0;
+
+    if (t->local_peers && x->ms > 0)
+        busy = bcast && t->peer_map ? b / bL : x->ms * b / bL;
+    if (x->mf > 0)
+        busy = max2(busy, x->mf * b * kappa(x->mf) / bF);
+    if (!bcast && x->h > 1)
+        busy = max2(busy, (double)x->p * x->mr * b / bF);
+    return (x->mf > 0 ? aF : t->alpha[OFCCL__LINK_LOCAL]) + busy;
+}
+
+static double hier(const ofccl__cost_topo_t *t, const shape_t *x, double b, bool bcast)
+{
+    double aF = t->alpha[OFCCL__LINK_FABRIC], bF = t->beta[OFCCL__LINK_FABRIC], t1, t2;
+
+    if (x->h < 2 || t->width < 2)
+        return INFINITY;
+    if (bcast)
+        return aF + (x->h - 1) * b * kappa(x->h - 1) / bF + fan_out(t, x, b);
+    t1 = aF + max2((x->h - 1) * b * kappa(x->h - 1), (double)x->p * (x->h - 1) * b) / bF;
+    t2 = fan_out(t, x, x->h * b);
+    return max2(t1, t2) + fmin(t1, t2) * fmin(1.0, b > 0 ? (double)t->chunk / b : 1.0);
+}
+
+double ofccl__cost_time(const ofccl__cost_topo_t *t, int coll, int cand, size_t bytes)
+{
+    shape_t x = shape_of(t);
+    double b = (double)bytes;
+    bool bcast = coll == OFCCL__BC;
+
+    if (t->n < 2)
+        return 0;
+    switch (cand) {
+    case OFCCL__CAND_DIRECT:
+        return direct(t, &x, b, bcast);
+    case OFCCL__CAND_RING:
+        return bcast ? INFINITY : (t->n - 1) * hop(t, &x, b);
+    case OFCCL__CAND_HIER:
+        return hier(t, &x, b, bcast);
+    case OFCCL__CAND_CHAIN: {
+        double c = fmin((double)t->chunk, b), k = c > 0 ? ceil(b / c) : 1;
+        return bcast ? (k + t->n - 2) * hop(t, &x, c) : INFINITY;
+    }
+    default:
+        return INFINITY;
+    }
+}
+
+int ofccl__cost_pick(const ofccl__cost_topo_t *t, int coll, size_t bytes, unsigned valid)
+{
+    int best = OFCCL__CAND_COUNT;
+    double best_t = INFINITY;
+
+    for (int c = 0; c < OFCCL__CAND_COUNT; c++) {
+        double tc;
+        if (!(valid & (1u << c)))
+            continue;
+        tc = ofccl__cost_time(t, coll, c, bytes);
+        if (best == OFCCL__CAND_COUNT || tc < best_t)
+            best = c, best_t = tc;
+    }
+    return best;
+}
+
+const char *ofccl__cost_cand_name(int cand)
+{
+    static const char *const names[] = {"direct", "ring", "hier", "chain"};
+
+    return cand >= 0 && cand < OFCCL__CAND_COUNT ? names[cand] : "?";
+}
+
+static const char *source_word(uint32_t source)
+{
+    return source == OFCCL__LINK_CONFIGURED ? "configured"
+           : source == OFCCL__LINK_MEASURED ? "measured"
+                                            : "default";
+}
+
+static void size_text(size_t b, char *buf, size_t len)
+{
+    if (b >= (1u << 30) && b % (1u << 30) == 0)
+        snprintf(buf, len, "%zuG", b >> 30);
+    else if (b >= (1u << 20) && b % (1u << 20) == 0)
+        snprintf(buf, len, "%zuM", b >> 20);
+    else if (b >= 1024 && b % 1024 == 0)
+        snprintf(buf, len, "%zuK", b >> 10);
+    else
+        snprintf(buf, len, "%zu", b);
+}
+
+void ofccl__cost_describe(const ofccl_comm_t *comm, char *buf, size_t len)
+{
+    static const int colls[] = {OFCCL__AG, OFCCL__RS, OFCCL__BC};
+    static const char *const names[] = {"all-gather", "reduce-scatter", "broadcast"};
+    const ofccl__link_t *l = comm->link;
+    size_t used;
+
+    used = (size_t)snprintf(buf, len,
+                            "cost model: local %.1f us %.2f GB/s (%s), fabric %.1f us %.2f GB/s "
+                            "(%s); auto beyond the eager size picks",
+                            l[0].alpha_ns / 1e3, l[0].mbps / 1e3, source_word(l[0].source),
+                            l[1].alpha_ns / 1e3, l[1].mbps / 1e3, source_word(l[1].source));
+    for (int k = 0; k < 3 && used < len; k++) {
+        int last = -1;
+        used += (size_t)snprintf(buf + used, len - used, "%s %s", k ? ";" : "", names[k]);
+        for (size_t b = 1024; b <= (1u << 30) && used < len; b *= 2) {
+            int c = ofccl__choose_model(comm, colls[k], b);
+            char at[16];
+            if (c == last)
+                continue;
+            size_text(b, at, sizeof(at));
+            used += (size_t)snprintf(buf + used, len - used, last < 0 ? " %s" : ", %s from %s",
+                                     ofccl__cost_cand_name(c), at);
+            last = c;
+        }
+    }
+    if (used >= len && len > 4)
+        snprintf(buf + len - 4, 4, "...");
+}

@@ -1,0 +1,112 @@
+/*
+ * Ranks the launcher reports gone. The bootstrap (PMIx failure events) calls
+ * on_dead on its own thread; it only records, with atomics: which world rank,
+ * and a static string naming the report. The context's threads read that in
+ * progress (engine.c) and when a call starts (ofccl__comm_check): a request
+ * that a reported rank still owes data fails at once with REMOTE_ERROR, and so
+ * does every later call on a communicator that contains it. Launchers that
+ * raise no event leave this empty; then the transport's error or the
+ * deadline decides, as before.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "engine_impl.h"
+#include "util.h"
+
+static void on_dead(void *arg, int rank, const char *source)
+{
+    ofccl_ctx_t *ctx = arg;
+    const char *none = NULL;
+
+    if (rank < 0 || rank >= ctx->boot->size || source == NULL)
+        return;
+    if (atomic_compare_exchange_strong(&ctx->dead_why[rank], &none, source))
+        atomic_fetch_add_explicit(&ctx->dead_count, 1, memory_order_release);
+    /* Wake waiting loops that nap (a lost increment only delays them by a nap). */
+    atomic_fetch_add_explicit(&ctx->activity, 1, memory_order_relaxed);
+}
+
+void ofccl__dead_start(ofccl_ctx_t *ctx)
+{
+    ofccl__err_t e;
+    int rc;
+
+    ctx->dead_why = calloc((size_t)ctx->boot->size, sizeof(*ctx->dead_why));
+    if (ctx->dead_why == NULL) {
+        OFCCL__WARN(&ctx->log, OFCCL__SUB_CORE,
+                    "no memory to follow the launcher's failure events: a dead rank is found "
+                    "by its transport or at the deadline");
+        return;
+    }
+    rc = ofccl__boot_watch(ctx->boot, on_dead, ctx, &e);
+    if (rc == 0)
+        ctx->dead_watched = 1;
+    else if (rc != OFCCL_ERR_NOT_SUPPORTED)
+        OFCCL__INFO(&ctx->log, OFCCL__SUB_CORE,
+                    "not following the launcher's failure events (%s): a dead rank is found by "
+                    "its transport or at the deadline",
+                    e.msg);
+}
+
+void ofccl__dead_stop(ofccl_ctx_t *ctx)
+{
+    if (ctx->dead_watched)
+        ofccl__boot_unwatch(ctx->boot);
+    ctx->dead_watched = 0;
+    free((void *)ctx->dead_why);
+    ctx->dead_why = NULL;
+}
+
+const char *ofccl__dead_source(const ofccl_comm_t *comm, int p)
+{
+    const ofccl_ctx_t *ctx = comm->ctx;
+
+    if (atomic_load_explicit(&ctx->dead_count, memory_order_acquire) == 0 || comm->world_of == NULL)
+        return NULL;
+    return atomic_load_explicit(&ctx->dead_why[comm->world_of[p]], memory_order_relaxed);
+}
+
+/* Only what rank p still owes r counts (its descriptor, its data), as for a
+ * peer whose exit the local transport sees: a rank that ended cleanly after
+ * its part (PMIX_EVENT_PROC_TERMINATED) may leave our last completions to it
+ * still to be reaped, and must not fail a request that has all it needs. */
+int ofccl__dead_needed(const ofccl__req_t *r, const char **source)
+{
+    const ofccl_comm_t *comm = r->comm;
+
+    *source = NULL;
+    if (atomic_load_explicit(&comm->ctx->dead_count, memory_order_acquire) == 0)
+        return -1;
+    for (int p = 0; p < comm->size; p++) {
+        const char *s = p != comm->rank ? ofccl__dead_source(comm, p) : NULL;
+        if (s != NULL && ofccl__coll_owes(r, p)) {
+            *source = s;
+            return p;
+        }
+    }
+    return -1;
+}
+
+void ofccl__dead_name(const ofccl_comm_t *comm, int p, const char *source, char *buf, size_t len)
+{
+    snprintf(buf, len, "rank %d (world rank %d) on %s has exited, reported by the launcher (%s)", p,
+             comm->world_of != NULL ? comm->world_of[p] : p, ofccl__comm_host(comm, p), source);
+}
+
+int ofccl__dead_fail(ofccl_comm_t *comm)
+{
+    char who[256];
+
+    if (comm->sticky || atomic_load_explicit(&comm->ctx->dead_count, memory_order_acquire) == 0)
+        return comm->sticky;
+    for (int p = 0; p < comm->size; p++) {
+        const char *source = p != comm->rank ? ofccl__dead_source(comm, p) : NULL;
+        if (source == NULL)
+            continue;
+        ofccl__dead_name(comm, p, source, who, sizeof(who));
+        return ofccl__comm_fail(comm, OFCCL_ERR_REMOTE_ERROR,
+                                "communicator %u: %s; the communicator is unusable", comm->id, who);
+    }
+    return 0;
+}

@@ -1,0 +1,237 @@
+/*
+ * The chooser's cost model (lib/coll/cost.c) and its link constants
+ * (lib/core/links.c), without a job: predicted times against the formulas of
+ * docs/scaling.md written out here for each shape, the crossovers they imply
+ * (solved here by hand), the decisions docs/performance.md measured, and the
+ * agreement of per-rank constants (configured must match; measured -> median).
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "coll.h"
+#include "cost.h"
+#include "cu.h"
+
+#define KIB 1024.0
+#define MIB (1024.0 * 1024.0)
+
+/* Local copies at 10 GB/s and 0.2 us; fabric tcp-like, 13.5 us and 2.5 GB/s. */
+static ofccl__cost_topo_t topo(int n, int hosts, int width, bool local_peers, bool peer_map)
+{
+    ofccl__cost_topo_t t = {.n = n,
+                            .hosts = hosts,
+                            .width = width,
+                            .local_peers = local_peers,
+                            .peer_map = peer_map,
+                            .chunk = 512 * 1024,
+                            .alpha = {0.2e-6, 13.5e-6},
+                            .beta = {10e9, 2.5e9}};
+    return t;
+}
+
+static const unsigned all_ag =
+    (1u << OFCCL__CAND_DIRECT) | (1u << OFCCL__CAND_RING) | (1u << OFCCL__CAND_HIER);
+static const unsigned all_bc =
+    (1u << OFCCL__CAND_DIRECT) | (1u << OFCCL__CAND_CHAIN) | (1u << OFCCL__CAND_HIER);
+
+static bool near(double got, double want)
+{
+    return fabs(got - want) <= 1e-9 * fabs(want) + 1e-15;
+}
+
+/* One host, local transport: direct reads each peer's block once, the ring
+ * adds n-2 latencies, so direct (pull) wins at every size and rank count. */
+static void test_local_one_host(void)
+{
+    for (int n = 2; n <= 64; n *= 2) {
+        ofccl__cost_topo_t t = topo(n, 1, n, true, true);
+        for (double b = 1024; b <= 1024 * MIB; b *= 4) {
+            double d = 0.2e-6 + (n - 1) * b / 10e9, r = (n - 1) * (0.2e-6 + b / 10e9);
+            CU_ASSERT(near(ofccl__cost_time(&t, OFCCL__AG, OFCCL__CAND_DIRECT, (size_t)b), d));
+            CU_ASSERT(near(ofccl__cost_time(&t, OFCCL__RS, OFCCL__CAND_RING, (size_t)b), r));
+            CU_ASSERT_EQUAL(ofccl__cost_pick(&t, OFCCL__AG, (size_t)b, all_ag), OFCCL__CAND_DIRECT);
+            CU_ASSERT_EQUAL(ofccl__cost_pick(&t, OFCCL__RS, (size_t)b, all_ag), OFCCL__CAND_DIRECT);
+            /* broadcast: every reader pulls the root's buffer at once */
+            CU_ASSERT(near(ofccl__cost_time(&t, OFCCL__BC, OFCCL__CAND_DIRECT, (size_t)b),
+                           0.2e-6 + b / 10e9));
+            CU_ASSERT_EQUAL(ofccl__cost_pick(&t, OFCCL__BC, (size_t)b, all_bc), OFCCL__CAND_DIRECT);
+        }
+        /* one host: no hierarchical shape */
+        CU_ASSERT(isinf(ofccl__cost_time(&t, OFCCL__AG, OFCCL__CAND_HIER, 1 << 20)));
+    }
+}
+
+/* One host over the fabric (tcp): direct with n-1 streams per endpoint,
+ * slowed by (n-1)/7 past 7 of them; ring (n-1)(a + b/B). Up to 8 ranks
+ * direct always; from 9 the ring wins above
+ *   (n-2) a < (n-1) b/B ((n-1)/7 - 1)  <=>  b > 7 (n-2) a B / ((n-1)(n-8)). */
+static void test_fabric_one_host_crossover(void)
+{
+    const double a = 13.5e-6, B = 2.5e9;
+
+    for (int n = 2; n <= 8; n++) {
+        ofccl__cost_topo_t t = topo(n, 1, n, false, false);
+        for (double b = 1024; b <= 1024 * MIB; b *= 2)
+            CU_ASSERT_EQUAL(ofccl__cost_pick(&t, OFCCL__AG, (size_t)b, all_ag), OFCCL__CAND_DIRECT);
+    }
+    for (int n = 9; n <= 64; n++) {
+        ofccl__cost_topo_t t = topo(n, 1, n, false, false);
+        double cross = 7.0 * (n - 2) * a * B / ((n - 1) * (double)(n - 8));
+        size_t b = 1 << 20;
+        CU_ASSERT(near(ofccl__cost_time(&t, OFCCL__AG, OFCCL__CAND_DIRECT, b),
+                       a + (n - 1) * (double)b * ((n - 1) / 7.0) / B));
+        CU_ASSERT(near(ofccl__cost_time(&t, OFCCL__AG, OFCCL__CAND_RING, b),
+                       (n - 1) * (a + (double)b / B)));
+        CU_ASSERT_EQUAL(ofccl__cost_pick(&t, OFCCL__AG, (size_t)(cross * 0.97), all_ag),
+                        OFCCL__CAND_DIRECT);
+        CU_ASSERT_EQUAL(ofccl__cost_pick(&t, OFCCL__RS, (size_t)(cross * 1.03), all_ag),
+                        OFCCL__CAND_RING);
+    }
+    /* the figures: 9 ranks from about 202 KiB, 16 ranks from about 27 KiB */
+    CU_ASSERT(fabs(7.0 * 7 * a * B / (8 * 1.0) - 206719) < 1);
+    CU_ASSERT(fabs(7.0 * 14 * a * B / (15 * 8.0) - 27563) < 1);
+}
+
+/* Two hosts of four ranks joined by a 117.5 MB/s link (perf/hosts/bench.sh)
+ * with same-host peers on the local transport: at large blocks the link
+ * carries 16 blocks per host for direct, 7 one after the other for the ring
+ * and 4 for hier, whose second phase (3 x 2 blocks at 10 GB/s) overlaps. */
+static void test_two_hosts_link_limited(void)
+{
+    ofccl__cost_topo_t t = topo(8, 2, 4, true, false);
+    double C = 117.5e6, b = 8 * MIB, d, r, h, t1, t2;
+
+    t.beta[OFCCL__LINK_FABRIC] = C;
+    d = 13.5e-6 + 16 * b / C;
+    r = 7 * (13.5e-6 + b / C);
+    t1 = 13.5e-6 + 4 * b / C;
+    t2 = 0.2e-6 + 3 * 2 * b / 10e9;
+    h = t1 + t2 * (512 * KIB / b);
+    CU_ASSERT(near(ofccl__cost_time(&t, OFCCL__AG, OFCCL__CAND_DIRECT, (size_t)b), d));
+    CU_ASSERT(near(ofccl__cost_time(&t, OFCCL__AG, OFCCL__CAND_RING, (size_t)b), r));
+    CU_ASSERT(near(ofccl__cost_time(&t, OFCCL__AG, OFCCL__CAND_HIER, (size_t)b), h));
+    /* measured at 1-16 MiB: ring / hier 1.6-2.0, direct / hier 3.8-4.8 (docs/performance.md) */
+    CU_ASSERT(r / h > 1.7 && r / h < 1.8);
+    CU_ASSERT(d / h > 3.9 && d / h < 4.1);
+    for (double bb = 16 * KIB; bb <= 64 * MIB; bb *= 2)
+        CU_ASSERT_EQUAL(ofccl__cost_pick(&t, OFCCL__AG, (size_t)bb, all_ag), OFCCL__CAND_HIER);
+    /* the reduce-scatter alike; without hier the ring, at the link's 4/7 vs 1/4 */
+    CU_ASSERT_EQUAL(ofccl__cost_pick(&t, OFCCL__RS, (size_t)b, all_ag), OFCCL__CAND_HIER);
+    CU_ASSERT_EQUAL(ofccl__cost_pick(&t, OFCCL__RS, (size_t)b, all_ag & ~(1u << OFCCL__CAND_HIER)),
+                    OFCCL__CAND_RING);
+    /* a block within one chunk: the phases run one after the other */
+    b = 128 * KIB;
+    CU_ASSERT(near(ofccl__cost_time(&t, OFCCL__AG, OFCCL__CAND_HIER, (size_t)b),
+                   13.5e-6 + 4 * b / C + 0.2e-6 + 6 * b / 10e9));
+}
+
+/* Two hosts of two ranks, every peer through the fabric: direct puts 4 blocks
+ * per host on the link (2 ranks x 2 remote peers), the ring 3 in turn:
+ * a + 4b/B = 3(a + b/B) at b = 2aB. */
+static void test_two_hosts_fabric_crossover(void)
+{
+    ofccl__cost_topo_t t = topo(4, 2, 2, false, false);
+    double cross = 2 * 13.5e-6 * 2.5e9;
+    unsigned flat = all_ag & ~(1u << OFCCL__CAND_HIER);
+
+    CU_ASSERT_EQUAL(ofccl__cost_pick(&t, OFCCL__AG, (size_t)(cross * 0.97), flat),
+                    OFCCL__CAND_DIRECT);
+    CU_ASSERT_EQUAL(ofccl__cost_pick(&t, OFCCL__AG, (size_t)(cross * 1.03), flat),
+                    OFCCL__CAND_RING);
+}
+
+/* Broadcast over tcp at 3 ranks: direct a + 2S/B, chain (k + 1)(a + c/B) with
+ * c = min(512 KiB, S), k = S / c: a single chunk never pays, and from two
+ * chunks on the chain wins once S/(2B) > 2a + ..., here at 1 MiB. */
+static void test_bcast_chain(void)
+{
+    ofccl__cost_topo_t t = topo(3, 1, 3, false, false);
+    const double a = 13.5e-6, B = 2.5e9, c = 512 * KIB;
+
+    CU_ASSERT_EQUAL(ofccl__cost_pick(&t, OFCCL__BC, 512 * 1024, all_bc), OFCCL__CAND_DIRECT);
+    CU_ASSERT(near(ofccl__cost_time(&t, OFCCL__BC, OFCCL__CAND_CHAIN, 1 << 20), 3 * (a + c / B)));
+    CU_ASSERT(near(ofccl__cost_time(&t, OFCCL__BC, OFCCL__CAND_DIRECT, 1 << 20), a + 2 * MIB / B));
+    CU_ASSERT_EQUAL(ofccl__cost_pick(&t, OFCCL__BC, 1 << 20, all_bc), OFCCL__CAND_CHAIN);
+    CU_ASSERT_EQUAL(ofccl__cost_pick(&t, OFCCL__BC, 64 << 20, all_bc), OFCCL__CAND_CHAIN);
+    /* only valid candidates; none: COUNT */
+    CU_ASSERT_EQUAL(ofccl__cost_pick(&t, OFCCL__BC, 64 << 20, 1u << OFCCL__CAND_DIRECT),
+                    OFCCL__CAND_DIRECT);
+    CU_ASSERT_EQUAL(ofccl__cost_pick(&t, OFCCL__BC, 64 << 20, 0), OFCCL__CAND_COUNT);
+}
+
+static void test_link_parse(void)
+{
+    ofccl__link_t l;
+    ofccl__err_t e;
+    bool conf;
+
+    CU_ASSERT_EQUAL(ofccl__link_parse(OFCCL__CFG_LINK_LOCAL, "0.5:12.5", &l, &conf, &e), 0);
+    CU_ASSERT(conf);
+    CU_ASSERT_EQUAL(l.alpha_ns, 500);
+    CU_ASSERT_EQUAL(l.mbps, 12500);
+    CU_ASSERT_EQUAL(l.source, OFCCL__LINK_CONFIGURED);
+    CU_ASSERT_EQUAL(ofccl__link_parse(OFCCL__CFG_LINK_FABRIC, "auto", &l, &conf, &e), 0);
+    CU_ASSERT(!conf);
+    static const char *const bad[] = {"x", "1", "1:", ":2", "1:0", "-1:2", "1:2x", "1:2:3"};
+    for (size_t k = 0; k < sizeof(bad) / sizeof(bad[0]); k++) {
+        CU_ASSERT_EQUAL(ofccl__link_parse(OFCCL__CFG_LINK_FABRIC, bad[k], &l, &conf, &e),
+                        OFCCL_ERR_CONFIG);
+        CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "OFCCL_LINK_FABRIC"));
+    }
+    CU_ASSERT(ofccl__link_copy_mbps() > 100); /* any machine copies faster than 100 MB/s */
+}
+
+/* Four ranks' constants: measured ones agree on the median, the same on
+ * every rank; a configured one that differs is a MISMATCH naming it. */
+static void test_links_agree(void)
+{
+    ofccl_ctx_t *ctx = calloc(1, sizeof(*ctx));
+    ofccl__link_t all[4][OFCCL__LINK_CLASSES];
+    static const uint32_t mbps[4] = {9000, 3000, 12000, 5000};
+
+    CU_ASSERT_PTR_NOT_NULL_FATAL(ctx);
+    ofccl__log_init(&ctx->log);
+    for (int r = 0; r < 4; r++) {
+        all[r][0] = (ofccl__link_t){200, mbps[r], OFCCL__LINK_MEASURED};
+        all[r][1] = (ofccl__link_t){13500, 2500, OFCCL__LINK_DEFAULT};
+    }
+    for (int me = 0; me < 4; me++) {
+        ofccl_comm_t comm = {.ctx = ctx, .rank = me, .size = 4};
+        CU_ASSERT_EQUAL(ofccl__links_agree(&comm, (const ofccl__link_t(*)[2])all), 0);
+        CU_ASSERT_EQUAL(comm.link[0].mbps, 5000); /* lower median of 3000 5000 9000 12000 */
+        CU_ASSERT_EQUAL(comm.link[0].alpha_ns, 200);
+        CU_ASSERT_EQUAL(comm.link[0].source, OFCCL__LINK_MEASURED);
+        CU_ASSERT_EQUAL(comm.link[1].source, OFCCL__LINK_DEFAULT);
+    }
+    for (int r = 0; r < 4; r++)
+        all[r][1] = (ofccl__link_t){2000, 50000, OFCCL__LINK_CONFIGURED};
+    {
+        ofccl_comm_t comm = {.ctx = ctx, .rank = 1, .size = 4};
+        CU_ASSERT_EQUAL(ofccl__links_agree(&comm, (const ofccl__link_t(*)[2])all), 0);
+        CU_ASSERT_EQUAL(comm.link[1].mbps, 50000);
+    }
+    all[3][1].mbps = 25000;
+    for (int me = 0; me < 4; me++) {
+        ofccl_comm_t comm = {.ctx = ctx, .rank = me, .size = 4};
+        CU_ASSERT_EQUAL(ofccl__links_agree(&comm, (const ofccl__link_t(*)[2])all),
+                        OFCCL_ERR_MISMATCH);
+        CU_ASSERT_PTR_NOT_NULL(strstr(comm.err.msg, "OFCCL_LINK_FABRIC"));
+    }
+    free(ctx);
+}
+
+int main(void)
+{
+    static const cu_test_t tests[] = {
+        {"one host, local transport: direct at every size", test_local_one_host},
+        {"one host over tcp: ring crossover from 9 ranks", test_fabric_one_host_crossover},
+        {"2 x 4 behind a 117.5 MB/s link: hier, ratios", test_two_hosts_link_limited},
+        {"2 x 2 over the fabric: direct/ring crossover", test_two_hosts_fabric_crossover},
+        {"broadcast: chain against direct", test_bcast_chain},
+        {"OFCCL_LINK_* values", test_link_parse},
+        {"ranks agree on the constants", test_links_agree},
+        {NULL, NULL},
+    };
+    return cu_run("cost", tests);
+}
