@@ -38,6 +38,24 @@ int ofccl__peers_lazy_init(ofccl_comm_t *comm, const uint8_t *blob, size_t blen)
 /* Undo ofccl__peers_lazy_init and the host tables: the ranks fall back to
  * collecting every record (a provider that attaches every peer at once). */
 void ofccl__peers_lazy_drop(ofccl_comm_t *comm);
+/* Host tables (hosts.c). Rank r runs on the host named `name`. */
+int ofccl__hosts_add(ofccl_comm_t *comm, int r, const char *name);
+/* Hosts by identity from every rank's host key (keys[size]). */
+int ofccl__nodes_from_keys(ofccl_comm_t *comm, const uint64_t *keys);
+/* Both tables of a lazily created world communicator, from the bootstrap's
+ * host table; this rank's host is `my_host`, the others are numbered. */
+int ofccl__hosts_from_boot(ofccl_comm_t *comm, const char *my_host);
+
+/* The status exchange (setup_status.c): 0, or the first failure naming the
+ * rank. *id: this rank's proposal in, the communicator's number out. */
+#define OFCCL__STATUS_LEN 16
+int ofccl__setup_status(ofccl_comm_t *comm, const ofccl__xchg_t *x, int mine, uint64_t released,
+                        uint32_t *id);
+/* As a reduction (x->allreduce); *need_all in: this rank's provider attaches
+ * every peer at once; out: some rank's does. */
+int ofccl__setup_status_reduced(ofccl_comm_t *comm, const ofccl__xchg_t *x, int mine,
+                                uint64_t released, uint32_t *id, bool *need_all);
+
 /* Release everything a (possibly half-built) communicator holds; local. */
 void ofccl__comm_free(ofccl_comm_t *comm);
 

@@ -245,92 +245,6 @@ static int map_peer_ctrl(ofccl_comm_t *comm)
     return 0;
 }
 
-/* Rank r runs on the host named `name` (for messages that name hosts). */
-static int hosts_add(ofccl_comm_t *comm, int r, const char *name)
-{
-    int h;
-
-    for (h = comm->nhosts - 1; h >= 0 && strcmp(comm->host_name[h], name) != 0; h--)
-        ;
-    if (h < 0) {
-        h = comm->nhosts++;
-        ofccl__strlcpy(comm->host_name[h], name, sizeof(comm->host_name[h]));
-    }
-    comm->host_of[r] = h;
-    return 0;
-}
-
-const char *ofccl__comm_host(const ofccl_comm_t *comm, int rank)
-{
-    if (comm->host_of == NULL || rank < 0 || rank >= comm->size)
-        return "?";
-    return comm->host_name[comm->host_of[rank]];
-}
-
-/* Hosts by identity from every rank's host key (keys[size]): node_of,
- * node_idx, and, where every host has as many ranks, node_rank. */
-static int nodes_from_keys(ofccl_comm_t *comm, const uint64_t *keys)
-{
-    int n = comm->size, *count;
-
-    comm->node_of = calloc((size_t)n, sizeof(int));
-    comm->node_idx = calloc((size_t)n, sizeof(int));
-    comm->node_rank = calloc((size_t)n, sizeof(int));
-    count = calloc((size_t)n, sizeof(int));
-    if (!comm->node_of || !comm->node_idx || !comm->node_rank || !count) {
-        free(count);
-        return ofccl__comm_fail(comm, OFCCL_ERR_NO_MEMORY, "comm setup: no memory for %d ranks", n);
-    }
-    comm->nnodes = 0;
-    for (int r = 0; r < n; r++) {
-        int h = 0;
-        while (h < r && keys[h] != keys[r])
-            h++;
-        /* h: the lowest rank of r's host; number hosts in that order. */
-        comm->node_of[r] = h == r ? comm->nnodes++ : comm->node_of[h];
-        comm->node_idx[r] = count[comm->node_of[r]]++;
-    }
-    comm->node_width = n / comm->nnodes;
-    for (int h = 0; h < comm->nnodes; h++)
-        if (count[h] != comm->node_width)
-            comm->node_width = 0;
-    for (int r = 0; r < n && comm->node_width > 0; r++)
-        comm->node_rank[comm->node_of[r] * comm->node_width + comm->node_idx[r]] = r;
-    free(count);
-    return 0;
-}
-
-/* Hosts of a lazily created world communicator: the bootstrap's host table
- * (PMIx node ids, or identities from the rendezvous), since the peers'
- * records are not read yet. Hosts other than this one are named by index. */
-static int setup_hosts_from_boot(ofccl_comm_t *comm, const setup_t *mine)
-{
-    const ofccl__boot_t *b = comm->ctx->boot;
-    uint64_t *keys = calloc((size_t)comm->size, sizeof(*keys));
-    int rc;
-
-    comm->host_of = calloc((size_t)comm->size, sizeof(*comm->host_of));
-    comm->host_name = calloc((size_t)comm->size, sizeof(*comm->host_name));
-    if (keys == NULL || !comm->host_of || !comm->host_name || b->size != comm->size) {
-        free(keys);
-        return ofccl__comm_fail(comm, OFCCL_ERR_NO_MEMORY, "comm setup: no memory for %d ranks",
-                                comm->size);
-    }
-    for (int r = 0; r < comm->size; r++) {
-        char name[64];
-
-        keys[r] = (uint64_t)b->host_of[r];
-        if (b->host_of[r] == b->host_of[comm->rank])
-            ofccl__strlcpy(name, mine->host, sizeof(name));
-        else
-            snprintf(name, sizeof(name), "host #%d", b->host_of[r]);
-        hosts_add(comm, r, name);
-    }
-    rc = nodes_from_keys(comm, keys);
-    free(keys);
-    return rc;
-}
-
 /* FNV-1a of the host identity string. */
 static uint64_t host_key(const char *id)
 {
@@ -426,7 +340,7 @@ static int setup_peers(ofccl_comm_t *comm, const setup_t *mine, const uint8_t *a
     for (int r = 0; r < comm->size && rc == 0; r++) {
         rc = decode_check(comm, r, all + slot * (size_t)r, lens[r], mine, &theirs[r]);
         if (rc == 0)
-            rc = hosts_add(comm, r, theirs[r].host);
+            rc = ofccl__hosts_add(comm, r, theirs[r].host);
         if (rc)
             break;
         *id = OFCCL__MAX(*id, theirs[r].comm_id);
@@ -447,7 +361,7 @@ static int setup_peers(ofccl_comm_t *comm, const setup_t *mine, const uint8_t *a
         comm->local_size = local_size;
     }
     if (rc == 0)
-        rc = nodes_from_keys(comm, keys);
+        rc = ofccl__nodes_from_keys(comm, keys);
     if (rc == 0)
         rc = ofccl__links_agree(comm, (const ofccl__link_t(*)[OFCCL__LINK_CLASSES])links);
     if (rc == 0) {
@@ -468,88 +382,6 @@ out:
     free(namelens);
     free(links);
     return rc;
-}
-
-/* The status exchange also carries when each rank's records exchange returned
- * (`released`, CLOCK_MONOTONIC): every rank leaves it at about the same
- * moment, so the differences estimate each clock's offset to rank 0's for a
- * trace (OFCCL_TRACE). Ranks on rank 0's host share its clock: offset 0. */
-#define STATUS_LEN 16
-static void note_clock_offset(ofccl_comm_t *comm, uint64_t mine, uint64_t rank0)
-{
-    ofccl__trace_t *t = comm->ctx->trace;
-
-    if (t == NULL || comm->size != comm->ctx->boot->size)
-        return; /* only the world communicator's rank 0 is the job's */
-    if (comm->host_of[comm->rank] == comm->host_of[0]) {
-        ofccl__trace_set_offset(t, 0, "same host as rank 0");
-        return;
-    }
-    ofccl__trace_set_offset(t, (int64_t)(mine - rank0), "bootstrap exchange release");
-}
-
-/* After the records: has every member succeeded? Fails naming the first that
- * did not. Also agrees on the communicator's number: *id, this rank's
- * proposal, becomes the highest. */
-static int setup_status(ofccl_comm_t *comm, const ofccl__xchg_t *x, int mine, uint64_t released,
-                        uint32_t *id)
-{
-    uint8_t st[STATUS_LEN] = {mine != 0}, *all = malloc((size_t)comm->size * STATUS_LEN);
-    size_t *lens = calloc((size_t)comm->size, sizeof(*lens));
-    ofccl__err_t e;
-    int rc;
-
-    if (all == NULL || lens == NULL) {
-        free(all);
-        free(lens);
-        return mine ? mine : ofccl__comm_fail(comm, OFCCL_ERR_NO_MEMORY, "comm setup: no memory");
-    }
-    ofccl__put_le32(st + 4, *id);
-    ofccl__put_le64(st + 8, released);
-    rc = x->allgather(x->arg, st, STATUS_LEN, all, STATUS_LEN, lens, &e);
-    if (rc && mine == 0)
-        mine = ofccl__comm_fail(comm, rc, "comm setup: status exchange: %s", e.msg);
-    for (int r = 0; r < comm->size && mine == 0; r++)
-        if (lens[r] != STATUS_LEN || all[(size_t)r * STATUS_LEN] != 0)
-            mine = ofccl__comm_fail(comm, OFCCL_ERR_REMOTE_ERROR,
-                                    "comm setup: rank %d failed to create its side of the "
-                                    "communicator (its own error says why)",
-                                    r);
-    for (int r = 0; r < comm->size && mine == 0; r++)
-        *id = OFCCL__MAX(*id, ofccl__get_le32(all + (size_t)r * STATUS_LEN + 4));
-    if (mine == 0)
-        note_clock_offset(comm, released, ofccl__get_le64(all + 8));
-    free(all);
-    free(lens);
-    return mine;
-}
-
-/* The same as a reduction (lazy creation of a world communicator): the
- * lowest failed rank, the highest proposed number, rank 0's release time. */
-static int setup_status_reduced(ofccl_comm_t *comm, const ofccl__xchg_t *x, int mine,
-                                uint64_t released, uint32_t *id, bool *need_all)
-{
-    static const uint8_t ops[4] = {OFCCL__BOOT_MIN, OFCCL__BOOT_MAX, OFCCL__BOOT_MAX,
-                                   OFCCL__BOOT_MAX};
-    uint64_t in[4] = {mine != 0 ? (uint64_t)comm->rank : UINT64_MAX, *id,
-                      comm->rank == 0 ? released : 0, *need_all},
-             out[4];
-    ofccl__err_t e;
-    int rc = x->allreduce(x->arg, in, out, 4, ops, &e);
-
-    if (rc && mine == 0)
-        mine = ofccl__comm_fail(comm, rc, "comm setup: status exchange: %s", e.msg);
-    if (mine == 0 && out[0] != UINT64_MAX)
-        mine = ofccl__comm_fail(comm, OFCCL_ERR_REMOTE_ERROR,
-                                "comm setup: rank %llu failed to create its side of the "
-                                "communicator (its own error says why)",
-                                (unsigned long long)out[0]);
-    if (mine == 0) {
-        *id = (uint32_t)out[1];
-        *need_all = out[3] != 0;
-        note_clock_offset(comm, released, out[2]);
-    }
-    return mine;
 }
 
 /* Published, but some rank's provider attaches every peer at once (shm, the
@@ -578,7 +410,7 @@ static int setup_collect_all(ofccl_comm_t *comm, const ofccl__xchg_t *x, const s
         rc = setup_peers(comm, mine, all, slot, lens, id);
     free(all);
     free(lens);
-    return setup_status_reduced(comm, x, rc, released, id, &again);
+    return ofccl__setup_status_reduced(comm, x, rc, released, id, &again);
 }
 
 int ofccl__comm_create(ofccl_ctx_t *ctx, const ofccl__comm_init_t *init, const ofccl__xchg_t *x,
@@ -627,7 +459,7 @@ int ofccl__comm_create(ofccl_ctx_t *ctx, const ofccl__comm_init_t *init, const o
         rc = ofccl__comm_fail(comm, xrc, "%s", xrc == OFCCL_ERR_NO_MEMORY ? "no memory" : e.msg);
     id = mine.comm_id;
     if (rc == 0 && x->publish != NULL) {
-        rc = setup_hosts_from_boot(comm, &mine);
+        rc = ofccl__hosts_from_boot(comm, mine.host);
         if (rc == 0)
             rc = ofccl__peers_lazy_init(comm, blob, blen);
     } else if (rc == 0)
@@ -637,11 +469,11 @@ int ofccl__comm_create(ofccl_ctx_t *ctx, const ofccl__comm_init_t *init, const o
     if (x->publish != NULL) {
         bool need_all = !ofccl__prov_caps(ctx->prov)->add_peer;
 
-        rc = setup_status_reduced(comm, x, rc, released, &id, &need_all);
+        rc = ofccl__setup_status_reduced(comm, x, rc, released, &id, &need_all);
         if (rc == 0 && need_all)
             rc = setup_collect_all(comm, x, &mine, blob, blen, slot, released, &id);
     } else {
-        rc = setup_status(comm, x, rc, released, &id);
+        rc = ofccl__setup_status(comm, x, rc, released, &id);
     }
     if (rc == 0) {
         comm->id = id;
@@ -683,7 +515,7 @@ int ofccl__comm_create_none(ofccl_ctx_t *ctx, const ofccl__xchg_t *x)
     /* The two exchanges ofccl__comm_create makes, with nothing to give or take. */
     rc = x->allgather(x->arg, NULL, 0, &none, OFCCL__BLOB_HDR + SETUP_MAX, &len, &e);
     if (rc == 0)
-        rc = x->allgather(x->arg, NULL, 0, &none, STATUS_LEN, &len, &e);
+        rc = x->allgather(x->arg, NULL, 0, &none, OFCCL__STATUS_LEN, &len, &e);
     ctx->comm_seq++;
     if (rc)
         return ofccl__fail(&ctx->log, OFCCL__SUB_CORE, &ctx->err, rc, "%s", e.msg);
