@@ -6,6 +6,7 @@
 #ifndef OFCCL_BOOTSTRAP_BOOT_H
 #define OFCCL_BOOTSTRAP_BOOT_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -41,6 +42,19 @@ typedef struct ofccl__boot_ops {
     int (*watch)(ofccl__boot_t *b, ofccl__boot_dead_fn dead, void *arg, ofccl__err_t *e);
     /* Stop: once it returns, `dead` is not running and never runs again. */
     void (*unwatch)(ofccl__boot_t *b);
+    /* Lazy exchange (NULL where the backend cannot serve single records on
+     * demand): make `len` (<= slot, the most any rank publishes) bytes
+     * readable by every rank under a new *tag and synchronise without
+     * collecting anything. Collective; bounded by the timeout. */
+    int (*publish)(ofccl__boot_t *b, const void *in, size_t len, size_t slot, uint64_t *tag,
+                   ofccl__err_t *e);
+    /* Read the `cap` bytes at most that `rank` published under `tag`; *len gets
+     * their length. Local call, answered by the launcher; bounded by the timeout. */
+    int (*get)(ofccl__boot_t *b, uint64_t tag, int rank, void *out, size_t cap, size_t *len,
+               ofccl__err_t *e);
+    /* As ofccl__boot_allreduce (NULL: done there as an all-gather). */
+    int (*allreduce)(ofccl__boot_t *b, const uint64_t *in, uint64_t *out, int n, const uint8_t *ops,
+                     ofccl__err_t *e);
 } ofccl__boot_ops_t;
 
 struct ofccl__boot {
@@ -102,6 +116,43 @@ static inline void ofccl__boot_unwatch(ofccl__boot_t *b)
 /* The stubs of bootstraps that hear of no failures (boot.c). */
 int ofccl__boot_watch_none(ofccl__boot_t *b, ofccl__boot_dead_fn dead, void *arg, ofccl__err_t *e);
 void ofccl__boot_unwatch_none(ofccl__boot_t *b);
+/* Records published for reading one at a time (publish.c): where the backend
+ * has publish/get, only a tag; elsewhere every rank's record, all-gathered. */
+typedef struct ofccl__boot_pub {
+    uint64_t tag;   /* the backend's (publish) */
+    bool lazy;      /* read through ops->get; else from table */
+    size_t slot;    /* bytes per rank in table */
+    uint8_t *table; /* [size * slot] when !lazy */
+    size_t *lens;   /* [size] when !lazy */
+    uint64_t gets;  /* records read so far */
+} ofccl__boot_pub_t;
+
+/* Does the backend serve single records on demand (PMIx: direct modex)? */
+static inline bool ofccl__boot_can_get(const ofccl__boot_t *b)
+{
+    return b->ops->size >= sizeof(ofccl__boot_ops_t) && b->ops->publish != NULL &&
+           b->ops->get != NULL;
+}
+/* Publish this rank's `len` (<= slot) bytes, collectively. `lazy`: through
+ * the backend's publish where it has one, no data collected; otherwise (or
+ * without one) an all-gather whose result *out keeps. len 0: nothing (this
+ * rank's side failed). *out is freed with ofccl__boot_pub_free. */
+int ofccl__boot_publish(ofccl__boot_t *b, bool lazy, const void *in, size_t len, size_t slot,
+                        ofccl__boot_pub_t **out, ofccl__err_t *e);
+/* `rank`'s published bytes (cap at most): from the table or the launcher. */
+int ofccl__boot_get(ofccl__boot_t *b, ofccl__boot_pub_t *pub, int rank, void *out, size_t cap,
+                    size_t *len, ofccl__err_t *e);
+void ofccl__boot_pub_free(ofccl__boot_pub_t *pub);
+
+enum ofccl__boot_op { OFCCL__BOOT_MIN = 0, OFCCL__BOOT_MAX = 1 };
+#define OFCCL__BOOT_REDUCE_MAX 8
+/* out[k] = ops[k] (MIN or MAX) of every rank's in[k], k < n <= OFCCL__BOOT_REDUCE_MAX.
+ * Collective; where the backend reduces at one place (the TCP rendezvous
+ * root) each rank sends and receives n words, else an all-gather of them. */
+int ofccl__boot_allreduce(ofccl__boot_t *b, const uint64_t *in, uint64_t *out, int n,
+                          const uint8_t *ops, ofccl__err_t *e);
+/* Fold rank data (n words) into acc (the first rank's copy): the reduction step. */
+void ofccl__boot_reduce_into(uint64_t *acc, const uint64_t *in, int n, const uint8_t *ops);
 
 /* Host identity (host.c): `override` when set (printable, at most
  * OFCCL__HOST_ID_MAX bytes, else OFCCL_ERR_CONFIG), otherwise

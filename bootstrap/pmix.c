@@ -1,6 +1,8 @@
 /*
  * PMIx bootstrap: rank discovery from the launcher's PMIx server and blob
- * exchange through PMIx_Put / PMIx_Fence(collect data) / PMIx_Get.
+ * exchange through PMIx_Put / PMIx_Fence(collect data) / PMIx_Get, or, for
+ * records read on demand (publish/get), a fence that collects nothing and a
+ * PMIx_Get per record, which the server answers by direct modex.
  *
  * PMIx_Init and PMIx_Finalize are reference counted by the PMIx client
  * library (checked with PMIx 4.2: a second PMIx_Init returns the same proc,
@@ -348,25 +350,15 @@ static int pmix_fence(ofccl__boot_t *b, pmix_boot_t *pb, int collect, const char
                        "PMIx fence for %s failed: %s", what, PMIx_Error_string(rc));
 }
 
-static int pmix_allgather(ofccl__boot_t *b, const void *in, size_t len, void *out, size_t slot,
-                          size_t *lens, ofccl__err_t *e)
+/* Put `len` bytes under "ofccl.<kseq>" and commit them to the local server. */
+static int put_commit(ofccl__boot_t *b, const void *in, size_t len, unsigned long long kseq,
+                      const char *what, ofccl__err_t *e)
 {
-    pmix_boot_t *pb = b->impl;
-    unsigned long long seq = (unsigned long long)b->seq++;
-    unsigned long long kseq = __atomic_fetch_add(&key_counter, 1, __ATOMIC_RELAXED);
-    char key[PMIX_MAX_KEYLEN + 1], what[48];
+    char key[PMIX_MAX_KEYLEN + 1];
     pmix_value_t val;
-    pmix_info_t info;
-    int to = timeout_seconds(b->timeout_ms);
     pmix_status_t rc;
-    int ret = 0;
 
-    if (len > slot || (len > 0 && in == NULL) || out == NULL || lens == NULL)
-        return ofccl__fail(b->log, OFCCL__SUB_BOOT, e, OFCCL_ERR_INVALID_ARG,
-                           "bootstrap allgather: %zu bytes do not fit a %zu-byte slot", len, slot);
     snprintf(key, sizeof(key), "ofccl.%llu", kseq);
-    snprintf(what, sizeof(what), "exchange #%llu", seq);
-
     /* PMIx_Put copies the bytes, so the caller's buffer is not kept. */
     PMIX_VALUE_CONSTRUCT(&val);
     val.type = PMIX_BYTE_OBJECT;
@@ -382,55 +374,118 @@ static int pmix_allgather(ofccl__boot_t *b, const void *in, size_t len, void *ou
     if (rc != PMIX_SUCCESS)
         return ofccl__fail(b->log, OFCCL__SUB_BOOT, e, OFCCL_ERR_BOOTSTRAP,
                            "PMIx_Commit for %s failed: %s", what, PMIx_Error_string(rc));
-    ret = pmix_fence(b, pb, 1, what, e);
-    if (ret != 0)
-        return ret;
+    return 0;
+}
 
+/* Rank r's bytes under "ofccl.<kseq>": from the data the fence collected, or
+ * (nothing collected) fetched from r's server by direct modex. */
+static int get_one(ofccl__boot_t *b, unsigned long long kseq, int r, void *out, size_t slot,
+                   size_t *len, const char *what, ofccl__err_t *e)
+{
+    pmix_boot_t *pb = b->impl;
+    char key[PMIX_MAX_KEYLEN + 1];
+    int to = timeout_seconds(b->timeout_ms), ret = 0;
+    pmix_value_t *v = NULL;
+    pmix_status_t rc;
+    pmix_info_t info;
+    pmix_proc_t proc;
+
+    snprintf(key, sizeof(key), "ofccl.%llu", kseq);
     PMIX_INFO_CONSTRUCT(&info);
     PMIX_INFO_LOAD(&info, PMIX_TIMEOUT, &to, PMIX_INT);
-    for (int r = 0; r < b->size && ret == 0; r++) {
-        pmix_proc_t proc;
-        pmix_value_t *v = NULL;
-
-        PMIX_PROC_CONSTRUCT(&proc);
-        PMIX_LOAD_PROCID(&proc, pb->me.nspace, (pmix_rank_t)r);
-        rc = PMIx_Get(&proc, key, &info, 1, &v);
-        if (rc == PMIX_ERR_TIMEOUT)
-            ret = ofccl__fail(b->log, OFCCL__SUB_BOOT, e, OFCCL_ERR_TIMEOUT,
-                              "PMIx_Get of rank %d's data for %s timed out after %llu ms", r, what,
-                              (unsigned long long)b->timeout_ms);
-        else if (rc == PMIX_ERR_NOT_FOUND)
-            ret = ofccl__fail(b->log, OFCCL__SUB_BOOT, e, OFCCL_ERR_MISMATCH,
-                              "rank %d published nothing for %s: ranks ran different sequences "
-                              "of bootstrap exchanges",
-                              r, what);
-        else if (rc != PMIX_SUCCESS || v == NULL)
-            ret = ofccl__fail(b->log, OFCCL__SUB_BOOT, e, OFCCL_ERR_BOOTSTRAP,
-                              "PMIx_Get of rank %d's data for %s failed: %s", r, what,
-                              PMIx_Error_string(rc));
-        else if (v->type != PMIX_BYTE_OBJECT)
-            ret = ofccl__fail(b->log, OFCCL__SUB_BOOT, e, OFCCL_ERR_CORRUPT,
-                              "rank %d published a value of PMIx type %d for %s, not bytes", r,
-                              v->type, what);
-        else if (v->data.bo.size > slot)
-            ret = ofccl__fail(b->log, OFCCL__SUB_BOOT, e, OFCCL_ERR_CORRUPT,
-                              "rank %d published %zu bytes for %s, more than the %zu-byte slot "
-                              "(ranks disagree on the exchange size)",
-                              r, v->data.bo.size, what, slot);
-        else if (v->data.bo.size > 0 && v->data.bo.bytes == NULL)
-            ret = ofccl__fail(b->log, OFCCL__SUB_BOOT, e, OFCCL_ERR_CORRUPT,
-                              "rank %d published an empty byte object claiming %zu bytes for %s", r,
-                              v->data.bo.size, what);
-        else {
-            if (v->data.bo.size > 0)
-                memcpy((char *)out + (size_t)r * slot, v->data.bo.bytes, v->data.bo.size);
-            lens[r] = v->data.bo.size;
-        }
-        if (v != NULL)
-            PMIX_VALUE_RELEASE(v);
+    PMIX_PROC_CONSTRUCT(&proc);
+    PMIX_LOAD_PROCID(&proc, pb->me.nspace, (pmix_rank_t)r);
+    rc = PMIx_Get(&proc, key, &info, 1, &v);
+    if (rc == PMIX_ERR_TIMEOUT)
+        ret = ofccl__fail(b->log, OFCCL__SUB_BOOT, e, OFCCL_ERR_TIMEOUT,
+                          "PMIx_Get of rank %d's data for %s timed out after %llu ms", r, what,
+                          (unsigned long long)b->timeout_ms);
+    else if (rc == PMIX_ERR_NOT_SUPPORTED)
+        ret = ofccl__fail(b->log, OFCCL__SUB_BOOT, e, OFCCL_ERR_NOT_SUPPORTED,
+                          "PMIx_Get of rank %d's data for %s: this launcher's PMIx server does "
+                          "not fetch data that a fence did not collect (no direct modex)",
+                          r, what);
+    else if (rc == PMIX_ERR_NOT_FOUND)
+        ret = ofccl__fail(b->log, OFCCL__SUB_BOOT, e, OFCCL_ERR_MISMATCH,
+                          "rank %d published nothing for %s: ranks ran different sequences "
+                          "of bootstrap exchanges",
+                          r, what);
+    else if (rc != PMIX_SUCCESS || v == NULL)
+        ret = ofccl__fail(b->log, OFCCL__SUB_BOOT, e, OFCCL_ERR_BOOTSTRAP,
+                          "PMIx_Get of rank %d's data for %s failed: %s", r, what,
+                          PMIx_Error_string(rc));
+    else if (v->type != PMIX_BYTE_OBJECT)
+        ret = ofccl__fail(b->log, OFCCL__SUB_BOOT, e, OFCCL_ERR_CORRUPT,
+                          "rank %d published a value of PMIx type %d for %s, not bytes", r, v->type,
+                          what);
+    else if (v->data.bo.size > slot)
+        ret = ofccl__fail(b->log, OFCCL__SUB_BOOT, e, OFCCL_ERR_CORRUPT,
+                          "rank %d published %zu bytes for %s, more than the %zu-byte slot "
+                          "(ranks disagree on the exchange size)",
+                          r, v->data.bo.size, what, slot);
+    else if (v->data.bo.size > 0 && v->data.bo.bytes == NULL)
+        ret = ofccl__fail(b->log, OFCCL__SUB_BOOT, e, OFCCL_ERR_CORRUPT,
+                          "rank %d published an empty byte object claiming %zu bytes for %s", r,
+                          v->data.bo.size, what);
+    else {
+        if (v->data.bo.size > 0)
+            memcpy(out, v->data.bo.bytes, v->data.bo.size);
+        *len = v->data.bo.size;
     }
+    if (v != NULL)
+        PMIX_VALUE_RELEASE(v);
     PMIX_INFO_DESTRUCT(&info);
     return ret;
+}
+
+static int pmix_allgather(ofccl__boot_t *b, const void *in, size_t len, void *out, size_t slot,
+                          size_t *lens, ofccl__err_t *e)
+{
+    unsigned long long seq = (unsigned long long)b->seq++;
+    unsigned long long kseq = __atomic_fetch_add(&key_counter, 1, __ATOMIC_RELAXED);
+    char what[48];
+    int ret;
+
+    if (len > slot || (len > 0 && in == NULL) || out == NULL || lens == NULL)
+        return ofccl__fail(b->log, OFCCL__SUB_BOOT, e, OFCCL_ERR_INVALID_ARG,
+                           "bootstrap allgather: %zu bytes do not fit a %zu-byte slot", len, slot);
+    snprintf(what, sizeof(what), "exchange #%llu", seq);
+    ret = put_commit(b, in, len, kseq, what, e);
+    if (ret == 0)
+        ret = pmix_fence(b, b->impl, 1, what, e);
+    for (int r = 0; r < b->size && ret == 0; r++)
+        ret = get_one(b, kseq, r, (char *)out + (size_t)r * slot, slot, &lens[r], what, e);
+    return ret;
+}
+
+/* Lazy exchange: the fence only synchronises (PMIX_COLLECT_DATA unset), so
+ * no rank receives the others' data; get() fetches one rank's on demand. */
+static int pmix_publish(ofccl__boot_t *b, const void *in, size_t len, size_t slot, uint64_t *tag,
+                        ofccl__err_t *e)
+{
+    unsigned long long seq = (unsigned long long)b->seq++;
+    unsigned long long kseq = __atomic_fetch_add(&key_counter, 1, __ATOMIC_RELAXED);
+    char what[48];
+    int ret;
+
+    if ((len > 0 && in == NULL) || len > slot)
+        return ofccl__fail(b->log, OFCCL__SUB_BOOT, e, OFCCL_ERR_INVALID_ARG,
+                           "bootstrap publish: no bytes for a %zu-byte record", len);
+    snprintf(what, sizeof(what), "exchange #%llu (published)", seq);
+    ret = put_commit(b, in, len, kseq, what, e);
+    if (ret == 0)
+        ret = pmix_fence(b, b->impl, 0, what, e);
+    *tag = kseq;
+    return ret;
+}
+
+static int pmix_get(ofccl__boot_t *b, uint64_t tag, int rank, void *out, size_t cap, size_t *len,
+                    ofccl__err_t *e)
+{
+    char what[48];
+
+    snprintf(what, sizeof(what), "published record ofccl.%llu", (unsigned long long)tag);
+    return get_one(b, (unsigned long long)tag, rank, out, cap, len, what, e);
 }
 
 static int pmix_barrier(ofccl__boot_t *b, ofccl__err_t *e)
@@ -459,6 +514,8 @@ static const ofccl__boot_ops_t pmix_ops = {
     .finalize = pmix_finalize,
     .watch = ofccl__pmix_watch,
     .unwatch = ofccl__pmix_unwatch,
+    .publish = pmix_publish,
+    .get = pmix_get,
 };
 
 int ofccl__boot_pmix_open(const ofccl__boot_params_t *p, ofccl__boot_t *b, int *unreachable,

@@ -239,6 +239,11 @@ static void tcp_finalize(ofccl__boot_t *b)
 
     if (t == NULL)
         return;
+    if (b->rank == 0 && b->size > 1)
+        OFCCL__INFO(b->log, OFCCL__SUB_BOOT,
+                    "TCP bootstrap root: its exchanges took in %llu bytes and sent %llu",
+                    (unsigned long long)t->bytes_in, (unsigned long long)t->bytes_out);
+    ofccl__tcp_rec_close(b, t);
     for (int r = 0; r < t->nconns; r++)
         ofccl__tcp_conn_close(&t->conns[r]);
     free(t->conns);
@@ -254,6 +259,9 @@ static const ofccl__boot_ops_t tcp_ops = {
     .finalize = tcp_finalize,
     .watch = ofccl__boot_watch_none,
     .unwatch = ofccl__boot_unwatch_none,
+    .publish = ofccl__tcp_publish,
+    .get = ofccl__tcp_get,
+    .allreduce = ofccl__tcp_allreduce,
 };
 
 static int check_params(const ofccl__boot_params_t *p, ofccl__boot_t *b, ofccl__err_t *e)
@@ -327,6 +335,9 @@ int ofccl__boot_tcp_open(const ofccl__boot_params_t *p, ofccl__boot_t *b, ofccl_
         rc = resolve(b, p->root, host, port, &ai, e);
         if (rc != 0)
             goto err_free;
+        memcpy(&t->root_sa, ai->ai_addr, OFCCL__MIN((size_t)ai->ai_addrlen, sizeof(t->root_sa)));
+        t->root_salen = ai->ai_addrlen;
+        t->root_socktype = ai->ai_socktype;
         if (b->rank == 0) {
             rc = ofccl__tcp_root_open(b, t, ai, deadline, e);
         } else {
@@ -345,6 +356,8 @@ int ofccl__boot_tcp_open(const ofccl__boot_params_t *p, ofccl__boot_t *b, ofccl_
     return 0;
 
 err_free:
+    if (t != NULL)
+        ofccl__tcp_rec_close(b, t);
     if (t != NULL && t->conns != NULL) {
         for (int r = 0; r < t->nconns; r++)
             ofccl__tcp_conn_close(&t->conns[r]);

@@ -176,6 +176,28 @@ int ofccl__ep_insert_peers(ofccl__ep_t *ep, const void *names, size_t stride, co
     return ret;
 }
 
+int ofccl__ep_add_peer(ofccl__ep_t *ep, int peer, const void *name, size_t len, ofccl__err_t *e)
+{
+    const ofccl__log_t *log = ep ? ep->prov->log : NULL;
+    int ret;
+
+    if (ep == NULL || name == NULL || peer < 0 || peer >= ep->params.size)
+        return ofccl__fail(log, OFCCL__SUB_PROV, e, OFCCL_ERR_INVALID_ARG,
+                           "ofccl__ep_add_peer: bad arguments (peer %d)", peer);
+    if (!ep->prov->caps.add_peer)
+        return ofccl__fail(log, OFCCL__SUB_PROV, e, OFCCL_ERR_NOT_SUPPORTED,
+                           "rank %d: %s inserts every peer at once, not peer %d alone",
+                           ep->params.rank, ep->prov->caps.name, peer);
+    if (ep->peers_inserted)
+        return ofccl__fail(log, OFCCL__SUB_PROV, e, OFCCL_ERR_STATE,
+                           "rank %d: peers were already inserted into this endpoint's AV",
+                           ep->params.rank);
+    pthread_mutex_lock(&ep->lock);
+    ret = ep->be->add_peer(ep, peer, name, len, e);
+    pthread_mutex_unlock(&ep->lock);
+    return ret;
+}
+
 void ofccl__ep_peers_ready(ofccl__ep_t *ep)
 {
     if (ep != NULL)

@@ -135,6 +135,8 @@ int ofccl__mx_wrap(ofccl__prov_t **prov, const ofccl__prov_params_t *params, ofc
     ofccl__strlcpy(mx->caps.name, fab->caps.name, sizeof(mx->caps.name) - 6);
     ofccl__strlcpy(mx->caps.name + strlen(mx->caps.name), "+" OFCCL__LOCAL_NAME, 7);
     mx->caps.peer_map = false;
+    /* The local half attaches every same-host peer at once. */
+    mx->caps.add_peer = false;
     mx->caps.max_msg_size = OFCCL__MIN(fab->caps.max_msg_size, loc->caps.max_msg_size);
     /* The key's base is the fabric's: an address where it uses virtual
      * addresses, which the local half then subtracts. */
@@ -519,6 +521,7 @@ const ofccl__backend_t ofccl__mixed_backend = {
     .op_name = ofccl__tp_op_name,
     .peer_gone = mx_peer_gone,
     .peer_map = ofccl__tp_stub_peer_map,
+    .add_peer = ofccl__tp_stub_add_peer,
     .wait_fd = ofccl__tp_stub_wait_fd,
     .peer_class = mx_peer_class,
 };

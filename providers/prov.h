@@ -58,6 +58,7 @@ typedef struct ofccl__prov_caps {
     size_t inject_size;
     size_t max_msg_size;
     bool peer_map;     /* peers' registered memory can be mapped here (ofccl__ep_peer_map) */
+    bool add_peer;     /* peers can be inserted one at a time, on demand (ofccl__ep_add_peer) */
     uint64_t link_bps; /* nic->link_attr->speed (bits/s) where the provider gives it, else 0 */
     unsigned quirks;   /* OFCCL__Q_* flags of the row, as applied */
 } ofccl__prov_caps_t;
@@ -214,6 +215,10 @@ int ofccl__ep_name(ofccl__ep_t *ep, void *buf, size_t *len, ofccl__err_t *e);
  * index r addresses rank r. Call once, with all `size` names. */
 int ofccl__ep_insert_peers(ofccl__ep_t *ep, const void *names, size_t stride, const size_t *lens,
                            int n, ofccl__err_t *e);
+/* Insert one peer's name instead (caps.add_peer): ops to `peer` may be posted
+ * from then on, ops from it are accepted before. Each peer once, in any
+ * order; not together with ofccl__ep_insert_peers. */
+int ofccl__ep_add_peer(ofccl__ep_t *ep, int peer, const void *name, size_t len, ofccl__err_t *e);
 /* Every peer has inserted this endpoint (the caller's barrier after
  * ofccl__ep_insert_peers proves it): drop what was needed only until then.
  * On shm the endpoint's /dev/shm file is unlinked, so a process killed

@@ -176,6 +176,8 @@ struct ofccl__backend {
     int (*insert_peers)(ofccl__ep_t *ep, const void *names, size_t stride, const size_t *lens,
                         int n, ofccl__err_t *e);
     void (*peers_ready)(ofccl__ep_t *ep);
+    /* One peer's name, on demand (caps.add_peer); stub: OFCCL_ERR_NOT_SUPPORTED. */
+    int (*add_peer)(ofccl__ep_t *ep, int peer, const void *name, size_t len, ofccl__err_t *e);
 
     /* -- memory -- */
     /* mr->addr, len, access, ep are set: fill handle, key, desc, shared. */
@@ -231,6 +233,8 @@ int ofccl__tp_stub_peer_gone(ofccl__ep_t *ep, int *pid);
 int ofccl__tp_stub_peer_map(ofccl__ep_t *ep, int peer, const ofccl__rkey_t *rk, uint64_t roff,
                             size_t len, unsigned access, void **ptr, ofccl__err_t *e);
 int ofccl__tp_stub_wait_fd(const ofccl__ep_t *ep);
+int ofccl__tp_stub_add_peer(ofccl__ep_t *ep, int peer, const void *name, size_t len,
+                            ofccl__err_t *e);
 /* The generic name of the op's kind ("RMA write", ...): an op_name. */
 const char *ofccl__tp_op_name(const ofccl__ep_t *ep, const struct ofccl__tp_op *op);
 

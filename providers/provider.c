@@ -277,6 +277,16 @@ int ofccl__tp_stub_peer_map(ofccl__ep_t *ep, int peer, const ofccl__rkey_t *rk, 
                        ep->prov->caps.name, peer);
 }
 
+int ofccl__tp_stub_add_peer(ofccl__ep_t *ep, int peer, const void *name, size_t len,
+                            ofccl__err_t *e)
+{
+    (void)name;
+    (void)len;
+    return ofccl__fail(ep->prov->log, OFCCL__SUB_PROV, e, OFCCL_ERR_NOT_SUPPORTED,
+                       "rank %d: %s cannot insert peer %d alone", ep->params.rank,
+                       ep->prov->caps.name, peer);
+}
+
 int ofccl__tp_stub_wait_fd(const ofccl__ep_t *ep)
 {
     (void)ep;

@@ -42,6 +42,12 @@ typedef enum ofccl__cfg_type {
       "Bootstrap; auto = tcp when BOOT_ROOT is set, else PMIx, else singleton")                    \
     X(BOOT_TIMEOUT_MS, INT, LOCAL, "60000", "", 1, 86400000,                                       \
       "Timeout of each bootstrap exchange (PMIx fence, TCP rendezvous), in ms")                    \
+    X(BOOT_EXCHANGE, ENUM, AGREE, "auto", "auto|all|lazy", 0, 0,                                   \
+      "How a world communicator's setup records travel: all = every rank collects every "          \
+      "record when it is created; lazy = each rank publishes its own and reads a peer's on "       \
+      "first use (PMIx direct modex, or the TCP rendezvous root's record server), on providers "   \
+      "that insert peers one at a time (not shm, local, or local+fabric per peer); auto = lazy "   \
+      "under PMIx from 64 ranks on, else all")                                                     \
     X(BOOT_ROOT, STRING, LOCAL, "", "<host:port>", 0, 0,                                           \
       "TCP rendezvous: address where rank 0 listens and the others connect")                       \
     X(BOOT_RANK, INT, LOCAL, "-1", "", -1, 1048575, "TCP rendezvous: rank of this process")        \

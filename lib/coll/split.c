@@ -115,7 +115,7 @@ static int comm_split_locked(ofccl_comm_t *comm, int color, int key, ofccl_comm_
         }
     }
     split_xchg_t sx = {comm, members, nm};
-    ofccl__xchg_t x = {&sx, split_allgather};
+    ofccl__xchg_t x = {&sx, split_allgather, NULL, NULL};
     if (color == OFCCL_UNDEFINED) {
         rc = ofccl__comm_create_none(ctx, &x);
         *newcomm = NULL;

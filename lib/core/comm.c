@@ -101,11 +101,40 @@ static int boot_allgather(void *arg, const void *in, size_t len, void *out, size
     return ofccl__boot_allgather(arg, in, len, out, slot, lens, e);
 }
 
+/* OFCCL_BOOT_EXCHANGE=lazy (or auto under PMIx, which serves records on
+ * demand, from LAZY_AUTO_MIN_RANKS ranks on: below, collecting them costs
+ * less than the extra exchanges): publish, read on first use. Where a
+ * provider attaches every peer at once (shm, the local and per-peer
+ * transports) creation then collects them all (setup.c). */
+#define LAZY_AUTO_MIN_RANKS 64
+static int boot_publish(void *arg, const void *in, size_t len, size_t slot,
+                        struct ofccl__boot_pub **out, ofccl__err_t *e)
+{
+    return ofccl__boot_publish(arg, true, in, len, slot, out, e);
+}
+
+static int boot_allreduce(void *arg, const uint64_t *in, uint64_t *out, int n, const uint8_t *ops,
+                          ofccl__err_t *e)
+{
+    return ofccl__boot_allreduce(arg, in, out, n, ops, e);
+}
+
 static int comm_world_locked(ofccl_ctx_t *ctx, ofccl_comm_t **out)
 {
     ofccl__comm_init_t init = {"ofccl_comm_world", ctx->boot->rank, ctx->boot->size,
                                ctx->boot->local_rank, ctx->boot->local_size};
-    ofccl__xchg_t x = {ctx->boot, boot_allgather};
+    int64_t mode = ofccl__cfg_int(&ctx->cfg, OFCCL__CFG_BOOT_EXCHANGE); /* auto|all|lazy */
+    ofccl__xchg_t x = {ctx->boot, boot_allgather, NULL, NULL};
+
+    /* Every rank decides alike, from the job alone: were the provider part of
+     * it, ranks started with different ones would run different exchanges
+     * instead of naming the difference. */
+    if (mode == 2 ||
+        (mode == 0 && ctx->boot->size >= LAZY_AUTO_MIN_RANKS && ofccl__boot_can_get(ctx->boot) &&
+         strcmp(ctx->boot->ops->name, "pmix") == 0)) {
+        x.publish = boot_publish;
+        x.allreduce = boot_allreduce;
+    }
 
     if (out == NULL)
         return ofccl__fail(&ctx->log, OFCCL__SUB_CORE, &ctx->err, OFCCL_ERR_INVALID_ARG,
@@ -278,6 +307,8 @@ int ofccl__comm_signal(ofccl_comm_t *comm, int peer, unsigned kind, uint32_t pay
     ofccl__err_t e;
     int rc;
 
+    if ((rc = ofccl__comm_resolve(comm, peer)) != 0)
+        return rc;
     for (;;) {
         if (comm->signal_mode == OFCCL__SIGNAL_CQDATA)
             rc = ofccl__ep_writedata(comm->ep, peer, NULL, 0, NULL, &comm->peer_ctrl[peer], 0,

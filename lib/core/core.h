@@ -145,6 +145,14 @@ struct ofccl_comm {
      * through the ep. */
     _Atomic uint64_t **peer_ctrl_at;
     int nwins; /* open windows (lib/coll/window.c): destroy is BUSY until 0 */
+    /* Peers resolved on demand (OFCCL_BOOT_EXCHANGE=lazy, peers.c): nothing
+     * is posted to peer p before resolved[p], when its record was read from
+     * `pub`, checked, and its endpoint inserted. NULL: every peer was
+     * resolved when the communicator was created. */
+    uint8_t *resolved; /* [size] */
+    int nresolved;     /* peers other than this rank resolved so far */
+    struct ofccl__boot_pub *pub;
+    void *setup_mine; /* this rank's record, which peers' must agree with */
     /* host names for messages: rank r runs on host_name[host_of[r]] */
     int *host_of;          /* [size] */
     int *world_of;         /* [size]: each member's rank in the bootstrap's job */
@@ -265,6 +273,15 @@ typedef struct ofccl__xchg {
     void *arg;
     int (*allgather)(void *arg, const void *in, size_t len, void *out, size_t slot, size_t *lens,
                      ofccl__err_t *e);
+    /* Records read on demand instead (world communicator under
+     * OFCCL_BOOT_EXCHANGE=lazy; NULL: all-gather them): publish `len` bytes,
+     * collectively; *out reads any rank's (ofccl__boot_get). */
+    int (*publish)(void *arg, const void *in, size_t len, size_t slot, struct ofccl__boot_pub **out,
+                   ofccl__err_t *e);
+    /* With publish: the status exchange as a reduction (ofccl__boot_allreduce),
+     * n words per rank instead of N·16 bytes. */
+    int (*allreduce)(void *arg, const uint64_t *in, uint64_t *out, int n, const uint8_t *ops,
+                     ofccl__err_t *e);
 } ofccl__xchg_t;
 
 typedef struct ofccl__comm_init {
@@ -281,6 +298,18 @@ int ofccl__comm_create(ofccl_ctx_t *ctx, const ofccl__comm_init_t *init, const o
 /* Take part in the exchanges of a communicator's creation without joining it
  * (a split's OFCCL_UNDEFINED color). */
 int ofccl__comm_create_none(ofccl_ctx_t *ctx, const ofccl__xchg_t *x);
+/* Before anything is posted to `peer`: read, check and insert its record if
+ * it is not resolved yet (peers.c). 0, or the communicator's error naming the
+ * peer. */
+int ofccl__comm_resolve(ofccl_comm_t *comm, int peer);
+/* Every peer marked in a[] or b[] ([size] each; b may be NULL). */
+int ofccl__comm_resolve_set(ofccl_comm_t *comm, const uint8_t *a, const uint8_t *b);
+/* Peers other than this rank whose records are resolved (all where resolved is NULL). */
+int ofccl__comm_peers_resolved(const ofccl_comm_t *comm);
+static inline bool ofccl__comm_resolved(const ofccl_comm_t *comm, int peer)
+{
+    return comm->resolved == NULL || comm->resolved[peer] != 0;
+}
 /* Name of the host rank `rank` runs on, for messages ("?" if unknown). */
 const char *ofccl__comm_host(const ofccl_comm_t *comm, int rank);
 /* Record a fatal error: the communicator reports it from every later call. */

@@ -86,6 +86,9 @@ static int dump_comm(ofccl_comm_t *comm, FILE *out)
         emit(ctx, out, "  communicator %u rank %d/%d: no pending request (next is #%llu)%s%s",
              comm->id, comm->rank, comm->size, (unsigned long long)comm->coll->next_seq,
              comm->sticky ? "; failed: " : "", comm->sticky ? comm->sticky_msg : "");
+    emit(ctx, out, "  communicator %u rank %d/%d: %d of %d peers resolved (%s)", comm->id,
+         comm->rank, comm->size, ofccl__comm_peers_resolved(comm), comm->size - 1,
+         comm->resolved != NULL ? "lazy: on first use" : "all at creation");
     return pending;
 }
 

@@ -200,6 +200,11 @@ int ofccl__coll_start(ofccl__req_t *r)
     rc = r->algo->plan(r);
     if (rc)
         return rc;
+    /* Lazily created: the peers this collective exchanges with, before
+     * anything is posted (their control regions' keys included). */
+    if (comm->resolved != NULL &&
+        (rc = ofccl__comm_resolve_set(comm, r->i_write_to, r->writes_to_me)) != 0)
+        return rc;
     /* Unit numbers are step * nchunks + chunk, with fewer steps than ranks,
      * unless the plan says how many it uses: clear only those (the whole
      * table is 64 KiB, longer than a small collective). */

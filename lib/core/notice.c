@@ -41,6 +41,10 @@ void ofccl__notice_send(ofccl_comm_t *comm, int reason, int culprit, int skip)
          * that will never come): it is told too. */
         if (p == comm->rank || p == skip || (p == culprit && reason != OFCCL__NOTICE_MISMATCH))
             continue;
+        /* Lazily created: only the peers this rank works with hear it
+         * directly; resolving all others on a failure path would stall. */
+        if (!ofccl__comm_resolved(comm, p))
+            continue;
         if (comm->peer_ctrl_at != NULL && comm->peer_ctrl_at[p] != NULL) {
             atomic_store_explicit(&comm->peer_ctrl_at[p][OFCCL__CTRL_NOTICE_IN], word,
                                   memory_order_release);

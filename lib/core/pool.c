@@ -1,4 +1,5 @@
 /* Staging sets, user pool buffers, and the registration cache. */
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -419,15 +420,22 @@ void ofccl__memreg_forget_comm(ofccl_comm_t *comm)
 int ofccl_ctx_stats(const ofccl_ctx_t *ctx, ofccl_stats_t *stats)
 {
     uint64_t bytes[OFCCL__PEER_CLASSES];
+    ofccl_stats_t s;
+    size_t want;
 
     OFCCL__CHECK_HANDLE(ctx);
-    if (stats == NULL || stats->size < sizeof(*stats))
+    if (stats == NULL || stats->size < offsetof(ofccl_stats_t, peers_resolved))
         return OFCCL_ERR_INVALID_ARG;
-    *stats = ctx->stats;
-    stats->size = sizeof(*stats);
+    want = OFCCL__MIN(stats->size, sizeof(s));
+    s = ctx->stats;
+    s.size = want;
     ofccl__prov_bytes(ctx->prov, bytes);
-    stats->local_bytes = bytes[OFCCL__PEER_LOCAL];
-    stats->fabric_bytes = bytes[OFCCL__PEER_FABRIC];
+    s.local_bytes = bytes[OFCCL__PEER_LOCAL];
+    s.fabric_bytes = bytes[OFCCL__PEER_FABRIC];
+    s.peers_resolved = 0;
+    for (const ofccl_comm_t *c = ctx->comms; c != NULL; c = c->next)
+        s.peers_resolved += (uint64_t)ofccl__comm_peers_resolved(c);
+    memcpy(stats, &s, want);
     return 0;
 }
 

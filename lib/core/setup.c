@@ -167,6 +167,63 @@ static int setup_check(ofccl_comm_t *comm, int from, const setup_t *mine, const 
     return 0;
 }
 
+/* Rank r's encoded record: decoded, unpacked and checked against ours. */
+static int decode_check(ofccl_comm_t *comm, int r, const uint8_t *blob, size_t len,
+                        const setup_t *mine, setup_t *theirs)
+{
+    const void *payload;
+    size_t plen;
+    int rc;
+
+    if (len == 0)
+        return ofccl__comm_fail(comm, OFCCL_ERR_REMOTE_ERROR,
+                                "comm setup: rank %d could not set up its side of the "
+                                "communicator (its own error says why)",
+                                r);
+    rc = ofccl__blob_decode(blob, len, OFCCL__BLOB_COMM, (uint32_t)r, &payload, &plen, &comm->err);
+    if (rc)
+        return ofccl__comm_fail(comm, rc, "%s", comm->err.msg);
+    rc = setup_unpack(comm, r, payload, plen, theirs);
+    if (rc == 0)
+        rc = setup_check(comm, r, mine, theirs);
+    return rc;
+}
+
+size_t ofccl__setup_slot(void)
+{
+    return OFCCL__BLOB_HDR + SETUP_MAX;
+}
+
+int ofccl__setup_accept(ofccl_comm_t *comm, int r, const uint8_t *blob, size_t len,
+                        ofccl__peer_rec_t *out)
+{
+    setup_t theirs;
+    int rc = decode_check(comm, r, blob, len, comm->setup_mine, &theirs);
+
+    if (rc)
+        return rc;
+    out->comm_id = theirs.comm_id;
+    out->host_key = theirs.host_key;
+    ofccl__strlcpy(out->host, theirs.host, sizeof(out->host));
+    out->ctrl = (ofccl__rkey_t){theirs.ctrl_base, theirs.ctrl_key, theirs.ctrl_len};
+    memcpy(out->name, theirs.name, theirs.namelen);
+    out->namelen = theirs.namelen;
+    return 0;
+}
+
+/* Map one peer's control region (caps.peer_map). */
+int ofccl__setup_map_peer(ofccl_comm_t *comm, int p)
+{
+    void *at;
+    int rc = ofccl__ep_peer_map(comm->ep, p, &comm->peer_ctrl[p], 0, comm->peer_ctrl[p].len,
+                                OFCCL__ACC_REMOTE_WRITE, &at, &comm->err);
+
+    if (rc)
+        return ofccl__comm_fail(comm, rc, "comm setup: %s", comm->err.msg);
+    comm->peer_ctrl_at[p] = at;
+    return 0;
+}
+
 /* Map every peer's control region (caps.peer_map): descriptors and eager
  * collectives' {header, data} are then stored into it directly, no op,
  * completion or CQ data on the way. All or nothing, so every rank of the
@@ -177,72 +234,14 @@ static int map_peer_ctrl(ofccl_comm_t *comm)
     if (comm->peer_ctrl_at == NULL)
         return ofccl__comm_fail(comm, OFCCL_ERR_NO_MEMORY, "comm setup: no memory");
     for (int p = 0; p < comm->size; p++) {
-        void *at;
-        int rc = ofccl__ep_peer_map(comm->ep, p, &comm->peer_ctrl[p], 0, comm->peer_ctrl[p].len,
-                                    OFCCL__ACC_REMOTE_WRITE, &at, &comm->err);
+        int rc = ofccl__setup_map_peer(comm, p);
         if (rc)
-            return ofccl__comm_fail(comm, rc, "comm setup: %s", comm->err.msg);
-        comm->peer_ctrl_at[p] = at;
+            return rc;
     }
     OFCCL__DEBUG(&comm->ctx->log, OFCCL__SUB_CORE,
                  "rank %d: descriptors and eager data go straight into the %d peers' mapped "
                  "control regions",
                  comm->rank, comm->size - 1);
-    return 0;
-}
-
-/* Rank r runs on the host named `name` (for messages that name hosts). */
-static int hosts_add(ofccl_comm_t *comm, int r, const char *name)
-{
-    int h;
-
-    for (h = comm->nhosts - 1; h >= 0 && strcmp(comm->host_name[h], name) != 0; h--)
-        ;
-    if (h < 0) {
-        h = comm->nhosts++;
-        ofccl__strlcpy(comm->host_name[h], name, sizeof(comm->host_name[h]));
-    }
-    comm->host_of[r] = h;
-    return 0;
-}
-
-const char *ofccl__comm_host(const ofccl_comm_t *comm, int rank)
-{
-    if (comm->host_of == NULL || rank < 0 || rank >= comm->size)
-        return "?";
-    return comm->host_name[comm->host_of[rank]];
-}
-
-/* Hosts by identity from every rank's host key (keys[size]): node_of,
- * node_idx, and, where every host has as many ranks, node_rank. */
-static int nodes_from_keys(ofccl_comm_t *comm, const uint64_t *keys)
-{
-    int n = comm->size, *count;
-
-    comm->node_of = calloc((size_t)n, sizeof(int));
-    comm->node_idx = calloc((size_t)n, sizeof(int));
-    comm->node_rank = calloc((size_t)n, sizeof(int));
-    count = calloc((size_t)n, sizeof(int));
-    if (!comm->node_of || !comm->node_idx || !comm->node_rank || !count) {
-        free(count);
-        return ofccl__comm_fail(comm, OFCCL_ERR_NO_MEMORY, "comm setup: no memory for %d ranks", n);
-    }
-    comm->nnodes = 0;
-    for (int r = 0; r < n; r++) {
-        int h = 0;
-        while (h < r && keys[h] != keys[r])
-            h++;
-        /* h: the lowest rank of r's host; number hosts in that order. */
-        comm->node_of[r] = h == r ? comm->nnodes++ : comm->node_of[h];
-        comm->node_idx[r] = count[comm->node_of[r]]++;
-    }
-    comm->node_width = n / comm->nnodes;
-    for (int h = 0; h < comm->nnodes; h++)
-        if (count[h] != comm->node_width)
-            comm->node_width = 0;
-    for (int r = 0; r < n && comm->node_width > 0; r++)
-        comm->node_rank[comm->node_of[r] * comm->node_width + comm->node_idx[r]] = r;
-    free(count);
     return 0;
 }
 
@@ -339,27 +338,9 @@ static int setup_peers(ofccl_comm_t *comm, const setup_t *mine, const uint8_t *a
     }
     *id = mine->comm_id;
     for (int r = 0; r < comm->size && rc == 0; r++) {
-        const void *payload;
-        size_t plen;
-
-        if (lens[r] == 0) {
-            rc = ofccl__comm_fail(comm, OFCCL_ERR_REMOTE_ERROR,
-                                  "comm setup: rank %d could not set up its side of the "
-                                  "communicator (its own error says why)",
-                                  r);
-            break;
-        }
-        rc = ofccl__blob_decode(all + slot * (size_t)r, lens[r], OFCCL__BLOB_COMM, (uint32_t)r,
-                                &payload, &plen, &comm->err);
-        if (rc) {
-            rc = ofccl__comm_fail(comm, rc, "%s", comm->err.msg);
-            break;
-        }
-        rc = setup_unpack(comm, r, payload, plen, &theirs[r]);
+        rc = decode_check(comm, r, all + slot * (size_t)r, lens[r], mine, &theirs[r]);
         if (rc == 0)
-            rc = setup_check(comm, r, mine, &theirs[r]);
-        if (rc == 0)
-            rc = hosts_add(comm, r, theirs[r].host);
+            rc = ofccl__hosts_add(comm, r, theirs[r].host);
         if (rc)
             break;
         *id = OFCCL__MAX(*id, theirs[r].comm_id);
@@ -380,7 +361,7 @@ static int setup_peers(ofccl_comm_t *comm, const setup_t *mine, const uint8_t *a
         comm->local_size = local_size;
     }
     if (rc == 0)
-        rc = nodes_from_keys(comm, keys);
+        rc = ofccl__nodes_from_keys(comm, keys);
     if (rc == 0)
         rc = ofccl__links_agree(comm, (const ofccl__link_t(*)[OFCCL__LINK_CLASSES])links);
     if (rc == 0) {
@@ -403,55 +384,33 @@ out:
     return rc;
 }
 
-/* The status exchange also carries when each rank's records exchange returned
- * (`released`, CLOCK_MONOTONIC): every rank leaves it at about the same
- * moment, so the differences estimate each clock's offset to rank 0's for a
- * trace (OFCCL_TRACE). Ranks on rank 0's host share its clock: offset 0. */
-#define STATUS_LEN 16
-static void note_clock_offset(ofccl_comm_t *comm, const uint8_t *all)
+/* Published, but some rank's provider attaches every peer at once (shm, the
+ * local or per-peer transport; the same on every rank unless OFCCL_PROVIDER
+ * differs, which the neighbours' check has caught by now): every rank
+ * collects every record after all, as under OFCCL_BOOT_EXCHANGE=all. */
+static int setup_collect_all(ofccl_comm_t *comm, const ofccl__xchg_t *x, const setup_t *mine,
+                             const uint8_t *blob, size_t blen, size_t slot, uint64_t released,
+                             uint32_t *id)
 {
-    ofccl__trace_t *t = comm->ctx->trace;
-    int64_t off;
-
-    if (t == NULL || comm->size != comm->ctx->boot->size)
-        return; /* only the world communicator's rank 0 is the job's */
-    if (comm->host_of[comm->rank] == comm->host_of[0]) {
-        ofccl__trace_set_offset(t, 0, "same host as rank 0");
-        return;
-    }
-    off = (int64_t)(ofccl__get_le64(all + (size_t)comm->rank * STATUS_LEN + 8) -
-                    ofccl__get_le64(all + 8));
-    ofccl__trace_set_offset(t, off, "bootstrap exchange release");
-}
-
-/* After the records: has every member succeeded? Fails naming the first that did not. */
-static int setup_status(ofccl_comm_t *comm, const ofccl__xchg_t *x, int mine, uint64_t released)
-{
-    uint8_t st[STATUS_LEN] = {mine != 0}, *all = malloc((size_t)comm->size * STATUS_LEN);
+    uint8_t *all = malloc(slot * (size_t)comm->size);
     size_t *lens = calloc((size_t)comm->size, sizeof(*lens));
+    bool again = false;
     ofccl__err_t e;
-    int rc;
+    int rc = 0, xrc;
 
-    if (all == NULL || lens == NULL) {
-        free(all);
-        free(lens);
-        return mine ? mine : ofccl__comm_fail(comm, OFCCL_ERR_NO_MEMORY, "comm setup: no memory");
-    }
-    ofccl__put_le64(st + 8, released);
-    rc = x->allgather(x->arg, st, STATUS_LEN, all, STATUS_LEN, lens, &e);
-    if (rc && mine == 0)
-        mine = ofccl__comm_fail(comm, rc, "comm setup: status exchange: %s", e.msg);
-    for (int r = 0; r < comm->size && mine == 0; r++)
-        if (lens[r] != STATUS_LEN || all[(size_t)r * STATUS_LEN] != 0)
-            mine = ofccl__comm_fail(comm, OFCCL_ERR_REMOTE_ERROR,
-                                    "comm setup: rank %d failed to create its side of the "
-                                    "communicator (its own error says why)",
-                                    r);
-    if (mine == 0)
-        note_clock_offset(comm, all);
+    ofccl__peers_lazy_drop(comm);
+    ofccl__boot_pub_free(comm->pub);
+    comm->pub = NULL;
+    if (all == NULL || lens == NULL)
+        rc = ofccl__comm_fail(comm, OFCCL_ERR_NO_MEMORY, "comm setup: no memory");
+    xrc = all && lens ? x->allgather(x->arg, blob, blen, all, slot, lens, &e) : OFCCL_ERR_NO_MEMORY;
+    if (xrc && rc == 0)
+        rc = ofccl__comm_fail(comm, xrc, "%s", xrc == OFCCL_ERR_NO_MEMORY ? "no memory" : e.msg);
+    if (rc == 0)
+        rc = setup_peers(comm, mine, all, slot, lens, id);
     free(all);
     free(lens);
-    return mine;
+    return ofccl__setup_status_reduced(comm, x, rc, released, id, &again);
 }
 
 int ofccl__comm_create(ofccl_ctx_t *ctx, const ofccl__comm_init_t *init, const ofccl__xchg_t *x,
@@ -476,22 +435,46 @@ int ofccl__comm_create(ofccl_ctx_t *ctx, const ofccl__comm_init_t *init, const o
     comm->local_size = init->local_size;
     comm->timeout_ms = (uint64_t)ofccl__cfg_int(&ctx->cfg, OFCCL__CFG_TIMEOUT_MS);
     ofccl__comm_handlers(comm);
-    all = malloc(slot * (size_t)comm->size);
-    lens = calloc((size_t)comm->size, sizeof(*lens));
-    rc = all && lens ? setup_local(comm, &mine, blob, sizeof(blob), &blen)
-                     : ofccl__comm_fail(comm, OFCCL_ERR_NO_MEMORY, "%s: out of memory", init->what);
+    if (x->publish == NULL) { /* the lazy path reads records one at a time */
+        all = malloc(slot * (size_t)comm->size);
+        lens = calloc((size_t)comm->size, sizeof(*lens));
+    }
+    rc = x->publish != NULL || (all && lens)
+             ? setup_local(comm, &mine, blob, sizeof(blob), &blen)
+             : ofccl__comm_fail(comm, OFCCL_ERR_NO_MEMORY, "%s: out of memory", init->what);
+    if (rc == 0 && (comm->setup_mine = malloc(sizeof(mine))) == NULL)
+        rc = ofccl__comm_fail(comm, OFCCL_ERR_NO_MEMORY, "%s: out of memory", init->what);
+    if (rc == 0)
+        memcpy(comm->setup_mine, &mine, sizeof(mine));
     /* Creation is collective: a rank whose side failed still takes part in
      * both exchanges (with nothing to offer), so that no peer waits for it. */
-    xrc = all && lens ? x->allgather(x->arg, rc ? NULL : blob, rc ? 0 : blen, all, slot, lens, &e)
-                      : OFCCL_ERR_NO_MEMORY;
+    if (x->publish != NULL)
+        xrc = x->publish(x->arg, rc ? NULL : blob, rc ? 0 : blen, slot, &comm->pub, &e);
+    else
+        xrc = all && lens
+                  ? x->allgather(x->arg, rc ? NULL : blob, rc ? 0 : blen, all, slot, lens, &e)
+                  : OFCCL_ERR_NO_MEMORY;
     released = ofccl__now_ns();
     if (xrc && rc == 0)
         rc = ofccl__comm_fail(comm, xrc, "%s", xrc == OFCCL_ERR_NO_MEMORY ? "no memory" : e.msg);
-    if (rc == 0)
+    id = mine.comm_id;
+    if (rc == 0 && x->publish != NULL) {
+        rc = ofccl__hosts_from_boot(comm, mine.host);
+        if (rc == 0)
+            rc = ofccl__peers_lazy_init(comm, blob, blen);
+    } else if (rc == 0)
         rc = setup_peers(comm, &mine, all, slot, lens, &id);
     free(all);
     free(lens);
-    rc = setup_status(comm, x, rc, released);
+    if (x->publish != NULL) {
+        bool need_all = !ofccl__prov_caps(ctx->prov)->add_peer;
+
+        rc = ofccl__setup_status_reduced(comm, x, rc, released, &id, &need_all);
+        if (rc == 0 && need_all)
+            rc = setup_collect_all(comm, x, &mine, blob, blen, slot, released, &id);
+    } else {
+        rc = ofccl__setup_status(comm, x, rc, released, &id);
+    }
     if (rc == 0) {
         comm->id = id;
         ctx->comm_seq = OFCCL__MAX(ctx->comm_seq, id);
@@ -532,7 +515,7 @@ int ofccl__comm_create_none(ofccl_ctx_t *ctx, const ofccl__xchg_t *x)
     /* The two exchanges ofccl__comm_create makes, with nothing to give or take. */
     rc = x->allgather(x->arg, NULL, 0, &none, OFCCL__BLOB_HDR + SETUP_MAX, &len, &e);
     if (rc == 0)
-        rc = x->allgather(x->arg, NULL, 0, &none, STATUS_LEN, &len, &e);
+        rc = x->allgather(x->arg, NULL, 0, &none, OFCCL__STATUS_LEN, &len, &e);
     ctx->comm_seq++;
     if (rc)
         return ofccl__fail(&ctx->log, OFCCL__SUB_CORE, &ctx->err, rc, "%s", e.msg);
@@ -553,6 +536,9 @@ void ofccl__comm_free(ofccl_comm_t *comm)
     ofccl__prov_mem_free((void *)comm->ctrl);
     free(comm->peer_ctrl);
     free(comm->peer_ctrl_at);
+    free(comm->resolved);
+    free(comm->setup_mine);
+    ofccl__boot_pub_free(comm->pub);
     free(comm->host_of);
     free(comm->world_of);
     free(comm->host_name);

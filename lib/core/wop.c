@@ -57,6 +57,10 @@ int ofccl__wop_post(ofccl__req_t *r, ofccl__wop_t *w, int kind, const void *src,
     int rc;
 
     w->op.cb = wop_done;
+    if (!ofccl__comm_resolved(comm, w->peer) && (rc = ofccl__comm_resolve(comm, w->peer)) != 0) {
+        w->req = NULL;
+        return ofccl__coll_fail(r, rc, "%s", comm->err.msg);
+    }
     if (kind == 1)
         rc = ofccl__ep_atomic_add(comm->ep, w->peer, 1, rk, roff, &w->op, &e);
     else if (comm->signal_mode == OFCCL__SIGNAL_CQDATA)

@@ -296,6 +296,11 @@ typedef struct ofccl_stats {
      * and the libfabric provider (OFCCL_PROVIDER). */
     uint64_t local_bytes;
     uint64_t fabric_bytes;
+    /* Peers whose addresses and keys this rank holds, summed over its live
+     * communicators: every peer where records were all-gathered at creation,
+     * only those used so far under OFCCL_BOOT_EXCHANGE=lazy. (Callers built
+     * before this field pass a smaller size and get the fields above.) */
+    uint64_t peers_resolved;
 } ofccl_stats_t;
 OFCCL_API int ofccl_ctx_stats(const ofccl_ctx_t *ctx, ofccl_stats_t *stats);
 

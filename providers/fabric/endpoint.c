@@ -93,6 +93,7 @@ int ofccl__fab_ep_close(ofccl__ep_t *ep)
     ofccl__watch_close(&f->watch);
     free(f->rx);
     free(f->names); /* only now: the AV (closed above) may point into it */
+    free(f->addr);
     free(f);
     ep->be_state = NULL;
     return rc;
@@ -271,6 +272,40 @@ int ofccl__fab_insert_peers(ofccl__ep_t *ep, const void *names, size_t stride, c
                                ep->params.rank, r, (uint64_t)addr);
         ofccl__shm_watch_peer(ep, r, name);
     }
+    return 0;
+}
+
+int ofccl__fab_add_peer(ofccl__ep_t *ep, int peer, const void *name, size_t len, ofccl__err_t *e)
+{
+    struct ofccl__fab_ep *f = ofccl__fab_ep_of(ep);
+    const ofccl__log_t *log = ep->prov->log;
+    fi_addr_t addr = FI_ADDR_NOTAVAIL;
+    int ret;
+
+    if (f->addr == NULL) {
+        f->addr = malloc((size_t)ep->params.size * sizeof(*f->addr));
+        if (f->addr == NULL)
+            return ofccl__fail(log, OFCCL__SUB_PROV, e, OFCCL_ERR_NO_MEMORY,
+                               "rank %d: no memory for the address table of %d peers",
+                               ep->params.rank, ep->params.size);
+        for (int r = 0; r < ep->params.size; r++)
+            f->addr[r] = FI_ADDR_NOTAVAIL;
+    }
+    if (f->addr[peer] != FI_ADDR_NOTAVAIL)
+        return 0;
+    if (len == 0 || len > 4096)
+        return ofccl__fail(log, OFCCL__SUB_PROV, e, OFCCL_ERR_CORRUPT,
+                           "rank %d: name of peer %d has length %zu", ep->params.rank, peer, len);
+    errno = 0;
+    ret = fi_av_insert(f->av, name, 1, &addr, 0, NULL);
+    if (ret != 1) {
+        int err = ret < 0 ? -ret : errno;
+        return ofccl__limit_fail(log, e, err, fi_strerror(err), 0, OFCCL_ERR_PROVIDER,
+                                 "rank %d: inserting the address of peer %d", ep->params.rank,
+                                 peer);
+    }
+    f->addr[peer] = addr;
+    f->nadded++;
     return 0;
 }
 

@@ -54,6 +54,10 @@ struct ofccl__fab_ep {
     unsigned n_rx;
     struct ofccl__fab_rx *rx_wait; /* consumed receives the provider refused (EAGAIN) */
     char *names;                   /* peer names as inserted; kept until close (see insert_peers) */
+    /* Peers added one at a time (add_peer): AV index of each rank, its
+     * FI_ADDR_NOTAVAIL until added; NULL: AV index == rank (insert_peers). */
+    fi_addr_t *addr;
+    size_t nadded;
     /* shm: the name of this endpoint's /dev/shm file until it is unlinked. */
     char shm_name[64];
     /* shm: the processes of the peers in this PID namespace (shmfile.c). */
@@ -71,6 +75,12 @@ static inline struct ofccl__fab_prov *ofccl__fab_prov_of(const ofccl__prov_t *pr
 static inline struct ofccl__fab_ep *ofccl__fab_ep_of(const ofccl__ep_t *ep)
 {
     return ep->be_state;
+}
+
+/* The AV index of rank `peer`. */
+static inline fi_addr_t ofccl__fab_dest(const struct ofccl__fab_ep *f, int peer)
+{
+    return f->addr != NULL ? f->addr[peer] : (fi_addr_t)peer;
 }
 
 /* ---- discovery (discover.c) ---- */
@@ -94,6 +104,7 @@ int ofccl__fab_ep_name(ofccl__ep_t *ep, void *buf, size_t *len, ofccl__err_t *e)
 int ofccl__fab_insert_peers(ofccl__ep_t *ep, const void *names, size_t stride, const size_t *lens,
                             int n, ofccl__err_t *e);
 void ofccl__fab_peers_ready(ofccl__ep_t *ep);
+int ofccl__fab_add_peer(ofccl__ep_t *ep, int peer, const void *name, size_t len, ofccl__err_t *e);
 
 /* ---- posting and completions (rma.c) ---- */
 int ofccl__fab_post(ofccl__ep_t *ep, struct ofccl__tp_op *op);

@@ -153,6 +153,8 @@ static int fab_open(ofccl__prov_t *prov, const char *prov_name, const ofccl__pro
     ret = probe_atomics(prov, e);
     if (ret != 0)
         goto err_domain;
+    /* shm's endpoint files are reserved and unlinked for all peers at once. */
+    prov->caps.add_peer = !(prov->caps.quirks & OFCCL__Q_NAME_PER_PROCESS);
     if (prov->caps.quirks & OFCCL__Q_NAME_PER_PROCESS)
         ofccl__shm_sweep(log); /* endpoint files of killed ofccl processes */
     return 0;
@@ -205,6 +207,7 @@ const ofccl__backend_t ofccl__fabric_backend = {
     .ep_name = ofccl__fab_ep_name,
     .insert_peers = ofccl__fab_insert_peers,
     .peers_ready = ofccl__fab_peers_ready,
+    .add_peer = ofccl__fab_add_peer,
     .mr_reg = ofccl__fab_mr_reg,
     .mr_dereg = ofccl__fab_mr_dereg,
     .mem_alloc = ofccl__fab_mem_alloc,

@@ -25,7 +25,7 @@ static bool dc_atomic(const ofccl__prov_caps_t *c)
 static ssize_t post_atomic(struct ofccl__fab_ep *f, const ofccl__prov_caps_t *c,
                            struct ofccl__tp_op *op)
 {
-    fi_addr_t dest = (fi_addr_t)op->peer;
+    fi_addr_t dest = ofccl__fab_dest(f, op->peer);
 
     if (dc_atomic(c)) {
         struct fi_ioc ioc = {.addr = &op->operand, .count = 1};
@@ -55,7 +55,7 @@ static ssize_t post_atomic(struct ofccl__fab_ep *f, const ofccl__prov_caps_t *c,
 static ssize_t post_write_dc(struct ofccl__fab_ep *f, const ofccl__prov_caps_t *c,
                              struct ofccl__tp_op *op)
 {
-    fi_addr_t dest = (fi_addr_t)op->peer;
+    fi_addr_t dest = ofccl__fab_dest(f, op->peer);
 
     if (op->step == FAB_STEP_FENCE)
         /* Posted only once the write completed locally; the target answers it
@@ -88,7 +88,7 @@ static ssize_t post_write_dc(struct ofccl__fab_ep *f, const ofccl__prov_caps_t *
 int ofccl__fab_post(ofccl__ep_t *ep, struct ofccl__tp_op *op)
 {
     struct ofccl__fab_ep *f = ofccl__fab_ep_of(ep);
-    fi_addr_t dest = (fi_addr_t)op->peer;
+    fi_addr_t dest = ofccl__fab_dest(f, op->peer);
     ssize_t ret;
 
     switch (op->kind) {

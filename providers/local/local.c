@@ -87,6 +87,7 @@ const ofccl__backend_t ofccl__local_backend = {
     .ep_name = ofccl__lx_ep_name,
     .insert_peers = ofccl__lx_insert_peers,
     .peers_ready = ofccl__tp_stub_peers_ready,
+    .add_peer = ofccl__tp_stub_add_peer,
     .mr_reg = ofccl__lx_mr_reg,
     .mr_dereg = ofccl__lx_mr_dereg,
     .mem_alloc = ofccl__lx_mem_alloc,

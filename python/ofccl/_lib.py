@@ -50,7 +50,8 @@ class Stats(Structure):
     _fields_ = [("size", c_size_t), ("registrations", c_uint64), ("reg_cache_hits", c_uint64),
                 ("staged_bytes", c_uint64), ("pool_bytes", c_uint64),
                 ("registered_bytes", c_uint64), ("pool_grows", c_uint64),
-                ("local_bytes", c_uint64), ("fabric_bytes", c_uint64)]
+                ("local_bytes", c_uint64), ("fabric_bytes", c_uint64),
+                ("peers_resolved", c_uint64)]
 
 
 _pp = POINTER(c_void_p)

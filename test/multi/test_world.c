@@ -271,6 +271,14 @@ int main(void)
     }
     ofccl_comm_rank(comm, &rank);
     ofccl_comm_size(comm, &size);
+    /* The tests below post to every peer through the endpoint itself, below
+     * the collectives that resolve peers on first use (OFCCL_BOOT_EXCHANGE). */
+    for (int peer = 0; peer < size; peer++)
+        if (ofccl__comm_resolve(comm, peer) != 0) {
+            fprintf(stderr, "rank %d: resolving peer %d: %s\n", rank, peer,
+                    ofccl_comm_last_error(comm));
+            return 1;
+        }
     if (rank == 0)
         printf("world: %d ranks, provider %s, signals %s\n", size, ofccl_ctx_provider(ctx),
                comm->signal_mode == OFCCL__SIGNAL_CQDATA ? "cqdata" : "atomic");

@@ -80,6 +80,59 @@ static int good_rank(const job_t *j)
     return 0;
 }
 
+/* Rank r's record in round k: r + k + 5 bytes, each from the rank, the round
+ * and its position (computed alike by the writer and every reader). */
+static size_t pub_record(int r, int k, uint8_t *out)
+{
+    size_t n = (size_t)(r + k + 5);
+
+    for (size_t i = 0; i < n; i++)
+        out[i] = (uint8_t)(r * 31 + k * 7 + (int)i);
+    return n;
+}
+
+/* Records published for reading on demand: two rounds, every rank reads
+ * every rank's (the root from its own table, the others from its record
+ * server); a tag never published and a rank out of range are refused; an
+ * allreduce of MIN/MAX words; everything ends with a barrier. */
+static int pub_rank(const job_t *j)
+{
+    static const uint8_t ops[3] = {OFCCL__BOOT_MIN, OFCCL__BOOT_MAX, OFCCL__BOOT_MAX};
+    ofccl__boot_params_t p = params("tcp", j->root, j->rank, j->size, j->timeout_ms, "");
+    ofccl__boot_pub_t *pub[2] = {NULL, NULL};
+    ofccl__boot_t *b = NULL;
+    uint8_t mine[64], want[64], got[64];
+    uint64_t in[3] = {(uint64_t)j->rank + 10, (uint64_t)j->rank, 100 + (uint64_t)j->rank}, out[3];
+    size_t len = 0;
+    ofccl__err_t e;
+
+    ofccl__err_clear(&e);
+    CHECK(ofccl__boot_open(&p, &b, &e) == 0);
+    CHECK(ofccl__boot_can_get(b));
+    for (int k = 0; k < 2; k++) {
+        size_t n = pub_record(j->rank, k, mine);
+        CHECK(ofccl__boot_publish(b, true, mine, n, sizeof(mine), &pub[k], &e) == 0);
+        CHECK(pub[k]->lazy);
+    }
+    for (int k = 1; k >= 0; k--)
+        for (int r = j->size - 1; r >= 0; r--) {
+            size_t n = pub_record(r, k, want);
+            CHECK(ofccl__boot_get(b, pub[k], r, got, sizeof(got), &len, &e) == 0);
+            CHECK(len == n && memcmp(got, want, n) == 0);
+        }
+    CHECK(ofccl__boot_get(b, pub[0], j->size, got, sizeof(got), &len, &e) == OFCCL_ERR_INVALID_ARG);
+    pub[0]->tag += 1000; /* never published */
+    CHECK(ofccl__boot_get(b, pub[0], 0, got, sizeof(got), &len, &e) == OFCCL_ERR_MISMATCH);
+    CHECK(strstr(e.msg, "no record") != NULL);
+    CHECK(ofccl__boot_allreduce(b, in, out, 3, ops, &e) == 0);
+    CHECK(out[0] == 10 && out[1] == (uint64_t)j->size - 1 && out[2] == 100 + (uint64_t)j->size - 1);
+    CHECK(ofccl__boot_barrier(b, &e) == 0);
+    ofccl__boot_pub_free(pub[0]);
+    ofccl__boot_pub_free(pub[1]);
+    ofccl__boot_close(b);
+    return 0;
+}
+
 /* Opens, then is expected to fail its first exchange with j->expect_rc (or
  * any error when expect_rc is 1). */
 static int failing_rank(const job_t *j)
@@ -309,6 +362,28 @@ static void test_tcp_ipv6(void)
     run_good(AF_INET6, 2);
 }
 
+static void run_pub(int family, int n)
+{
+    char root[64];
+    job_t jobs[8];
+    pid_t pids[8];
+
+    make_root(root, sizeof(root), family);
+    for (int r = 0; r < n; r++) {
+        jobs[r] = (job_t){.root = root, .rank = r, .size = n, .timeout_ms = 10000};
+        pids[r] = spawn(pub_rank, &jobs[r]);
+        CU_ASSERT_FATAL(pids[r] > 0);
+    }
+    CU_ASSERT_EQUAL(reap(pids, n, 60000), n);
+}
+
+static void test_tcp_publish(void)
+{
+    run_pub(AF_INET, 4);
+    if (free_port(AF_INET6) > 0)
+        run_pub(AF_INET6, 2);
+}
+
 static void test_tcp_missing_rank(void)
 {
     char root[64];
@@ -492,6 +567,7 @@ int main(void)
         {"forced and bad methods", test_forced_and_bad_method},
         {"tcp: 4-rank rendezvous", test_tcp_rendezvous},
         {"tcp: IPv6", test_tcp_ipv6},
+        {"tcp: records published and read on demand, allreduce", test_tcp_publish},
         {"tcp: missing rank", test_tcp_missing_rank},
         {"tcp: rogue clients", test_tcp_rogue_client},
         {"tcp: peer dies", test_tcp_peer_dies},

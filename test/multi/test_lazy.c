@@ -1,0 +1,338 @@
+/*
+ * Multi-rank: peers resolved on demand (OFCCL_BOOT_EXCHANGE). Under mpirun
+ * (PMIx: records fetched by direct modex) or the TCP rendezvous (records
+ * all-gathered, endpoints still inserted on first use).
+ * Usage:
+ *   test_lazy check lazy|all   a ring all-gather and reduce-scatter (OFCCL_ALGO_AG/RS=ring)
+ *                              resolve exactly the ring neighbours under lazy on a provider
+ *                              that inserts peers one at a time, every peer otherwise; data
+ *                              checked element by element, then a split communicator
+ *   test_lazy mismatch FIELD R  rank R runs with a setting the others do not have: its ring
+ *                              neighbours get MISMATCH naming FIELD and rank R, every other
+ *                              rank REMOTE_ERROR naming a rank
+ *   test_lazy corrupt R        rank R publishes a corrupt record instead of creating the
+ *                              communicator: its neighbours, which fetch it on demand, get
+ *                              CORRUPT naming rank R; the others REMOTE_ERROR (its status
+ *                              says it succeeded: the peers' own checks must catch it)
+ *   test_lazy late             rank 0 closes its context right after creation; the others
+ *                              then resolve every peer, rank 0's record included (the TCP
+ *                              rendezvous root serves records until every rank has closed)
+ */
+#include <time.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm_impl.h"
+#include "cu.h"
+#include "util.h"
+
+#define COUNT 1001 /* elements per rank: odd, so chunks align to nothing */
+
+static ofccl_ctx_t *ctx;
+static ofccl_comm_t *comm;
+static int rank, size;
+static bool expect_lazy; /* lazy mode on a provider that adds peers one at a time */
+
+static int boot_rank(void)
+{
+    const char *v = getenv("OMPI_COMM_WORLD_RANK");
+
+    if (v == NULL)
+        v = getenv("OFCCL_BOOT_RANK");
+    return v ? atoi(v) : -1;
+}
+
+static bool is_neighbour(int r, int of, int n)
+{
+    return r != of && (r == (of + 1) % n || r == (of + n - 1) % n);
+}
+
+static uint64_t resolved_now(void)
+{
+    ofccl_stats_t st = {.size = sizeof(st)};
+
+    CU_ASSERT_EQUAL(ofccl_ctx_stats(ctx, &st), 0);
+    return st.peers_resolved;
+}
+
+static float value(int r, int i)
+{
+    return (float)((r * 7919 + i * 31) % 1000) - 500.0f;
+}
+
+static int wait_req(ofccl_comm_t *c, int rc, ofccl_req_t **req)
+{
+    if (rc == 0) {
+        rc = ofccl_wait(*req);
+        ofccl_req_free(*req);
+    }
+    if (rc != 0)
+        fprintf(stderr, "rank %d: %d %s: %s\n", rank, rc, ofccl_strerror(rc),
+                ofccl_comm_last_error(c));
+    return rc;
+}
+
+/* All-gather on c (c_rank of c_size), checked against the independent pattern. */
+static void check_allgather(ofccl_comm_t *c, int c_rank, int c_size)
+{
+    float *send = NULL, *recv = NULL;
+    ofccl_req_t *req = NULL;
+    int bad = 0;
+
+    CU_ASSERT_EQUAL_FATAL(ofccl_buffer_alloc(c, COUNT * sizeof(float), (void **)&send), 0);
+    CU_ASSERT_EQUAL_FATAL(
+        ofccl_buffer_alloc(c, (size_t)c_size * COUNT * sizeof(float), (void **)&recv), 0);
+    for (int i = 0; i < COUNT; i++)
+        send[i] = value(c_rank, i);
+    CU_ASSERT_EQUAL(wait_req(c, ofccl_allgather(c, send, recv, COUNT, OFCCL_F32, &req), &req), 0);
+    for (int r = 0; r < c_size; r++)
+        for (int i = 0; i < COUNT; i++)
+            bad += recv[(size_t)r * COUNT + (size_t)i] != value(r, i);
+    CU_ASSERT_EQUAL(bad, 0);
+    ofccl_buffer_free(c, send);
+    ofccl_buffer_free(c, recv);
+}
+
+static void check_reduce_scatter(void)
+{
+    float *send = NULL, *recv = NULL;
+    ofccl_req_t *req = NULL;
+    int bad = 0;
+
+    CU_ASSERT_EQUAL_FATAL(
+        ofccl_buffer_alloc(comm, (size_t)size * COUNT * sizeof(float), (void **)&send), 0);
+    CU_ASSERT_EQUAL_FATAL(ofccl_buffer_alloc(comm, COUNT * sizeof(float), (void **)&recv), 0);
+    for (int b = 0; b < size; b++)
+        for (int i = 0; i < COUNT; i++)
+            send[(size_t)b * COUNT + (size_t)i] = value(rank + b, i);
+    CU_ASSERT_EQUAL(wait_req(comm,
+                             ofccl_reduce_scatter(comm, send, recv, COUNT, OFCCL_F32,
+                                                  (ofccl_redop_t){.kind = OFCCL_OP_SUM}, &req),
+                             &req),
+                    0);
+    for (int i = 0; i < COUNT; i++) {
+        float want = 0.0f; /* small integers: every order of summation is exact */
+        for (int r = 0; r < size; r++)
+            want += value(r + rank, i);
+        bad += recv[i] != want;
+    }
+    CU_ASSERT_EQUAL(bad, 0);
+    ofccl_buffer_free(comm, send);
+    ofccl_buffer_free(comm, recv);
+}
+
+/* Exactly the ring neighbours are resolved (lazy), or every peer. */
+static void check_resolved_ring(void)
+{
+    int n = 0;
+
+    for (int p = 0; p < size; p++) {
+        bool want = p != rank && (!expect_lazy || is_neighbour(p, rank, size));
+        CU_ASSERT_EQUAL(ofccl__comm_resolved(comm, p) && p != rank, want);
+        n += want;
+    }
+    CU_ASSERT_EQUAL(resolved_now(), (uint64_t)n);
+}
+
+static void test_creation(void)
+{
+    CU_ASSERT_EQUAL(resolved_now(), expect_lazy ? 0u : (uint64_t)(size - 1));
+    CU_ASSERT_EQUAL(comm->resolved != NULL, expect_lazy);
+}
+
+static void test_ring_collectives(void)
+{
+    check_allgather(comm, rank, size);
+    check_resolved_ring();
+    check_reduce_scatter();
+    check_resolved_ring();
+}
+
+static void test_dump_counts(void)
+{
+    char line[96], *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+
+    CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+    CU_ASSERT_EQUAL(ofccl_dump_state(ctx, f), 0);
+    fclose(f);
+    snprintf(line, sizeof(line), "%llu of %d peers resolved", (unsigned long long)resolved_now(),
+             size - 1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, line));
+    free(text);
+}
+
+static void test_split(void)
+{
+    ofccl_comm_t *half = NULL;
+    uint64_t before = resolved_now();
+    int hr = -1, hs = 0;
+
+    CU_ASSERT_EQUAL_FATAL(ofccl_comm_split(comm, rank % 2, rank, &half), 0);
+    CU_ASSERT_EQUAL(ofccl_comm_rank(half, &hr), 0);
+    CU_ASSERT_EQUAL(ofccl_comm_size(half, &hs), 0);
+    CU_ASSERT_EQUAL(hr, rank / 2);
+    CU_ASSERT_EQUAL(hs, (size - rank % 2 + 1) / 2);
+    /* A split is built from the parent's records: all its members at once. */
+    CU_ASSERT_EQUAL(resolved_now(), before + (uint64_t)(hs - 1));
+    check_allgather(half, hr, hs);
+    CU_ASSERT_EQUAL(ofccl_comm_destroy(half), 0);
+    /* The parent still works, and a barrier resolves what it needs. */
+    CU_ASSERT_EQUAL(ofccl_barrier(comm), 0);
+    check_allgather(comm, rank, size);
+}
+
+static int run_check(const char *mode)
+{
+    static const cu_test_t tests[] = {
+        {"nothing resolved at creation (lazy)", test_creation},
+        {"ring all-gather and reduce-scatter resolve only the neighbours", test_ring_collectives},
+        {"ofccl_dump_state reports the count", test_dump_counts},
+        {"split communicator and barrier", test_split},
+        {NULL, NULL},
+    };
+    ofccl_ctx_params_t p = {.size = sizeof(p)};
+    int rc;
+
+    if (ofccl_ctx_create(&p, &ctx) != 0 || ofccl_comm_world(ctx, &comm) != 0) {
+        fprintf(stderr, "rank %d: setup failed: %s\n", boot_rank(),
+                ctx ? ofccl_ctx_last_error(ctx) : "no context");
+        return 1;
+    }
+    ofccl_comm_rank(comm, &rank);
+    ofccl_comm_size(comm, &size);
+    expect_lazy = strcmp(mode, "lazy") == 0 && ofccl__prov_caps(ctx->prov)->add_peer;
+    if (rank == 0)
+        printf("lazy: %d ranks, %s, %s exchange, peers resolved %s\n", size,
+               ofccl_ctx_provider(ctx), mode, expect_lazy ? "on first use" : "at creation");
+    rc = cu_run("lazy", tests);
+    if (ofccl_barrier(comm) != 0 || ofccl_comm_destroy(comm) != 0 || ofccl_ctx_destroy(ctx) != 0)
+        rc = 1;
+    return rc;
+}
+
+/* Creation fails everywhere: `code` and the text `what` where rank `odd`'s
+ * neighbours read its record, REMOTE_ERROR naming a rank elsewhere. */
+static int expect_failure(int odd, int code, const char *what)
+{
+    ofccl_ctx_params_t p = {.size = sizeof(p)};
+    char odd_name[32];
+    const char *msg;
+    int rc, r = boot_rank(), n;
+
+    if (ofccl_ctx_create(&p, &ctx) != 0)
+        return 1;
+    n = ctx->boot->size;
+    rc = ofccl_comm_world(ctx, &comm);
+    msg = ofccl_ctx_last_error(ctx);
+    printf("rank %d: %s: %s\n", r, ofccl_strerror(rc), msg);
+    snprintf(odd_name, sizeof(odd_name), "rank %d ", odd);
+    if (r == odd || is_neighbour(r, odd, n)) {
+        CU_ASSERT_EQUAL(rc, code);
+        CU_ASSERT_PTR_NOT_NULL(strstr(msg, what));
+        CU_ASSERT_PTR_NOT_NULL(strstr(msg, odd_name));
+    } else {
+        CU_ASSERT_EQUAL(rc, OFCCL_ERR_REMOTE_ERROR);
+        CU_ASSERT_PTR_NOT_NULL(strstr(msg, "rank "));
+    }
+    CU_ASSERT_PTR_NULL(comm);
+    CU_ASSERT_EQUAL(ofccl_ctx_destroy(ctx), 0);
+    return 0;
+}
+
+static const char *g_field;
+static int g_odd;
+
+static void test_mismatch(void)
+{
+    expect_failure(g_odd, OFCCL_ERR_MISMATCH, g_field);
+}
+
+/* Rank g_odd takes part in both exchanges of a world communicator's creation
+ * (publish, status) with a record that is not one. */
+static void test_corrupt(void)
+{
+    static const uint8_t ops[4] = {OFCCL__BOOT_MIN, OFCCL__BOOT_MAX, OFCCL__BOOT_MAX,
+                                   OFCCL__BOOT_MAX};
+    ofccl_ctx_params_t p = {.size = sizeof(p)};
+    /* failed rank (none), communicator number, rank 0's clock, need all records (no) */
+    uint64_t status[4] = {UINT64_MAX, 1, 0, 0}, out[4];
+    uint8_t junk[200];
+    ofccl__boot_pub_t *pub = NULL;
+    ofccl__err_t e;
+
+    if (boot_rank() != g_odd) {
+        expect_failure(g_odd, OFCCL_ERR_CORRUPT, "blob from rank");
+        return;
+    }
+    CU_ASSERT_EQUAL_FATAL(ofccl_ctx_create(&p, &ctx), 0);
+    for (size_t i = 0; i < sizeof(junk); i++)
+        junk[i] = (uint8_t)(i * 37 + 11);
+    CU_ASSERT_EQUAL(
+        ofccl__boot_publish(ctx->boot, true, junk, sizeof(junk), ofccl__setup_slot(), &pub, &e), 0);
+    /* The status exchange of a lazily created world communicator: "fine". */
+    CU_ASSERT_EQUAL(ofccl__boot_allreduce(ctx->boot, status, out, 4, ops, &e), 0);
+    ofccl__boot_pub_free(pub);
+    CU_ASSERT_EQUAL(ofccl_ctx_destroy(ctx), 0);
+}
+
+/* Rank 0 leaves at once; the others resolve every peer afterwards. */
+static void test_late(void)
+{
+    ofccl_ctx_params_t p = {.size = sizeof(p)};
+    struct timespec nap = {0, 300 * 1000 * 1000};
+
+    CU_ASSERT_EQUAL_FATAL(ofccl_ctx_create(&p, &ctx), 0);
+    CU_ASSERT_EQUAL_FATAL(ofccl_comm_world(ctx, &comm), 0);
+    ofccl_comm_rank(comm, &rank);
+    ofccl_comm_size(comm, &size);
+    CU_ASSERT_EQUAL(resolved_now(), 0u);
+    if (rank != 0) {
+        nanosleep(&nap, NULL); /* rank 0 is in its finalize by now */
+        for (int peer = 0; peer < size; peer++) {
+            int rc = ofccl__comm_resolve(comm, peer);
+            if (rc != 0)
+                fprintf(stderr, "rank %d: %s\n", rank, ofccl_comm_last_error(comm));
+            CU_ASSERT_EQUAL(rc, 0);
+        }
+        CU_ASSERT_EQUAL(resolved_now(), (uint64_t)(size - 1));
+    }
+    CU_ASSERT_EQUAL(ofccl_comm_destroy(comm), 0);
+    CU_ASSERT_EQUAL(ofccl_ctx_destroy(ctx), 0);
+}
+
+int main(int argc, char **argv)
+{
+    static const cu_test_t mismatch_tests[] = {
+        {"a setting differing on one rank fails creation everywhere", test_mismatch},
+        {NULL, NULL},
+    };
+    static const cu_test_t corrupt_tests[] = {
+        {"a corrupt record fetched on demand names its rank", test_corrupt},
+        {NULL, NULL},
+    };
+
+    if (argc >= 3 && strcmp(argv[1], "check") == 0)
+        return run_check(argv[2]);
+    if (argc >= 4 && strcmp(argv[1], "mismatch") == 0) {
+        g_field = argv[2];
+        g_odd = atoi(argv[3]);
+        return cu_run("lazy-mismatch", mismatch_tests);
+    }
+    static const cu_test_t late_tests[] = {
+        {"records are served after rank 0 closed its context", test_late},
+        {NULL, NULL},
+    };
+
+    if (argc >= 2 && strcmp(argv[1], "late") == 0)
+        return cu_run("lazy-late", late_tests);
+    if (argc >= 3 && strcmp(argv[1], "corrupt") == 0) {
+        g_odd = atoi(argv[2]);
+        return cu_run("lazy-corrupt", corrupt_tests);
+    }
+    fprintf(stderr,
+            "usage: test_lazy check lazy|all | mismatch FIELD RANK | corrupt RANK | late\n");
+    return 2;
+}
