@@ -306,6 +306,15 @@ int ofccl__fab_add_peer(ofccl__ep_t *ep, int peer, const void *name, size_t len,
     }
     f->addr[peer] = addr;
     f->nadded++;
+    if (ep->prov->caps.quirks & OFCCL__Q_NAME_PER_PROCESS) {
+        char nul[256]; /* shm names are short text; the watch reads a C string */
+
+        if (len < sizeof(nul)) {
+            memcpy(nul, name, len);
+            nul[len] = '\0';
+            ofccl__shm_watch_peer(ep, peer, nul);
+        }
+    }
     return 0;
 }
 
