@@ -37,6 +37,7 @@
 static ofccl_ctx_t *ctx;
 static ofccl_comm_t *comm;
 static int rank, size;
+static bool want_lazy;   /* OFCCL_BOOT_EXCHANGE=lazy */
 static bool expect_lazy; /* lazy mode on a provider that adds peers one at a time */
 static bool host_first;  /* ... and that adds the host's peers at creation */
 static int rph;          /* ranks per fake host (OFCCL_TEST_HOST_RPH), 0: one host */
@@ -166,6 +167,9 @@ static void check_resolved(void)
 
 static void test_creation(void)
 {
+    /* The per-peer transport is lazy for its fabric half. */
+    if (want_lazy && strstr(ofccl_ctx_provider(ctx), "+local") != NULL)
+        CU_ASSERT_TRUE(host_first);
     check_resolved();
     CU_ASSERT_EQUAL(comm->resolved != NULL, expect_lazy);
 }
@@ -265,7 +269,8 @@ static int run_check(const char *mode)
     }
     ofccl_comm_rank(comm, &rank);
     ofccl_comm_size(comm, &size);
-    expect_lazy = strcmp(mode, "lazy") == 0 && ofccl__prov_caps(ctx->prov)->add_peer;
+    want_lazy = strcmp(mode, "lazy") == 0;
+    expect_lazy = want_lazy && ofccl__prov_caps(ctx->prov)->add_peer;
     host_first = expect_lazy && ofccl__prov_caps(ctx->prov)->add_host_first;
     rph = getenv("OFCCL_TEST_HOST_RPH") ? atoi(getenv("OFCCL_TEST_HOST_RPH")) : 0;
     if (rank == 0)
