@@ -11,8 +11,12 @@
  *     the generic code knows; post dispatches each op by its peer's class.
  *   - The endpoint name carries a hash of the host identity and both halves'
  *     names. A peer whose hash equals ours is attached by the local half
- *     (the others are left unattached there); every peer is inserted into
- *     the fabric half's AV, so AV index r is still rank r.
+ *     (the others are left unattached there). Peers inserted all at once
+ *     all enter the fabric half's AV, so AV index r is still rank r; a
+ *     communicator created lazily adds its peers one at a time instead,
+ *     those on this host (at creation) to the local half only, the others
+ *     (on first use) to the fabric half only, so a rank holds AV entries
+ *     for the other hosts' peers it uses and no more.
  *   - A region is registered with both halves under one key: the local half
  *     chooses it, the fabric half registers with that key. This needs keys
  *     the fabric lets ofccl choose (no FI_MR_PROV_KEY, no strict mode) of 8
@@ -135,8 +139,10 @@ int ofccl__mx_wrap(ofccl__prov_t **prov, const ofccl__prov_params_t *params, ofc
     ofccl__strlcpy(mx->caps.name, fab->caps.name, sizeof(mx->caps.name) - 6);
     ofccl__strlcpy(mx->caps.name + strlen(mx->caps.name), "+" OFCCL__LOCAL_NAME, 7);
     mx->caps.peer_map = false;
-    /* The local half attaches every same-host peer at once. */
-    mx->caps.add_peer = false;
+    /* One peer at a time where the fabric half can: the local half attaches
+     * peers one by one too. The host's peers come first (at creation). */
+    mx->caps.add_peer = fab->caps.add_peer;
+    mx->caps.add_host_first = fab->caps.add_peer;
     mx->caps.max_msg_size = OFCCL__MIN(fab->caps.max_msg_size, loc->caps.max_msg_size);
     /* The key's base is the fabric's: an address where it uses virtual
      * addresses, which the local half then subtracts. */
@@ -284,32 +290,43 @@ static int mx_ep_name(ofccl__ep_t *ep, void *buf, size_t *len, ofccl__err_t *e)
     return 0;
 }
 
-/* Split every peer's name into its halves and learn its class. Names come
- * from peers: every length is checked before use. */
+/* Peer r's name (len bytes, at most `cap`): the lengths of its halves and
+ * its class. Names come from peers: every length is checked before use. */
+static int parse_name(ofccl__ep_t *ep, int r, const uint8_t *p, size_t len, size_t cap, size_t *ll,
+                      size_t *fl, int *cls, ofccl__err_t *e)
+{
+    *ll = *fl = 0;
+    if (len >= MX_HDR && len <= cap) {
+        *ll = ofccl__get_le32(p + 16);
+        *fl = ofccl__get_le32(p + 20);
+    }
+    if (len < MX_HDR || len > cap || ofccl__get_le64(p) != MX_MAGIC || *ll > cap || *fl > cap ||
+        MX_HDR + *ll + *fl != len)
+        return ofccl__fail(ep->prov->log, OFCCL__SUB_PROV, e, OFCCL_ERR_CORRUPT,
+                           "rank %d: the endpoint name of peer %d (%zu bytes) is not a "
+                           "composite (local+fabric) name; every rank must use the same "
+                           "OFCCL_PEER_TRANSPORT",
+                           ep->params.rank, r, len);
+    *cls = ofccl__get_le64(p + 8) == mxp(ep->prov)->host || r == ep->params.rank
+               ? OFCCL__PEER_LOCAL
+               : OFCCL__PEER_FABRIC;
+    return 0;
+}
+
+/* Split every peer's name into its halves and learn its class. */
 static int split_names(ofccl__ep_t *ep, const uint8_t *names, size_t stride, const size_t *lens,
                        int n, uint8_t *half[2], size_t *hlens[2], ofccl__err_t *e)
 {
     struct mx_ep *mx = mxe(ep);
-    uint64_t mine = mxp(ep->prov)->host;
 
     for (int r = 0; r < n; r++) {
         const uint8_t *p = names + (size_t)r * stride;
-        size_t ll = 0, fl = 0;
+        size_t ll, fl;
+        int cls, rc = parse_name(ep, r, p, lens[r], stride, &ll, &fl, &cls, e);
 
-        if (lens[r] >= MX_HDR && lens[r] <= stride) {
-            ll = ofccl__get_le32(p + 16);
-            fl = ofccl__get_le32(p + 20);
-        }
-        if (lens[r] < MX_HDR || lens[r] > stride || ofccl__get_le64(p) != MX_MAGIC || ll > stride ||
-            fl > stride || MX_HDR + ll + fl != lens[r])
-            return ofccl__fail(ep->prov->log, OFCCL__SUB_PROV, e, OFCCL_ERR_CORRUPT,
-                               "rank %d: the endpoint name of peer %d (%zu bytes) is not a "
-                               "composite (local+fabric) name; every rank must use the same "
-                               "OFCCL_PEER_TRANSPORT",
-                               ep->params.rank, r, lens[r]);
-        mx->cls[r] = ofccl__get_le64(p + 8) == mine ? OFCCL__PEER_LOCAL : OFCCL__PEER_FABRIC;
-        if (r == ep->params.rank)
-            mx->cls[r] = OFCCL__PEER_LOCAL;
+        if (rc != 0)
+            return rc;
+        mx->cls[r] = (uint8_t)cls;
         memcpy(half[OFCCL__PEER_LOCAL] + (size_t)r * stride, p + MX_HDR, ll);
         hlens[OFCCL__PEER_LOCAL][r] = mx->cls[r] == OFCCL__PEER_LOCAL ? ll : 0;
         memcpy(half[OFCCL__PEER_FABRIC] + (size_t)r * stride, p + MX_HDR + ll, fl);
@@ -343,6 +360,28 @@ static int mx_insert_peers(ofccl__ep_t *ep, const void *names, size_t stride, co
         free(half[c]);
         free(hlens[c]);
     }
+    return rc;
+}
+
+/* One peer, to the half that reaches it (ofccl__ep_add_peer holds the
+ * composite's lock). */
+static int mx_add_peer(ofccl__ep_t *ep, int peer, const void *name, size_t len, ofccl__err_t *e)
+{
+    struct mx_ep *mx = mxe(ep);
+    const uint8_t *p = name;
+    ofccl__ep_t *s;
+    size_t ll, fl;
+    int cls, rc = parse_name(ep, peer, p, len, len, &ll, &fl, &cls, e);
+
+    if (rc != 0)
+        return rc;
+    s = &mx->sub[cls];
+    if (cls == OFCCL__PEER_LOCAL)
+        rc = ofccl__lx_add_peer(s, peer, p + MX_HDR, ll, e);
+    else
+        rc = s->be->add_peer(s, peer, p + MX_HDR + ll, fl, e);
+    if (rc == 0)
+        mx->cls[peer] = (uint8_t)cls;
     return rc;
 }
 
@@ -521,7 +560,7 @@ const ofccl__backend_t ofccl__mixed_backend = {
     .op_name = ofccl__tp_op_name,
     .peer_gone = mx_peer_gone,
     .peer_map = ofccl__tp_stub_peer_map,
-    .add_peer = ofccl__tp_stub_add_peer,
+    .add_peer = mx_add_peer,
     .wait_fd = ofccl__tp_stub_wait_fd,
     .peer_class = mx_peer_class,
 };

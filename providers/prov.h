@@ -57,8 +57,12 @@ typedef struct ofccl__prov_caps {
     size_t max_order_waw_size, max_order_raw_size, max_order_war_size;
     size_t inject_size;
     size_t max_msg_size;
-    bool peer_map;     /* peers' registered memory can be mapped here (ofccl__ep_peer_map) */
-    bool add_peer;     /* peers can be inserted one at a time, on demand (ofccl__ep_add_peer) */
+    bool peer_map; /* peers' registered memory can be mapped here (ofccl__ep_peer_map) */
+    bool add_peer; /* peers can be inserted one at a time, on demand (ofccl__ep_add_peer) */
+    /* With add_peer: the peers on this rank's host are to be added when the
+     * endpoint's communicator is created, the others on first use (the
+     * composite transport: its local half watches the processes it reaches). */
+    bool add_host_first;
     uint64_t link_bps; /* nic->link_attr->speed (bits/s) where the provider gives it, else 0 */
     unsigned quirks;   /* OFCCL__Q_* flags of the row, as applied */
 } ofccl__prov_caps_t;

@@ -45,9 +45,9 @@ typedef enum ofccl__cfg_type {
     X(BOOT_EXCHANGE, ENUM, AGREE, "auto", "auto|all|lazy", 0, 0,                                   \
       "How a world communicator's setup records travel: all = every rank collects every "          \
       "record when it is created; lazy = each rank publishes its own and reads a peer's on "       \
-      "first use (PMIx direct modex, or the TCP rendezvous root's record server), on providers "   \
-      "that insert peers one at a time (not shm, local, or local+fabric per peer); auto = lazy "   \
-      "under PMIx from 64 ranks on, else all")                                                     \
+      "first use (PMIx direct modex, or the TCP rendezvous root's record server; local+fabric "    \
+      "per peer reads the host's peers at creation), on providers that insert peers one at a "     \
+      "time (not shm or local); auto = lazy under PMIx from 64 ranks on, else all")                \
     X(BOOT_ROOT, STRING, LOCAL, "", "<host:port>", 0, 0,                                           \
       "TCP rendezvous: address where rank 0 listens and the others connect")                       \
     X(BOOT_RANK, INT, LOCAL, "-1", "", -1, 1048575, "TCP rendezvous: rank of this process")        \

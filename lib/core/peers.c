@@ -10,7 +10,10 @@
  * in the AV, and every answer (descriptor, credit, signal) is a post, which
  * resolves the peer first. A job's ranks thus open connections, AV entries
  * and key records only for the peers their collectives use: a ring all-gather
- * resolves two.
+ * resolves two. A transport that wants this rank's host first
+ * (caps.add_host_first: the composite, whose local half attaches the host's
+ * peers) gets them at creation, read and checked the same way; the peers on
+ * other hosts still wait for their first use.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -42,6 +45,19 @@ static int resolve_rec(ofccl_comm_t *comm, int p, ofccl__peer_rec_t *rec)
     return rc;
 }
 
+/* Peer p's record, read and checked: its endpoint enters ours. */
+static int add_resolved(ofccl_comm_t *comm, int p, const ofccl__peer_rec_t *rec)
+{
+    int rc = ofccl__ep_add_peer(comm->ep, p, rec->name, rec->namelen, &comm->err);
+
+    if (rc)
+        return ofccl__comm_fail(comm, rc, "resolving peer %d: %s", p, comm->err.msg);
+    comm->peer_ctrl[p] = rec->ctrl;
+    comm->resolved[p] = 1;
+    comm->nresolved += p != comm->rank;
+    return 0;
+}
+
 int ofccl__comm_resolve(ofccl_comm_t *comm, int p)
 {
     ofccl__peer_rec_t rec;
@@ -54,13 +70,10 @@ int ofccl__comm_resolve(ofccl_comm_t *comm, int p)
         return comm->sticky;
     t0 = ofccl__now_ns();
     rc = resolve_rec(comm, p, &rec);
-    if (rc == 0 && (rc = ofccl__ep_add_peer(comm->ep, p, rec.name, rec.namelen, &comm->err)) != 0)
-        rc = ofccl__comm_fail(comm, rc, "resolving peer %d: %s", p, comm->err.msg);
+    if (rc == 0)
+        rc = add_resolved(comm, p, &rec);
     if (rc)
         return rc;
-    comm->peer_ctrl[p] = rec.ctrl;
-    comm->resolved[p] = 1;
-    comm->nresolved += p != comm->rank;
     OFCCL__DEBUG(&comm->ctx->log, OFCCL__SUB_CORE,
                  "communicator %u rank %d: peer %d resolved on first use in %.1f us (%d of %d)",
                  comm->id, comm->rank, p, (double)(ofccl__now_ns() - t0) / 1e3, comm->nresolved,
@@ -92,14 +105,30 @@ int ofccl__peers_lazy_init(ofccl_comm_t *comm, const uint8_t *blob, size_t blen)
         return ofccl__comm_fail(comm, OFCCL_ERR_NO_MEMORY, "comm setup: no memory for %d ranks", n);
     /* This rank's own key now; it is inserted into its own AV, like any
      * peer, on first use: nothing enters the AV before every rank knows
-     * that every rank stays lazy (ofccl__comm_create). */
+     * that every rank stays lazy (ofccl__comm_create). The host's peers
+     * below are the exception: a transport that wants them first adds
+     * peers one at a time, as every rank that passed the neighbours' check
+     * (same provider) does, so no rank collects every record afterwards. */
     rc = ofccl__setup_accept(comm, me, blob, blen, &rec);
     if (rc)
         return rc;
     comm->peer_ctrl[me] = rec.ctrl;
-    /* Checked now, resolved when first used. */
+    /* The host's peers now (this rank first, its own record at hand), where
+     * the transport wants them: the host table comes from the bootstrap. */
+    if (ofccl__prov_caps(comm->ctx->prov)->add_host_first) {
+        rc = add_resolved(comm, me, &rec);
+        for (int p = 0; p < n && rc == 0; p++)
+            if (p != me && comm->node_of[p] == comm->node_of[me])
+                rc = ofccl__comm_resolve(comm, p);
+        if (rc == 0)
+            OFCCL__DEBUG(&comm->ctx->log, OFCCL__SUB_CORE,
+                         "rank %d: %d peer(s) on this host added at creation, %d on other hosts "
+                         "on first use",
+                         me, comm->nresolved, n - 1 - comm->nresolved);
+    }
+    /* The neighbours not resolved by now: checked now, resolved when first used. */
     for (int k = 0; k < 2 && rc == 0; k++)
-        if (nb[k] != me && (k == 0 || nb[1] != nb[0]))
+        if (nb[k] != me && (k == 0 || nb[1] != nb[0]) && !comm->resolved[nb[k]])
             rc = resolve_rec(comm, nb[k], &rec);
     return rc;
 }

@@ -385,9 +385,9 @@ out:
 }
 
 /* Published, but some rank's provider attaches every peer at once (shm, the
- * local or per-peer transport; the same on every rank unless OFCCL_PROVIDER
- * differs, which the neighbours' check has caught by now): every rank
- * collects every record after all, as under OFCCL_BOOT_EXCHANGE=all. */
+ * local transport; the same on every rank unless OFCCL_PROVIDER differs,
+ * which the neighbours' check has caught by now): every rank collects every
+ * record after all, as under OFCCL_BOOT_EXCHANGE=all. */
 static int setup_collect_all(ofccl_comm_t *comm, const ofccl__xchg_t *x, const setup_t *mine,
                              const uint8_t *blob, size_t blen, size_t slot, uint64_t released,
                              uint32_t *id)

@@ -112,7 +112,7 @@ struct ofccl__lx {
     struct lx_seg *seg;
     size_t seg_len;
     uint64_t nonce;
-    struct lx_peer *peers; /* [ranks], after insert_peers */
+    struct lx_peer *peers; /* [ranks], after insert_peers or the first add_peer */
     struct lx_comp *cq;    /* [ops_inflight]: one entry per op at most */
     unsigned cq_head, cq_tail;
     unsigned next_slot;   /* where the search for a free registration starts */
@@ -156,6 +156,7 @@ int ofccl__lx_ep_close(ofccl__ep_t *ep);
 int ofccl__lx_ep_name(ofccl__ep_t *ep, void *buf, size_t *len, ofccl__err_t *e);
 int ofccl__lx_insert_peers(ofccl__ep_t *ep, const void *names, size_t stride, const size_t *lens,
                            int n, ofccl__err_t *e);
+int ofccl__lx_add_peer(ofccl__ep_t *ep, int peer, const void *name, size_t len, ofccl__err_t *e);
 /* Lowest rank whose process has exited (pidfd), -1 if none; polls at most
  * once per millisecond. */
 int ofccl__lx_peer_gone(ofccl__ep_t *ep, int *pid);

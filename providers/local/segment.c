@@ -331,6 +331,32 @@ int ofccl__lx_insert_peers(ofccl__ep_t *ep, const void *names, size_t stride, co
     return 0;
 }
 
+/* One peer on demand (a composite endpoint created lazily attaches the
+ * peers on its host one by one); a peer already attached is left as it is. */
+int ofccl__lx_add_peer(ofccl__ep_t *ep, int peer, const void *name, size_t len, ofccl__err_t *e)
+{
+    struct ofccl__lx *lx = ofccl__lx_of(ep);
+    struct lx_name nm;
+    int rc;
+
+    if (lx->peers == NULL &&
+        (lx->peers = calloc((size_t)ep->params.size, sizeof(*lx->peers))) == NULL)
+        return ofccl__fail(ep->prov->log, OFCCL__SUB_PROV, e, OFCCL_ERR_NO_MEMORY, "out of memory");
+    if (lx->peers[peer].seg != NULL)
+        return 0;
+    /* Names come from peers through the bootstrap: never trust their length. */
+    if (len != sizeof(nm))
+        return ofccl__fail(ep->prov->log, OFCCL__SUB_PROV, e, OFCCL_ERR_CORRUPT,
+                           "rank %d: name of peer %d has length %zu (a local-provider name "
+                           "has %zu)",
+                           ep->params.rank, peer, len, sizeof(nm));
+    memcpy(&nm, name, sizeof(nm));
+    rc = attach_peer(ep, peer, &nm, e);
+    if (rc != 0)
+        unmap_peer(lx, peer);
+    return rc;
+}
+
 /* The watch (providers/watch.c) polls at most once per millisecond. */
 int ofccl__lx_peer_gone(ofccl__ep_t *ep, int *pid)
 {

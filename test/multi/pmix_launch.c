@@ -7,9 +7,12 @@
  * PMIX_ERR_EXIT_NONZERO_TERM (non-zero exit), with PMIX_EVENT_AFFECTED_PROC
  * naming the rank, to the whole namespace. The survivors keep running.
  *
- * Usage: pmix_launch [-t SECONDS] [-k] -n N PROGRAM [ARGS...]
+ * Usage: pmix_launch [-t SECONDS] [-k] [-r RPH] -n N PROGRAM [ARGS...]
  *   -t  kill every rank still running after SECONDS (default 60); exit 124
  *   -k  a rank killed by a signal is expected (otherwise it fails the launch)
+ *   -r  simulated hosts of RPH ranks each, host-major: rank r gets node id
+ *       r / RPH, local rank r % RPH, local size RPH and OFCCL_HOST_ID
+ *       fake-host<r / RPH> (as run_tcpboot.sh's OFCCL_TEST_HOST_RPH)
  * Exit status: the first non-zero exit status of a rank, 1 for an unexpected
  * signal, 124 at the time limit, else 0.
  */
@@ -112,37 +115,39 @@ static pmix_server_module_t module = {
     .fence_nb = fence_nb,
 };
 
-/* Job-level data and, per rank, PMIX_PROC_DATA {rank, local rank, node id, host}. */
-static void register_job(int n, const char *host)
+/* Job-level data and, per rank, PMIX_PROC_DATA {rank, local rank, node id, host};
+ * rph: ranks per simulated host (n: one host). */
+static void register_job(int n, int rph, const char *host)
 {
     size_t ninfo = 7 + (size_t)n, k = 0;
     pmix_info_t *info;
     char peers[MAX_RANKS * 4] = "", *regex = NULL, *ppn = NULL;
-    uint32_t u32 = (uint32_t)n, zero = 0;
+    uint32_t u32 = (uint32_t)n, local = (uint32_t)rph, nodes = (uint32_t)((n + rph - 1) / rph);
 
     for (int r = 0; r < n; r++)
         snprintf(peers + strlen(peers), sizeof(peers) - strlen(peers), "%s%d", r ? "," : "", r);
     PMIX_INFO_CREATE(info, ninfo);
     PMIX_INFO_LOAD(&info[k++], PMIX_UNIV_SIZE, &u32, PMIX_UINT32);
     PMIX_INFO_LOAD(&info[k++], PMIX_JOB_SIZE, &u32, PMIX_UINT32);
-    PMIX_INFO_LOAD(&info[k++], PMIX_LOCAL_SIZE, &u32, PMIX_UINT32);
+    PMIX_INFO_LOAD(&info[k++], PMIX_LOCAL_SIZE, &local, PMIX_UINT32);
     PMIX_INFO_LOAD(&info[k++], PMIX_LOCAL_PEERS, peers, PMIX_STRING);
     PMIx_generate_regex(host, &regex);
     PMIx_generate_ppn(peers, &ppn);
     PMIX_INFO_LOAD(&info[k++], PMIX_NODE_MAP, regex, PMIX_REGEX);
     PMIX_INFO_LOAD(&info[k++], PMIX_PROC_MAP, ppn, PMIX_REGEX);
-    PMIX_INFO_LOAD(&info[k++], PMIX_NUM_NODES, &(uint32_t){1}, PMIX_UINT32);
+    PMIX_INFO_LOAD(&info[k++], PMIX_NUM_NODES, &nodes, PMIX_UINT32);
     for (int r = 0; r < n; r++) {
         pmix_data_array_t *da;
         pmix_info_t *pi;
         pmix_rank_t rank = (pmix_rank_t)r;
-        uint16_t lrank = (uint16_t)r;
+        uint16_t lrank = (uint16_t)(r % rph);
+        uint32_t node = (uint32_t)(r / rph);
 
         PMIX_DATA_ARRAY_CREATE(da, 4, PMIX_INFO);
         pi = da->array;
         PMIX_INFO_LOAD(&pi[0], PMIX_RANK, &rank, PMIX_PROC_RANK);
         PMIX_INFO_LOAD(&pi[1], PMIX_LOCAL_RANK, &lrank, PMIX_UINT16);
-        PMIX_INFO_LOAD(&pi[2], PMIX_NODEID, &zero, PMIX_UINT32);
+        PMIX_INFO_LOAD(&pi[2], PMIX_NODEID, &node, PMIX_UINT32);
         PMIX_INFO_LOAD(&pi[3], PMIX_HOSTNAME, host, PMIX_STRING);
         PMIX_INFO_LOAD(&info[k++], PMIX_PROC_DATA, da, PMIX_DATA_ARRAY);
         PMIX_DATA_ARRAY_FREE(da);
@@ -184,14 +189,16 @@ static double now_s(void)
 
 int main(int argc, char **argv)
 {
-    int n = 0, opt, expect_kill = 0, running, status = 0;
+    int n = 0, rph = 0, opt, expect_kill = 0, running, status = 0;
     double limit = 60, t0;
     pid_t pids[MAX_RANKS];
     char host[64], tmpdir[] = "/tmp/ofccl-pmix-launch.XXXXXX";
     pmix_info_t sinfo[2];
 
-    while ((opt = getopt(argc, argv, "+t:kn:")) != -1) {
-        if (opt == 't')
+    while ((opt = getopt(argc, argv, "+t:kn:r:")) != -1) {
+        if (opt == 'r')
+            rph = atoi(optarg);
+        else if (opt == 't')
             limit = atof(optarg);
         else if (opt == 'k')
             expect_kill = 1;
@@ -200,8 +207,10 @@ int main(int argc, char **argv)
         else
             return 2;
     }
-    if (n < 1 || n > MAX_RANKS || optind >= argc) {
-        fprintf(stderr, "usage: pmix_launch [-t SECONDS] [-k] -n N PROGRAM [ARGS...]\n");
+    if (rph == 0)
+        rph = n;
+    if (n < 1 || n > MAX_RANKS || rph < 1 || optind >= argc) {
+        fprintf(stderr, "usage: pmix_launch [-t SECONDS] [-k] [-r RPH] -n N PROGRAM [ARGS...]\n");
         return 2;
     }
     if (gethostname(host, sizeof(host) - 1) != 0)
@@ -220,7 +229,7 @@ int main(int argc, char **argv)
         rmdir(tmpdir);
         return 77;
     }
-    register_job(n, host);
+    register_job(n, rph, host);
     for (int r = 0; r < n; r++) {
         pmix_proc_t proc;
         char **env = NULL;
@@ -238,8 +247,13 @@ int main(int argc, char **argv)
         }
         pids[r] = fork();
         if (pids[r] == 0) {
+            char host_id[32];
+
             for (char **e = env; e != NULL && *e != NULL; e++)
                 putenv(*e);
+            snprintf(host_id, sizeof(host_id), "fake-host%d", r / rph);
+            if (rph < n)
+                setenv("OFCCL_HOST_ID", host_id, 1);
             execvp(argv[optind], argv + optind);
             perror("pmix_launch: exec");
             _exit(127);

@@ -6,7 +6,12 @@
  *   test_lazy check lazy|all   a ring all-gather and reduce-scatter (OFCCL_ALGO_AG/RS=ring)
  *                              resolve exactly the ring neighbours under lazy on a provider
  *                              that inserts peers one at a time, every peer otherwise; data
- *                              checked element by element, then a split communicator
+ *                              checked element by element, then a split communicator. On
+ *                              fake hosts (OFCCL_TEST_HOST_RPH=k: rank r on host r / k) with
+ *                              the per-peer transport, the host's peers are resolved at
+ *                              creation, and a hierarchical all-gather first adds exactly
+ *                              the rail peers (same index on the other hosts); after the
+ *                              ring collectives a direct all-gather resolves every peer
  *   test_lazy mismatch FIELD R  rank R runs with a setting the others do not have: its ring
  *                              neighbours get MISMATCH naming FIELD and rank R, every other
  *                              rank REMOTE_ERROR naming a rank
@@ -32,7 +37,10 @@
 static ofccl_ctx_t *ctx;
 static ofccl_comm_t *comm;
 static int rank, size;
+static bool want_lazy;   /* OFCCL_BOOT_EXCHANGE=lazy */
 static bool expect_lazy; /* lazy mode on a provider that adds peers one at a time */
+static bool host_first;  /* ... and that adds the host's peers at creation */
+static int rph;          /* ranks per fake host (OFCCL_TEST_HOST_RPH), 0: one host */
 
 static int boot_rank(void)
 {
@@ -46,6 +54,18 @@ static int boot_rank(void)
 static bool is_neighbour(int r, int of, int n)
 {
     return r != of && (r == (of + 1) % n || r == (of + n - 1) % n);
+}
+
+static bool same_host(int a, int b)
+{
+    return rph <= 0 || a / rph == b / rph;
+}
+
+/* Same index within its host, another host: the hierarchical algorithms'
+ * inter-host partners. */
+static bool is_rail_peer(int r, int of)
+{
+    return rph > 0 && !same_host(r, of) && r % rph == of % rph;
 }
 
 static uint64_t resolved_now(void)
@@ -122,14 +142,24 @@ static void check_reduce_scatter(void)
     ofccl_buffer_free(comm, recv);
 }
 
-/* Exactly the ring neighbours are resolved (lazy), or every peer. */
-static void check_resolved_ring(void)
+/* Which peers the collectives so far have used, besides the host's peers
+ * (resolved at creation where the transport adds them first). */
+static bool used_ring, used_rail, used_all;
+
+/* Exactly the peers used so far are resolved (lazy), or every peer. */
+static void check_resolved(void)
 {
     int n = 0;
 
     for (int p = 0; p < size; p++) {
-        bool want = p != rank && (!expect_lazy || is_neighbour(p, rank, size));
+        bool used = used_all || (host_first && same_host(p, rank)) ||
+                    (used_ring && is_neighbour(p, rank, size)) ||
+                    (used_rail && is_rail_peer(p, rank));
+        bool want = p != rank && (!expect_lazy || used);
         CU_ASSERT_EQUAL(ofccl__comm_resolved(comm, p) && p != rank, want);
+        if ((ofccl__comm_resolved(comm, p) && p != rank) != want)
+            fprintf(stderr, "rank %d: peer %d %s\n", rank, p,
+                    want ? "not resolved, but used" : "resolved, but not used");
         n += want;
     }
     CU_ASSERT_EQUAL(resolved_now(), (uint64_t)n);
@@ -137,16 +167,50 @@ static void check_resolved_ring(void)
 
 static void test_creation(void)
 {
-    CU_ASSERT_EQUAL(resolved_now(), expect_lazy ? 0u : (uint64_t)(size - 1));
+    /* The per-peer transport is lazy for its fabric half. */
+    if (want_lazy && strstr(ofccl_ctx_provider(ctx), "+local") != NULL)
+        CU_ASSERT_TRUE(host_first);
+    check_resolved();
     CU_ASSERT_EQUAL(comm->resolved != NULL, expect_lazy);
+}
+
+/* Every rank switches the all-gather algorithm at the same point of the
+ * program (the setting is read per collective), so all choose alike. */
+static void force_allgather(const char *algo)
+{
+    ofccl__err_t e;
+
+    CU_ASSERT_EQUAL_FATAL(
+        ofccl__config_parse(OFCCL__CFG_ALGO_AG, algo, &ctx->cfg.v[OFCCL__CFG_ALGO_AG], &e), 0);
+}
+
+static void test_hier_allgather(void)
+{
+    if (rph <= 0 || size % rph != 0 || size == rph)
+        return; /* one host: no hierarchy */
+    force_allgather("hier");
+    check_allgather(comm, rank, size);
+    used_rail = true;
+    check_resolved();
+    force_allgather("ring");
 }
 
 static void test_ring_collectives(void)
 {
     check_allgather(comm, rank, size);
-    check_resolved_ring();
+    used_ring = true;
+    check_resolved();
     check_reduce_scatter();
-    check_resolved_ring();
+    check_resolved();
+}
+
+static void test_direct_allgather(void)
+{
+    force_allgather("direct");
+    check_allgather(comm, rank, size);
+    used_all = true;
+    check_resolved();
+    force_allgather("ring");
 }
 
 static void test_dump_counts(void)
@@ -187,8 +251,10 @@ static void test_split(void)
 static int run_check(const char *mode)
 {
     static const cu_test_t tests[] = {
-        {"nothing resolved at creation (lazy)", test_creation},
+        {"only the host's peers resolved at creation (lazy)", test_creation},
+        {"hierarchical all-gather resolves only the host and rail peers", test_hier_allgather},
         {"ring all-gather and reduce-scatter resolve only the neighbours", test_ring_collectives},
+        {"direct all-gather resolves every peer", test_direct_allgather},
         {"ofccl_dump_state reports the count", test_dump_counts},
         {"split communicator and barrier", test_split},
         {NULL, NULL},
@@ -203,10 +269,16 @@ static int run_check(const char *mode)
     }
     ofccl_comm_rank(comm, &rank);
     ofccl_comm_size(comm, &size);
-    expect_lazy = strcmp(mode, "lazy") == 0 && ofccl__prov_caps(ctx->prov)->add_peer;
+    want_lazy = strcmp(mode, "lazy") == 0;
+    expect_lazy = want_lazy && ofccl__prov_caps(ctx->prov)->add_peer;
+    host_first = expect_lazy && ofccl__prov_caps(ctx->prov)->add_host_first;
+    rph = getenv("OFCCL_TEST_HOST_RPH") ? atoi(getenv("OFCCL_TEST_HOST_RPH")) : 0;
     if (rank == 0)
         printf("lazy: %d ranks, %s, %s exchange, peers resolved %s\n", size,
-               ofccl_ctx_provider(ctx), mode, expect_lazy ? "on first use" : "at creation");
+               ofccl_ctx_provider(ctx), mode,
+               host_first    ? "on this host at creation, on other hosts on first use"
+               : expect_lazy ? "on first use"
+                             : "at creation");
     rc = cu_run("lazy", tests);
     if (ofccl_barrier(comm) != 0 || ofccl_comm_destroy(comm) != 0 || ofccl_ctx_destroy(ctx) != 0)
         rc = 1;

@@ -4,8 +4,10 @@
  * handles with equal host identities reach each other through the local
  * transport; with different identities, through tcp. Each pair moves a
  * write with CQ data and an atomic add, checked at the target, and the
- * bytes are counted under the class of transport that carried them. Where
- * keys cannot be shared (strict mode) the fabric provider is left alone.
+ * bytes are counted under the class of transport that carried them, with
+ * the peers inserted all at once or added one at a time (lazy creation: each
+ * name routed to the half that reaches it). Where keys cannot be shared
+ * (strict mode) the fabric provider is left alone.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -33,6 +35,9 @@ static void test_caps(void)
     CU_ASSERT_STRING_EQUAL(ofccl__prov_caps(prov)->name, "tcp;ofi_rxm+local");
     CU_ASSERT_FALSE(ofccl__prov_caps(prov)->peer_map);
     CU_ASSERT_EQUAL(ofccl__prov_caps(prov)->signal, OFCCL__PROV_SIGNAL_ATOMIC);
+    /* Lazy creation: one peer at a time, the host's first. */
+    CU_ASSERT_TRUE(ofccl__prov_caps(prov)->add_peer);
+    CU_ASSERT_TRUE(ofccl__prov_caps(prov)->add_host_first);
     CU_ASSERT_EQUAL(ofccl__prov_close(prov), 0);
     /* Strict mode: provider keys, which the local half cannot share. */
     CU_ASSERT_EQUAL_FATAL(open_mixed("h0", true, OFCCL__PROV_SIGNAL_AUTO, &prov, &e), 0);
@@ -41,8 +46,10 @@ static void test_caps(void)
 }
 
 /* Rank 0 on a handle of host `h0`, rank 1 on one of `h1` (the same handle
- * when the names are equal): a write with data and an atomic add from 0 to 1. */
-static void move(const char *h0, const char *h1, int want_class)
+ * when the names are equal and the peers are inserted all at once; with
+ * by_one each rank adds itself and its peer one at a time): a write with
+ * data and an atomic add from 0 to 1. */
+static void move(const char *h0, const char *h1, int want_class, bool by_one)
 {
     ofccl__ep_params_t epp = {.size = 2, .ops_inflight = 16};
     struct pair p;
@@ -55,7 +62,7 @@ static void move(const char *h0, const char *h1, int want_class)
     struct counts c1 = {1, 1, 0}, c2 = {2, 1, 0};
     ofccl__err_t e;
     char *win;
-    bool one = strcmp(h0, h1) == 0;
+    bool one = strcmp(h0, h1) == 0 && !by_one;
 
     if (one) {
         ofccl__prov_params_t pp = {"tcp", "lo", false, &g_log, NULL, 0, true, h0};
@@ -72,9 +79,19 @@ static void move(const char *h0, const char *h1, int want_class)
             CU_ASSERT_EQUAL_FATAL(ofccl__ep_name(p.ep[r], names[r], &lens[r], &e), 0);
             p.h[r] = (ofccl__ep_handlers_t){&p.st[r], on_done, on_error, on_remote_data};
         }
-        for (int r = 0; r < 2; r++)
+        for (int r = 0; r < 2 && !by_one; r++)
             CU_ASSERT_EQUAL_FATAL(ofccl__ep_insert_peers(p.ep[r], names, NAME_MAX_LEN, lens, 2, &e),
                                   0);
+        for (int r = 0; r < 2 && by_one; r++) {
+            /* A name cut short is refused, naming the peer. */
+            CU_ASSERT_EQUAL(ofccl__ep_add_peer(p.ep[r], 1 - r, names[1 - r], lens[1 - r] - 1, &e),
+                            OFCCL_ERR_CORRUPT);
+            CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "peer "));
+            for (int q = 0; q < 2; q++)
+                CU_ASSERT_EQUAL_FATAL(ofccl__ep_add_peer(p.ep[r], q, names[q], lens[q], &e), 0);
+            /* Adding a peer again changes nothing. */
+            CU_ASSERT_EQUAL(ofccl__ep_add_peer(p.ep[r], 1 - r, names[1 - r], lens[1 - r], &e), 0);
+        }
     }
     for (int r = 0; r < 2; r++) {
         CU_ASSERT_EQUAL(ofccl__ep_peer_class(p.ep[r], r), OFCCL__PEER_LOCAL);
@@ -122,12 +139,22 @@ static void move(const char *h0, const char *h1, int want_class)
 
 static void test_same_host(void)
 {
-    move("hostA", "hostA", OFCCL__PEER_LOCAL);
+    move("hostA", "hostA", OFCCL__PEER_LOCAL, false);
 }
 
 static void test_other_host(void)
 {
-    move("hostA", "hostB", OFCCL__PEER_FABRIC);
+    move("hostA", "hostB", OFCCL__PEER_FABRIC, false);
+}
+
+static void test_same_host_by_one(void)
+{
+    move("hostA", "hostA", OFCCL__PEER_LOCAL, true);
+}
+
+static void test_other_host_by_one(void)
+{
+    move("hostA", "hostB", OFCCL__PEER_FABRIC, true);
 }
 
 int main(void)
@@ -136,6 +163,9 @@ int main(void)
         {"composite caps, or the fabric alone where keys cannot be shared", test_caps},
         {"same host: through the local transport", test_same_host},
         {"other host: through tcp", test_other_host},
+        {"same host, peers added one at a time: through the local transport",
+         test_same_host_by_one},
+        {"other host, peers added one at a time: through tcp", test_other_host_by_one},
         {NULL, NULL},
     };
 
