@@ -125,6 +125,7 @@ static int comm_world_locked(ofccl_ctx_t *ctx, ofccl_comm_t **out)
                                ctx->boot->local_rank, ctx->boot->local_size};
     int64_t mode = ofccl__cfg_int(&ctx->cfg, OFCCL__CFG_BOOT_EXCHANGE); /* auto|all|lazy */
     ofccl__xchg_t x = {ctx->boot, boot_allgather, NULL, NULL};
+    int rc;
 
     /* Every rank decides alike, from the job alone: were the provider part of
      * it, ranks started with different ones would run different exchanges
@@ -139,7 +140,21 @@ static int comm_world_locked(ofccl_ctx_t *ctx, ofccl_comm_t **out)
     if (out == NULL)
         return ofccl__fail(&ctx->log, OFCCL__SUB_CORE, &ctx->err, OFCCL_ERR_INVALID_ARG,
                            "ofccl_comm_world: comm is NULL");
-    return ofccl__comm_create(ctx, &init, &x, out);
+    rc = ofccl__comm_create(ctx, &init, &x, out);
+    /* Ranks that run different exchanges (OFCCL_BOOT_EXCHANGE differs) meet
+     * as a failed fence or a size no rank expected: say which this one ran. */
+    if (rc == OFCCL_ERR_BOOTSTRAP || rc == OFCCL_ERR_CORRUPT) {
+        size_t n = strnlen(ctx->err.msg, sizeof(ctx->err.msg));
+
+        snprintf(ctx->err.msg + n, sizeof(ctx->err.msg) - n,
+                 " (this rank ran the %s exchange of setup records, OFCCL_BOOT_EXCHANGE=%s; ranks "
+                 "that run different ones fail here)",
+                 x.publish != NULL ? "lazy" : "collecting",
+                 mode == 2   ? "lazy"
+                 : mode == 1 ? "all"
+                             : "auto");
+    }
+    return rc;
 }
 
 static int comm_destroy_locked(ofccl_comm_t *comm)
