@@ -100,6 +100,17 @@ static unsigned units_from(const ofccl__req_t *r, int p)
                                                          : r->nchunks;
 }
 
+/* Chunk c of the block at `block` (inside `mr`) into peer p's staging block
+ * s, signalled as unit s * nchunks + c: both phases write this way. */
+static int put_staged(ofccl__req_t *r, int p, const char *block, const ofccl__mr_t *mr, unsigned s,
+                      unsigned c)
+{
+    size_t off = (size_t)c * r->chunk;
+
+    return ofccl__coll_put(r, p, block + off, mr, ofccl__chunk_len(r, c),
+                           (size_t)s * r->block + off, s * r->nchunks + c);
+}
+
 /* Phase 1: to each other rank (h, j) of our host, our contributions to the H
  * blocks of rail j, other hosts' first. */
 static int to_host(ofccl__req_t *r, bool *all)
@@ -115,10 +126,7 @@ static int to_host(ofccl__req_t *r, bool *all)
             unsigned w = r->sent[q], t = w / r->nchunks, c = w % r->nchunks;
             unsigned s = stage_idx(comm, q, me, (int)t);
             int b = at(comm, (h + 1 + (int)t) % H, j);
-            size_t off = (size_t)c * r->chunk;
-            int rc = ofccl__coll_put(r, q, src + (size_t)b * r->block + off, r->src.mr,
-                                     ofccl__chunk_len(r, c), (size_t)s * r->block + off,
-                                     s * r->nchunks + c);
+            int rc = put_staged(r, q, src + (size_t)b * r->block, r->src.mr, s, c);
             if (rc == OFCCL_ERR_AGAIN)
                 break;
             if (rc)
@@ -225,11 +233,7 @@ static int to_rail(ofccl__req_t *r, bool *all)
         int p = at(comm, (h + 1 + t) % H, comm->node_idx[me]);
         unsigned s = stage_idx(comm, p, me, 0);
         while (r->sent[p] < r->nchunks && r->reduced > (unsigned)t * r->nchunks + r->sent[p]) {
-            unsigned c = r->sent[p];
-            size_t off = (size_t)c * r->chunk;
-            int rc = ofccl__coll_put(r, p, fwd + (size_t)t * r->block + off, r->fwd.mr,
-                                     ofccl__chunk_len(r, c), (size_t)s * r->block + off,
-                                     s * r->nchunks + c);
+            int rc = put_staged(r, p, fwd + (size_t)t * r->block, r->fwd.mr, s, r->sent[p]);
             if (rc == OFCCL_ERR_AGAIN)
                 break;
             if (rc)
