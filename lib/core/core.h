@@ -315,6 +315,10 @@ const char *ofccl__comm_host(const ofccl_comm_t *comm, int rank);
 /* Record a fatal error: the communicator reports it from every later call. */
 int ofccl__comm_fail(ofccl_comm_t *comm, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* Fail creation with MISMATCH: setting `id` (a row of the settings table) is
+ * `theirs` on rank r and `mine` here, both formatted as the user writes them. */
+int ofccl__comm_setting_differs(ofccl_comm_t *comm, int id, int r, const char *theirs,
+                                const char *mine);
 /* Start of a call that needs a usable communicator: 0, or its sticky error
  * with a message naming `what`, the communicator and the first error (or the
  * abort). */

@@ -156,12 +156,7 @@ int ofccl__links_agree(ofccl_comm_t *comm, const ofccl__link_t (*all)[OFCCL__LIN
                 ofccl__link_format(l, b, sizeof(b));
                 ofccl__link_format(mine, a, sizeof(a));
                 free(v);
-                return ofccl__comm_fail(comm, OFCCL_ERR_MISMATCH,
-                                        "comm setup: rank %d has OFCCL_%s=%s, rank %d has "
-                                        "OFCCL_%s=%s; it must be equal on every rank (settings "
-                                        "of scope 'all' in `ofccl_info -c`)",
-                                        r, ofccl__cfg_params[id].name, b, comm->rank,
-                                        ofccl__cfg_params[id].name, a);
+                return ofccl__comm_setting_differs(comm, id, r, b, a);
             }
             v[r] = l->alpha_ns;
             v[n + r] = l->mbps;

@@ -155,16 +155,22 @@ static int setup_check(ofccl_comm_t *comm, int from, const setup_t *mine, const 
         if (theirs->agree[k] != mine->agree[k]) {
             ofccl__config_format(id, theirs->agree[k], b, sizeof(b));
             ofccl__config_format(id, mine->agree[k], a, sizeof(a));
-            return ofccl__comm_fail(comm, OFCCL_ERR_MISMATCH,
-                                    "comm setup: rank %d has OFCCL_%s=%s, rank %d has "
-                                    "OFCCL_%s=%s; it must be equal on every rank (settings of "
-                                    "scope 'all' in `ofccl_info -c`)",
-                                    from, ofccl__cfg_params[id].name, b, comm->rank,
-                                    ofccl__cfg_params[id].name, a);
+            return ofccl__comm_setting_differs(comm, id, from, b, a);
         }
         k++;
     }
     return 0;
+}
+
+int ofccl__comm_setting_differs(ofccl_comm_t *comm, int id, int r, const char *theirs,
+                                const char *mine)
+{
+    return ofccl__comm_fail(comm, OFCCL_ERR_MISMATCH,
+                            "comm setup: rank %d has OFCCL_%s=%s, rank %d has OFCCL_%s=%s; it "
+                            "must be equal on every rank (settings of scope 'all' in `ofccl_info "
+                            "-c`)",
+                            r, ofccl__cfg_params[id].name, theirs, comm->rank,
+                            ofccl__cfg_params[id].name, mine);
 }
 
 /* Rank r's encoded record: decoded, unpacked and checked against ours. */
