@@ -1,7 +1,8 @@
 #!/bin/sh
 # The outside-in test: install ofccl into a temporary directory, build
-# outside.c against the installed header and library only (pkg-config, no
-# include path into the source tree), and run it under mpirun at 1 to 7 ranks.
+# outside.c and outside_coll.c against the installed header and library only
+# (pkg-config, no include path into the source tree), and run it under mpirun
+# at 1 to 7 ranks.
 #   ci:   every rank count on one transport (rotating), plus 1 and 7 ranks on all three
 #   full: every rank count on every transport
 # The sequence seed is OFCCL_OUTSIDE_SEED, or the time; each run prints it, and
@@ -31,7 +32,8 @@ flags=$(pkg-config --cflags --libs ofccl) || exit 1
 [ "$san" = none ] || [ -z "$san" ] || flags="-fsanitize=$san -fno-omit-frame-pointer $flags"
 echo "cc $flags"
 # shellcheck disable=SC2086
-${CC:-cc} -std=c11 -O2 -Wall -Wextra -o "$tmp/outside" "$src" $flags -lm -Wl,-rpath,"$libdir" ||
+${CC:-cc} -std=c11 -O2 -Wall -Wextra -o "$tmp/outside" "$src" "$(dirname "$src")/outside_coll.c" \
+    $flags -lm -Wl,-rpath,"$libdir" ||
     { echo "building outside.c against the installed ofccl failed"; exit 1; }
 # The program must run on the installed library, not on one from the build tree.
 ldd "$tmp/outside" | grep -q "$libdir/libofccl" ||
