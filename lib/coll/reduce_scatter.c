@@ -15,6 +15,20 @@ static size_t round8(size_t v)
     return (v + 7) & ~(size_t)7;
 }
 
+/* Pull: where the output is ofccl memory that peers can map, announce it, so
+ * that ranks done with their own block can take grains of this one. */
+static void announce_out(ofccl__req_t *r)
+{
+    ofccl_comm_t *comm = r->comm;
+    const ofccl__mr_t *omr;
+
+    if (comm->peer_ctrl_at == NULL || r->block == 0)
+        return;
+    omr = r->bucket ? r->src.mr : ofccl__mem_find(comm, r->out, r->block);
+    if (omr != NULL && omr->shared && (omr->access & OFCCL__ACC_REMOTE_WRITE))
+        r->out_mr = omr;
+}
+
 /* Reduce-scatter on a provider that maps peers' memory: peers read our source
  * in place, so it must be memory they can map; anything else is copied into
  * staging first (logged once per communicator: it costs a copy). A bucket's
@@ -51,6 +65,7 @@ static int post_rs_pull(ofccl__req_t *r, const ofccl__mr_t *smr)
                         comm->rank, r->sendbuf);
     }
     r->dst = r->src; /* what the descriptor announces: the region peers read */
+    announce_out(r);
     rc = ofccl__coll_start(r);
     if (rc && r->staging_idx >= 0)
         ofccl__stage_release(comm, OFCCL__RS, r->staging_idx);

@@ -16,7 +16,8 @@
  * [DESC_OUT: SLOTS x 8]            this rank's outgoing descriptor per slot
  * [DESC_IN: SLOTS x size x 8]      descriptors written here by the ranks we write to
  * [DESC_CNT: SLOTS x size]         atomic path: descriptor-landed counters
- * [ARR_CNT: SLOTS x size]          atomic path: per-writer data counters */
+ * [ARR_CNT: SLOTS x size]          atomic path: per-writer data counters
+ * [CLAIM: SLOTS x 8]               pull reduce-scatter: grains taken, per slot */
 size_t ofccl__ctrl_desc_out(unsigned slot)
 {
     return OFCCL__CTRL_FIXED + (size_t)slot * OFCCL__DESC_WORDS;
@@ -38,12 +39,20 @@ size_t ofccl__ctrl_arr_cnt(int size, unsigned slot, int from)
     return ofccl__ctrl_desc_cnt(size, OFCCL__SLOTS, 0) + (size_t)slot * (size_t)size + (size_t)from;
 }
 
+/* [CLAIM: SLOTS x 8] from a cache-line boundary, a line per slot: the pull
+ * reduce-scatter's counter of grains taken from this rank's block, which
+ * every rank of the host increments. */
+size_t ofccl__ctrl_claim(int size, unsigned slot)
+{
+    return ((ofccl__ctrl_arr_cnt(size, OFCCL__SLOTS, 0) + 7) & ~(size_t)7) + (size_t)slot * 8;
+}
+
 /* [EAGER_OUT: SLOTS x size x slot] [EAGER_IN: EAGER_RING x size x slot] follow,
  * from a cache-line boundary: slots are whole lines, so a small payload shares
  * its header's line. */
 static size_t eager_base_word(int size)
 {
-    return (ofccl__ctrl_arr_cnt(size, OFCCL__SLOTS, 0) + 7) & ~(size_t)7;
+    return ofccl__ctrl_claim(size, OFCCL__SLOTS);
 }
 
 size_t ofccl__ctrl_eager_slot_bytes(int size, size_t eager_bytes)

@@ -2,7 +2,8 @@
  * Descriptors: before any data moves, every rank that will be written to
  * announces its destination to the ranks that write into it — {seq,
  * fingerprint, count, base, key, len, offset, rank, premul scalar, layout
- * hash, tensors, layout offset}. The descriptor is also the credit (a buffer
+ * hash, tensors, layout offset, and where the pull reduce-scatter's output
+ * may be written: base, key, len, offset}. The descriptor is also the credit (a buffer
  * is announced only when free) and the argument check: a writer validates it
  * (untrusted input) before using the key.
  */
@@ -107,6 +108,10 @@ int ofccl__desc_send(ofccl__req_t *r)
     d[9] = r->bucket ? r->layout_hash : 0;
     d[10] = r->bucket ? (uint64_t)r->ntensors : 0;
     d[11] = r->bucket && r->dst.mr ? (uint64_t)((char *)r->layout - (char *)r->dst.mr->addr) : 0;
+    d[12] = r->out_mr ? r->out_mr->base : 0;
+    d[13] = r->out_mr ? r->out_mr->key : 0;
+    d[14] = r->out_mr ? r->out_mr->len : 0;
+    d[15] = r->out_mr ? (uint64_t)((char *)r->out - (char *)r->out_mr->addr) : 0;
     for (int p = (int)r->descs_sent; p < comm->size; p++, r->descs_sent++) {
         ofccl__wop_t *w;
         int rc;

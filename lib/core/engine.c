@@ -77,10 +77,11 @@ int ofccl__coll_init(ofccl_comm_t *comm)
         r->wops = calloc(r->nwops, sizeof(*r->wops));
         r->srcs = calloc(n, sizeof(*r->srcs));
         r->peer_at = calloc(n, sizeof(*r->peer_at));
+        r->peer_out = calloc(n, sizeof(*r->peer_out));
         if (comm->ctx->trace != NULL && (r->tr = calloc(n, sizeof(*r->tr))) == NULL)
             return OFCCL_ERR_NO_MEMORY;
         if (!r->sig_mask || !r->peer_rk || !r->peer_off || !r->unit_cnt || !r->seen || !r->wops ||
-            !r->srcs || !r->peer_at)
+            !r->srcs || !r->peer_at || !r->peer_out)
             return OFCCL_ERR_NO_MEMORY;
     }
     cs->eager_bytes = (size_t)ofccl__cfg_int(&comm->ctx->cfg, OFCCL__CFG_EAGER_BYTES);
@@ -107,6 +108,7 @@ void ofccl__coll_fini(ofccl_comm_t *comm)
         free(r->wops);
         free(r->srcs);
         free(r->peer_at);
+        free(r->peer_out);
         free(r->tensors);
         free(r->tr);
     }
@@ -133,6 +135,8 @@ static void req_reset(ofccl__req_t *r)
     r->tag = 0;
     r->algo_state = NULL;
     r->own_dst = NULL;
+    r->out_mr = NULL;
+    r->take_k = 0;
     r->own_done = 0;
     r->out = NULL;
     r->staging_idx = -1;
@@ -450,6 +454,33 @@ int ofccl__coll_map_peer(ofccl__req_t *r, int p, uint64_t off, size_t len, const
         return ofccl__coll_fail(r, rc, "reading rank %d's source in place: %s", p, e.msg);
     *at = ptr;
     return 0;
+}
+
+int ofccl__coll_map_peer_out(ofccl__req_t *r, int p, char **at)
+{
+    const ofccl_comm_t *comm = r->comm;
+    const uint64_t *d = (const uint64_t *)&comm->ctrl[ofccl__ctrl_desc_in(comm->size, r->slot, p)];
+    ofccl__rkey_t rk = {d[12], d[13], d[14]};
+    ofccl__err_t e;
+    void *ptr = NULL;
+    int rc;
+
+    *at = NULL;
+    if (rk.len == 0)
+        return 0;
+    rc = ofccl__ep_peer_map(comm->ep, p, &rk, d[15], r->block, OFCCL__ACC_REMOTE_WRITE, &ptr, &e);
+    if (rc)
+        return ofccl__coll_fail(r, rc, "writing rank %d's output in place: %s", p, e.msg);
+    *at = ptr;
+    return 0;
+}
+
+_Atomic uint64_t *ofccl__coll_claim_word(const ofccl__req_t *r, int owner)
+{
+    const ofccl_comm_t *comm = r->comm;
+    size_t w = ofccl__ctrl_claim(comm->size, r->slot);
+
+    return owner == comm->rank ? &comm->ctrl[w] : &comm->peer_ctrl_at[owner][w];
 }
 
 const ofccl__prov_caps_t *ofccl__comm_caps(const ofccl_comm_t *comm)

@@ -27,7 +27,7 @@
 #define OFCCL__SLOTS 8 /* collectives outstanding per communicator */
 #define OFCCL__SLOT_BITS 3
 #define OFCCL__MAX_UNITS 16384 /* units (chunk x step) one collective may signal */
-#define OFCCL__DESC_WORDS 12
+#define OFCCL__DESC_WORDS 16
 #define OFCCL__EAGER_WORDS 4 /* eager header: from, fingerprint, count, seq + 1 (the mark) */
 #define OFCCL__EAGER_HDR (OFCCL__EAGER_WORDS * sizeof(uint64_t))
 #define OFCCL__EAGER_RING 16 /* eager slots per writer (eager_slots.c says why 16) */
@@ -159,21 +159,26 @@ struct ofccl_req {
     uint64_t flush_ns; /* failed by a mismatch: deliver descriptors until then */
 
     /* counters: the whole state of the pipeline */
-    uint32_t *unit_cnt;      /* [MAX_UNITS] arrivals per unit */
-    uint64_t arrived;        /* total arrivals */
-    uint64_t *seen;          /* [size] atomic path: per-writer counter already folded */
-    uint32_t *sent;          /* [size] units posted to that peer */
-    uint32_t *inflight;      /* [size] writes in flight to that peer */
-    uint32_t *sig_next;      /* [size] atomic path: next write (k) to signal */
-    uint32_t *from_cnt;      /* [size] units arrived from that writer */
-    uint64_t *sig_mask;      /* [size] atomic path: delivered, unsignalled units */
-    size_t peer_state_bytes; /* sig_mask, sent, inflight, sig_next, from_cnt, writes_to_me,
-                                i_write_to and peer_ready: one block, in this order */
-    uint32_t reduced;        /* RS: units reduced */
-    unsigned ops_out;        /* ops of this request not yet completed */
-    ofccl__wop_t *wops;      /* [size * (depth * 2 + 2)] */
-    const void **srcs;       /* [size] reduction sources */
-    const char **peer_at;    /* [size] pull: peer p's block for this rank, mapped here */
+    uint32_t *unit_cnt;        /* [MAX_UNITS] arrivals per unit */
+    uint64_t arrived;          /* total arrivals */
+    uint64_t *seen;            /* [size] atomic path: per-writer counter already folded */
+    uint32_t *sent;            /* [size] units posted to that peer */
+    uint32_t *inflight;        /* [size] writes in flight to that peer */
+    uint32_t *sig_next;        /* [size] atomic path: next write (k) to signal */
+    uint32_t *from_cnt;        /* [size] units arrived from that writer */
+    uint64_t *sig_mask;        /* [size] atomic path: delivered, unsignalled units */
+    size_t peer_state_bytes;   /* sig_mask, sent, inflight, sig_next, from_cnt, writes_to_me,
+                                  i_write_to and peer_ready: one block, in this order */
+    uint32_t reduced;          /* RS: units reduced */
+    unsigned ops_out;          /* ops of this request not yet completed */
+    ofccl__wop_t *wops;        /* [size * (depth * 2 + 2)] */
+    const void **srcs;         /* [size] reduction sources */
+    const char **peer_at;      /* [size] pull: peer p's source (RS: all blocks), mapped here */
+    char **peer_out;           /* [size] RS pull: peer p's output, mapped here where announced */
+    const ofccl__mr_t *out_mr; /* RS pull: r->out's registration where peers may write it */
+    size_t grain;              /* RS pull: bytes of a block taken at once */
+    unsigned ngrains;          /* RS pull: grains per block */
+    int take_k;                /* RS pull: blocks this rank is through with, from its own on */
     unsigned nwops;
     /* OFCCL_TRACE: per-peer times ([size], NULL when off) and the post time */
     struct ofccl__trace_peer *tr;
@@ -202,6 +207,12 @@ int ofccl__coll_fail(ofccl__req_t *r, int code, const char *fmt, ...)
 /* Where bytes [off, off+len) of peer p's announced region (r->peer_rk[p]) are
  * mapped here, for reading in place (caps.peer_map). */
 int ofccl__coll_map_peer(ofccl__req_t *r, int p, uint64_t off, size_t len, const void **at);
+/* Where peer p's output (r->block bytes), as its descriptor announces it, is
+ * mapped here for writing; *at = NULL where p announced none. */
+int ofccl__coll_map_peer_out(ofccl__req_t *r, int p, char **at);
+/* The pull reduce-scatter's grain counter of `owner`'s block for r's slot, in
+ * this rank's control region or the owner's mapped here. */
+_Atomic uint64_t *ofccl__coll_claim_word(const ofccl__req_t *r, int owner);
 /* "all-gather" or "reduce-scatter", for messages. */
 const char *ofccl__coll_name(int coll);
 

@@ -301,6 +301,10 @@ typedef struct ofccl_stats {
      * only those used so far under OFCCL_BOOT_EXCHANGE=lazy. (Callers built
      * before this field pass a smaller size and get the fields above.) */
     uint64_t peers_resolved;
+    /* Reduce-scatter output bytes this rank reduced into other ranks' blocks
+     * (local transport: a rank done with its own block takes grains of the
+     * others', OFCCL_RS_GRAIN). */
+    uint64_t reduced_for_peers;
 } ofccl_stats_t;
 OFCCL_API int ofccl_ctx_stats(const ofccl_ctx_t *ctx, ofccl_stats_t *stats);
 

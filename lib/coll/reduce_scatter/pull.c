@@ -1,16 +1,26 @@
 /* Reduce-scatter, pull (providers that map peers' memory: caps.peer_map).
- * Every rank announces its source buffer instead of a staging area; once all
- * descriptors are in, it maps each peer's block for this rank and reduces
- * chunk c of all of them, own contribution first, straight into the output:
- * one pass that reads every input once, where the push version first copied
- * each peer's block into staging. Then it signals each peer once (a
- * zero-length write with CQ data): "done reading your buffer". A rank's
- * request completes only when every peer has said so, so no source changes
- * while it is read. */
+ * Every rank announces its source buffer instead of a staging area, and, where
+ * it is ofccl memory, its output. Once all descriptors are in, it maps every
+ * peer's source and reduces blocks grain by grain (OFCCL_RS_GRAIN) straight
+ * into their outputs: one pass that reads every input once, where the push
+ * version first copied each peer's block into staging.
+ *
+ * Grains are taken from a counter in the block owner's control region. A rank
+ * takes its own block's first, then those left in the other ranks' blocks
+ * whose output it can write, in rank order from its own: a rank on a slow
+ * core, or one busy elsewhere, no longer sets the pace. Whoever takes a grain
+ * sums the same sources in the same order (the owner's contribution first,
+ * then the others by rank), so results do not depend on who reduced what.
+ *
+ * A rank through with every block signals each peer once (a zero-length write
+ * with CQ data): "done with your buffers". A rank's request completes only
+ * when every peer has said so: by then nobody reads its source, and every
+ * grain of its output has been written (each before its writer's signal). */
 #include "coll.h"
+#include "util.h"
 
-/* Map every peer's block for this rank, once its descriptor is in. 1 when all
- * are mapped, 0 to wait, <0 on error. */
+/* Map every peer's source, all blocks, and its output where announced, once
+ * its descriptor is in. 1 when all are mapped, 0 to wait, <0 on error. */
 static int map_peers(ofccl__req_t *r)
 {
     ofccl_comm_t *comm = r->comm;
@@ -23,7 +33,9 @@ static int map_peers(ofccl__req_t *r)
             continue;
         if (!r->peer_ready[p])
             return 0;
-        rc = ofccl__coll_map_peer(r, p, (uint64_t)comm->rank * r->block, r->block, &at);
+        rc = ofccl__coll_map_peer(r, p, 0, r->block * (size_t)comm->size, &at);
+        if (rc == 0)
+            rc = ofccl__coll_map_peer_out(r, p, &r->peer_out[p]);
         if (rc)
             return rc;
         r->peer_at[p] = at;
@@ -31,27 +43,54 @@ static int map_peers(ofccl__req_t *r)
     return 1;
 }
 
-static int reduce_some(ofccl__req_t *r)
+static const char *source(const ofccl__req_t *r, int p)
+{
+    return p == r->comm->rank ? (const char *)r->src.ptr : r->peer_at[p];
+}
+
+/* Grain g of block b into `out` (that block's output): rank b's contribution
+ * first, then the others' by rank. Returns the bytes reduced, <0 on error. */
+static long reduce_grain(ofccl__req_t *r, int b, unsigned g, char *out)
 {
     ofccl_comm_t *comm = r->comm;
-    const char *own = (const char *)r->src.ptr + (size_t)comm->rank * r->block;
-    int ndiv = r->op.kind == OFCCL_OP_AVG ? comm->size : 0;
+    size_t at = (size_t)g * r->grain, off = (size_t)b * r->block + at, n = 1;
+    size_t len = OFCCL__MIN(r->grain, r->block - at);
+    int rc;
 
-    /* Bounded work per call: `depth` chunks, then progress runs again. */
-    for (unsigned k = 0; k < r->depth && r->reduced < r->nchunks; k++) {
-        unsigned c = r->reduced;
-        size_t off = (size_t)c * r->chunk, n = 1;
-        int rc;
+    r->srcs[0] = source(r, b) + off;
+    for (int p = 0; p < comm->size; p++)
+        if (p != b)
+            r->srcs[n++] = source(r, p) + off;
+    rc = ofccl__reduce(r->dtype, r->op, out + at, r->srcs, comm->size, len / r->esize,
+                       r->op.kind == OFCCL_OP_AVG ? comm->size : 0);
+    if (rc)
+        return ofccl__coll_fail(r, rc, "reducing grain %u of rank %d's block", g, b);
+    return (long)len;
+}
 
-        r->srcs[0] = own + off;
-        for (int p = 0; p < comm->size; p++)
-            if (p != comm->rank)
-                r->srcs[n++] = r->peer_at[p] + off;
-        rc = ofccl__reduce(r->dtype, r->op, (char *)r->out + off, r->srcs, comm->size,
-                           ofccl__chunk_len(r, c) / r->esize, ndiv);
-        if (rc)
-            return ofccl__coll_fail(r, rc, "reducing chunk %u", c);
-        r->reduced++;
+/* Take and reduce grains, about `depth` chunks' worth per call (then progress
+ * runs again). r->take_k counts the blocks found exhausted or not writable. */
+static int take_some(ofccl__req_t *r)
+{
+    ofccl_comm_t *comm = r->comm;
+    size_t budget = (size_t)r->depth * r->chunk;
+
+    while (r->take_k < comm->size && budget > 0) {
+        int b = (comm->rank + r->take_k) % comm->size;
+        char *out = b == comm->rank ? (char *)r->out : r->peer_out[b];
+        uint64_t g;
+        long n;
+
+        if (out == NULL || (g = atomic_fetch_add_explicit(ofccl__coll_claim_word(r, b), 1,
+                                                          memory_order_relaxed)) >= r->ngrains) {
+            r->take_k++;
+            continue;
+        }
+        if ((n = reduce_grain(r, b, (unsigned)g, out)) < 0)
+            return (int)n;
+        if (b != comm->rank)
+            comm->ctx->stats.reduced_for_peers += (uint64_t)n;
+        budget -= OFCCL__MIN(budget, (size_t)n);
         ofccl__ctx_moved(comm->ctx);
     }
     return 0;
@@ -59,10 +98,25 @@ static int reduce_some(ofccl__req_t *r)
 
 static int plan(ofccl__req_t *r)
 {
+    size_t grain = (size_t)ofccl__cfg_int(&r->comm->ctx->cfg, OFCCL__CFG_RS_GRAIN);
+
     ofccl__plan_direct(r);
     r->units_in = (unsigned)(r->comm->size - 1); /* one "done" per peer */
-    for (int p = 0; p < r->comm->size; p++)
+    /* Whole cache lines (and so whole elements). Grain 0: every block is one
+     * grain, and no rank announces its output (the setting is agreed), so
+     * only its owner takes it. */
+    grain -= grain % 64;
+    r->grain = grain > 0 ? OFCCL__MIN(grain, r->block) : r->block;
+    r->grain = OFCCL__MAX(r->grain, (size_t)1);
+    r->ngrains = (unsigned)((r->block + r->grain - 1) / r->grain);
+    if (grain == 0)
+        r->out_mr = NULL;
+    for (int p = 0; p < r->comm->size; p++) {
         r->peer_at[p] = NULL;
+        r->peer_out[p] = NULL;
+    }
+    /* Peers increment this only after our descriptor, which follows. */
+    atomic_store_explicit(ofccl__coll_claim_word(r, r->comm->rank), 0, memory_order_relaxed);
     return 0;
 }
 
@@ -73,9 +127,9 @@ static int progress(ofccl__req_t *r)
 
     if (rc <= 0)
         return rc;
-    if ((rc = reduce_some(r)) != 0)
+    if ((rc = take_some(r)) != 0)
         return rc;
-    if (r->reduced < r->nchunks)
+    if (r->take_k < comm->size)
         return 0;
     for (int k = 1; k < comm->size; k++) {
         int p = (comm->rank + k) % comm->size;
