@@ -26,11 +26,11 @@ VETH_MEASURED = {"direct": (0.22, 0.26), "ring": (0.43, 0.59)}  # link share, 1-
 
 # ofccl's state per peer and communicator, in bytes, from the struct sizes on x86-64
 # (sizeof of the fields named; lib/core/engine.c ofccl__coll_init, setup.c, ctrl.c).
-SLOTS, DEPTH, DESC_WORDS, EAGER_RING, EAGER_HDR = 8, 4, 12, 16, 32
+SLOTS, DEPTH, DESC_WORDS, EAGER_RING, EAGER_HDR = 8, 4, 16, 16, 32
 REQ_PER_PEER = (8 + 4 * 4 + 3  # sig_mask, sent/inflight/sig_next/from_cnt, 3 flags
                 + 24 + 8 + 2 * 8  # peer_rk, peer_off, seen[2]
                 + (2 * DEPTH + 2) * 40  # wops: write-op contexts, (2 x depth + 2) per peer
-                + 8 + 8)  # srcs, peer_at
+                + 8 + 8 + 8)  # srcs, peer_at, peer_out
 COLL_PER_PEER = SLOTS * 1 + SLOTS * 8 + EAGER_RING * 1  # desc_flag, desc_seen, eager_seen
 COMM_PER_PEER = 24 + 8 + 4 + 64  # peer_ctrl, peer_ctrl_at, host_of, host_name
 FIXED_PER_COMM = SLOTS * 16384 * 4 + SLOTS * 496 + 5104 + 2296  # unit_cnt, reqs, state, comm

@@ -72,7 +72,7 @@ typedef enum ofccl__cfg_type {
       "place (pull); hier where it does not fit is direct")                                        \
     X(CHUNK_BYTES, SIZE, AGREE, "512K", "", 4096, 1073741824,                                      \
       "Pipeline chunk: a collective moves each rank's block in chunks of this size")               \
-    X(RS_GRAIN, SIZE, AGREE, "32K", "0|<bytes>", 0, 1073741824,                                    \
+    X(RS_GRAIN, SIZE, AGREE, "16K", "0|<bytes>", 0, 1073741824,                                    \
       "Reduce-scatter on the local transport (pull): blocks are reduced in grains of this many "   \
       "bytes, taken from a counter in the owner's control region; a rank done with its own "       \
       "block takes the grains left in other ranks' blocks whose output is ofccl memory, so a "     \

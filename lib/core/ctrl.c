@@ -17,7 +17,7 @@
  * [DESC_IN: SLOTS x size x 8]      descriptors written here by the ranks we write to
  * [DESC_CNT: SLOTS x size]         atomic path: descriptor-landed counters
  * [ARR_CNT: SLOTS x size]          atomic path: per-writer data counters
- * [CLAIM: SLOTS x 8]               pull reduce-scatter: grains taken, per slot */
+ * [SHARE: SLOTS x 16]              pull reduce-scatter: grains taken, through */
 size_t ofccl__ctrl_desc_out(unsigned slot)
 {
     return OFCCL__CTRL_FIXED + (size_t)slot * OFCCL__DESC_WORDS;
@@ -39,12 +39,18 @@ size_t ofccl__ctrl_arr_cnt(int size, unsigned slot, int from)
     return ofccl__ctrl_desc_cnt(size, OFCCL__SLOTS, 0) + (size_t)slot * (size_t)size + (size_t)from;
 }
 
-/* [CLAIM: SLOTS x 8] from a cache-line boundary, a line per slot: the pull
- * reduce-scatter's counter of grains taken from this rank's block, which
- * every rank of the host increments. */
+/* [SHARE: SLOTS x 16] from a cache-line boundary, two lines per slot, for the
+ * pull reduce-scatter: the counter of grains taken from this rank's block,
+ * which every rank of the host increments, then the word in which this rank
+ * says it is through (seq + 1), which every rank polls. */
 size_t ofccl__ctrl_claim(int size, unsigned slot)
 {
-    return ((ofccl__ctrl_arr_cnt(size, OFCCL__SLOTS, 0) + 7) & ~(size_t)7) + (size_t)slot * 8;
+    return ((ofccl__ctrl_arr_cnt(size, OFCCL__SLOTS, 0) + 7) & ~(size_t)7) + (size_t)slot * 16;
+}
+
+size_t ofccl__ctrl_through(int size, unsigned slot)
+{
+    return ofccl__ctrl_claim(size, slot) + 8;
 }
 
 /* [EAGER_OUT: SLOTS x size x slot] [EAGER_IN: EAGER_RING x size x slot] follow,

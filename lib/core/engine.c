@@ -475,10 +475,11 @@ int ofccl__coll_map_peer_out(ofccl__req_t *r, int p, char **at)
     return 0;
 }
 
-_Atomic uint64_t *ofccl__coll_claim_word(const ofccl__req_t *r, int owner)
+_Atomic uint64_t *ofccl__coll_share_word(const ofccl__req_t *r, int owner, bool through)
 {
     const ofccl_comm_t *comm = r->comm;
-    size_t w = ofccl__ctrl_claim(comm->size, r->slot);
+    size_t w =
+        through ? ofccl__ctrl_through(comm->size, r->slot) : ofccl__ctrl_claim(comm->size, r->slot);
 
     return owner == comm->rank ? &comm->ctrl[w] : &comm->peer_ctrl_at[owner][w];
 }

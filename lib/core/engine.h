@@ -210,9 +210,10 @@ int ofccl__coll_map_peer(ofccl__req_t *r, int p, uint64_t off, size_t len, const
 /* Where peer p's output (r->block bytes), as its descriptor announces it, is
  * mapped here for writing; *at = NULL where p announced none. */
 int ofccl__coll_map_peer_out(ofccl__req_t *r, int p, char **at);
-/* The pull reduce-scatter's grain counter of `owner`'s block for r's slot, in
- * this rank's control region or the owner's mapped here. */
-_Atomic uint64_t *ofccl__coll_claim_word(const ofccl__req_t *r, int owner);
+/* The pull reduce-scatter's words for r's slot in `owner`'s control region
+ * (this rank's, or the owner's mapped here): the counter of grains taken from
+ * its block, or (through) the word where it says it is through. */
+_Atomic uint64_t *ofccl__coll_share_word(const ofccl__req_t *r, int owner, bool through);
 /* "all-gather" or "reduce-scatter", for messages. */
 const char *ofccl__coll_name(int coll);
 

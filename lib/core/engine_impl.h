@@ -44,6 +44,7 @@ size_t ofccl__ctrl_desc_in(int size, unsigned slot, int from);
 size_t ofccl__ctrl_desc_cnt(int size, unsigned slot, int from);
 size_t ofccl__ctrl_arr_cnt(int size, unsigned slot, int from);
 size_t ofccl__ctrl_claim(int size, unsigned slot);
+size_t ofccl__ctrl_through(int size, unsigned slot);
 size_t ofccl__ctrl_eager_out(const ofccl_comm_t *comm, unsigned slot, int p);
 size_t ofccl__ctrl_eager_in(const ofccl_comm_t *comm, uint64_t seq, int from);
 size_t ofccl__ctrl_eager_slot_bytes(int size, size_t eager_bytes);
