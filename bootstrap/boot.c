@@ -173,5 +173,6 @@ void ofccl__boot_close(ofccl__boot_t *b)
     if (b->ops != NULL && b->ops->finalize != NULL)
         b->ops->finalize(b);
     free(b->host_of);
+    free(b->host_names);
     free(b);
 }

@@ -64,6 +64,9 @@ struct ofccl__boot {
     int nhosts;
     int *host_of;      /* [size]: host index of each rank, hosts numbered by their lowest rank */
     char hostname[64]; /* for messages; hosts are told apart by host_id */
+    /* [nhosts][64]: each host's name for messages, where the bootstrap knows
+     * them all (the rendezvous root's table, PMIx's PMIX_HOSTNAME); NULL else */
+    char *host_names;
     char host_id[OFCCL__HOST_ID_MAX + 1];
     char job[64]; /* PMIx namespace, "tcp:<root>", or "singleton" */
     uint64_t timeout_ms;
@@ -162,6 +165,11 @@ int ofccl__boot_host_id(const char *override, const ofccl__log_t *lg, char *out,
 /* Fill b->host_of and b->nhosts from every rank's identity (ids[size]):
  * equal identities share a host, hosts are numbered by their lowest rank. */
 int ofccl__boot_hosts_from_ids(ofccl__boot_t *b, const char *const *ids, ofccl__err_t *e);
+/* The name of host h for messages: b->host_names[h], else "host #h". */
+void ofccl__boot_host_name(const ofccl__boot_t *b, int h, char *out, size_t len);
+/* b->host_names from each host's lowest rank's name (names[r * stride]):
+ * printable characters only, at most 63. 0 or OFCCL_ERR_NO_MEMORY. */
+int ofccl__boot_set_host_names(ofccl__boot_t *b, const char *names, size_t stride);
 /* local_rank / local_size from b->host_of: the ranks on this rank's host. */
 void ofccl__boot_local_from_hosts(ofccl__boot_t *b);
 

@@ -169,3 +169,31 @@ void ofccl__boot_local_from_hosts(ofccl__boot_t *b)
         b->local_size++;
     }
 }
+
+void ofccl__boot_host_name(const ofccl__boot_t *b, int h, char *out, size_t len)
+{
+    if (b->host_names != NULL && h >= 0 && h < b->nhosts && b->host_names[(size_t)h * 64] != '\0')
+        ofccl__strlcpy(out, b->host_names + (size_t)h * 64, len);
+    else
+        snprintf(out, len, "host #%d", h);
+}
+
+int ofccl__boot_set_host_names(ofccl__boot_t *b, const char *names, size_t stride)
+{
+    char *t = calloc((size_t)b->nhosts, 64);
+
+    if (t == NULL)
+        return OFCCL_ERR_NO_MEMORY;
+    for (int r = b->size - 1; r >= 0; r--) { /* ends on each host's lowest rank */
+        const char *n = names + (size_t)r * stride;
+        char *o = t + (size_t)b->host_of[r] * 64;
+        size_t k;
+
+        for (k = 0; k < 63 && k < stride && n[k] != '\0'; k++)
+            o[k] = n[k] > ' ' && n[k] < 127 ? n[k] : '?';
+        o[k] = '\0';
+    }
+    free(b->host_names);
+    b->host_names = t;
+    return 0;
+}

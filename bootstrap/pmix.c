@@ -73,7 +73,7 @@ static int timeout_seconds(uint64_t ms)
 
 /* Integer job data may come back with any integer type depending on the
  * server (Open MPI, PRRTE, Slurm); accept them all, reject negatives. */
-static int value_to_u64(const pmix_value_t *v, uint64_t *out)
+int ofccl__pmix_value_u64(const pmix_value_t *v, uint64_t *out)
 {
     int64_t s;
 
@@ -142,7 +142,7 @@ static int get_uint(ofccl__boot_t *b, const pmix_proc_t *proc, const char *key, 
     if (rc != PMIX_SUCCESS || v == NULL)
         return ofccl__fail(b->log, OFCCL__SUB_BOOT, e, OFCCL_ERR_BOOTSTRAP,
                            "PMIx_Get(%s) failed: %s", key, PMIx_Error_string(rc));
-    if (value_to_u64(v, &x) != 0 || x > max) {
+    if (ofccl__pmix_value_u64(v, &x) != 0 || x > max) {
         int type = v->type;
         PMIX_VALUE_RELEASE(v);
         return ofccl__fail(b->log, OFCCL__SUB_BOOT, e, OFCCL_ERR_BOOTSTRAP,
@@ -226,95 +226,6 @@ static void get_hostname(ofccl__boot_t *b, pmix_boot_t *pb)
     if (v != NULL)
         PMIX_VALUE_RELEASE(v);
     PMIX_INFO_DESTRUCT(&info);
-}
-
-/* PMIX_NODEID of `rank`, answered from the job data or not at all. 0 or -1. */
-static int get_nodeid(pmix_boot_t *pb, int rank, uint64_t *out)
-{
-    pmix_value_t *v = NULL;
-    pmix_info_t info;
-    pmix_proc_t proc;
-    bool opt = true;
-    int ok;
-
-    PMIX_PROC_CONSTRUCT(&proc);
-    PMIX_LOAD_PROCID(&proc, pb->me.nspace, (pmix_rank_t)rank);
-    PMIX_INFO_CONSTRUCT(&info);
-    PMIX_INFO_LOAD(&info, PMIX_OPTIONAL, &opt, PMIX_BOOL);
-    ok = PMIx_Get(&proc, PMIX_NODEID, &info, 1, &v) == PMIX_SUCCESS && v != NULL &&
-         value_to_u64(v, out) == 0;
-    if (v != NULL)
-        PMIX_VALUE_RELEASE(v);
-    PMIX_INFO_DESTRUCT(&info);
-    return ok ? 0 : -1;
-}
-
-static int pmix_allgather(ofccl__boot_t *b, const void *in, size_t len, void *out, size_t slot,
-                          size_t *lens, ofccl__err_t *e);
-
-/* Host identities exchanged through PMIx, for servers that give no node ids. */
-static int hosts_by_exchange(ofccl__boot_t *b, const char **ids, ofccl__err_t *e)
-{
-    size_t slot = OFCCL__HOST_ID_MAX + 1;
-    char *out = malloc((size_t)b->size * slot);
-    size_t *lens = malloc((size_t)b->size * sizeof(*lens));
-    int rc;
-
-    if (out == NULL || lens == NULL) {
-        rc = ofccl__fail(b->log, OFCCL__SUB_BOOT, e, OFCCL_ERR_NO_MEMORY,
-                         "out of memory exchanging the host identities of %d ranks", b->size);
-        goto out;
-    }
-    rc = pmix_allgather(b, b->host_id, strlen(b->host_id), out, slot, lens, e);
-    for (int r = 0; r < b->size && rc == 0; r++) {
-        if (lens[r] == 0 || lens[r] > OFCCL__HOST_ID_MAX)
-            rc = ofccl__fail(b->log, OFCCL__SUB_BOOT, e, OFCCL_ERR_CORRUPT,
-                             "rank %d published a %zu-byte host identity (1..%d)", r, lens[r],
-                             OFCCL__HOST_ID_MAX);
-        out[(size_t)r * slot + (rc == 0 ? lens[r] : 0)] = '\0';
-        ids[r] = out + (size_t)r * slot;
-    }
-    if (rc == 0)
-        rc = ofccl__boot_hosts_from_ids(b, ids, e);
-out:
-    free(out);
-    free(lens);
-    return rc;
-}
-
-/* The host of every rank: from PMIX_NODEID, which Open MPI, PRRTE and Slurm
- * give for every rank, or else from the host identities exchanged through
- * PMIx. Every rank takes the same branch: node ids are job data. */
-static int pmix_hosts(ofccl__boot_t *b, pmix_boot_t *pb, ofccl__err_t *e)
-{
-    const char **ids = calloc((size_t)b->size, sizeof(*ids));
-    char *names = malloc((size_t)b->size * 24);
-    int rc = 0, r;
-
-    if (ids == NULL || names == NULL) {
-        rc = ofccl__fail(b->log, OFCCL__SUB_BOOT, e, OFCCL_ERR_NO_MEMORY,
-                         "out of memory for the host table of %d ranks", b->size);
-        goto out;
-    }
-    for (r = 0; r < b->size; r++) {
-        uint64_t node;
-        if (get_nodeid(pb, r, &node) != 0)
-            break;
-        snprintf(names + (size_t)r * 24, 24, "%llu", (unsigned long long)node);
-        ids[r] = names + (size_t)r * 24;
-    }
-    if (r == b->size) {
-        rc = ofccl__boot_hosts_from_ids(b, ids, e);
-    } else {
-        OFCCL__DEBUG(b->log, OFCCL__SUB_BOOT,
-                     "PMIx gives no %s for rank %d: exchanging host identities instead",
-                     PMIX_NODEID, r);
-        rc = hosts_by_exchange(b, ids, e);
-    }
-out:
-    free(ids);
-    free(names);
-    return rc;
 }
 
 static int pmix_fence(ofccl__boot_t *b, pmix_boot_t *pb, int collect, const char *what,
@@ -438,7 +349,7 @@ static int get_one(ofccl__boot_t *b, unsigned long long kseq, int r, void *out, 
     return ret;
 }
 
-static int pmix_allgather(ofccl__boot_t *b, const void *in, size_t len, void *out, size_t slot,
+int ofccl__pmix_allgather(ofccl__boot_t *b, const void *in, size_t len, void *out, size_t slot,
                           size_t *lens, ofccl__err_t *e)
 {
     unsigned long long seq = (unsigned long long)b->seq++;
@@ -509,7 +420,7 @@ static void pmix_finalize(ofccl__boot_t *b)
 static const ofccl__boot_ops_t pmix_ops = {
     .size = sizeof(ofccl__boot_ops_t),
     .name = "pmix",
-    .allgather = pmix_allgather,
+    .allgather = ofccl__pmix_allgather,
     .barrier = pmix_barrier,
     .finalize = pmix_finalize,
     .watch = ofccl__pmix_watch,
@@ -608,7 +519,7 @@ int ofccl__boot_pmix_open(const ofccl__boot_params_t *p, ofccl__boot_t *b, int *
     b->local_size = (int)lsize;
     get_hostname(b, pb);
     ofccl__strlcpy(b->job, pb->me.nspace, sizeof(b->job));
-    ret = pmix_hosts(b, pb, e);
+    ret = ofccl__pmix_hosts(b, pb, e);
     if (ret != 0)
         goto err_fini;
     if (!have_local) {

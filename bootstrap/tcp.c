@@ -124,11 +124,15 @@ static int connect_root(ofccl__boot_t *b, ofccl__tcp_boot_t *t, const struct add
     }
 }
 
-/* Adopt the root's host table u32 host_of[size]. The root is a peer like any
- * other: the numbering is checked (hosts by their lowest rank, so each entry
- * is a known host or the next new one) before anything is used. */
-static int adopt_table(ofccl__boot_t *b, ofccl__tcp_boot_t *t, const uint8_t *body, ofccl__err_t *e)
+/* Adopt the root's host table: u32 host_of[size], then a 64-byte name per
+ * host. The root is a peer like any other: the numbering is checked (hosts by
+ * their lowest rank, so each entry is a known host or the next new one), and
+ * the length against it, before anything is used; names are made printable. */
+static int adopt_table(ofccl__boot_t *b, ofccl__tcp_boot_t *t, const uint8_t *body, size_t len,
+                       ofccl__err_t *e)
 {
+    const uint8_t *names = body + 4 * (size_t)b->size;
+    char *copy;
     int *host_of = malloc((size_t)b->size * sizeof(*host_of));
     int nhosts = 0;
 
@@ -147,9 +151,33 @@ static int adopt_table(ofccl__boot_t *b, ofccl__tcp_boot_t *t, const uint8_t *bo
         nhosts += h == (uint32_t)nhosts;
         host_of[r] = (int)h;
     }
+    if (len != 4 * (size_t)b->size + (size_t)OFCCL__TCP_HOST_LEN * (size_t)nhosts) {
+        free(host_of);
+        return ofccl__fail(b->log, OFCCL__SUB_BOOT, e, OFCCL_ERR_CORRUPT,
+                           "the bootstrap root at %s sent a %zu-byte host table for %d ranks on "
+                           "%d hosts, expected %zu",
+                           t->root, len, b->size, nhosts,
+                           4 * (size_t)b->size + (size_t)OFCCL__TCP_HOST_LEN * (size_t)nhosts);
+    }
     free(b->host_of);
     b->host_of = host_of;
     b->nhosts = nhosts;
+    /* Names are indexed by rank in ofccl__boot_set_host_names: put each host's
+     * name at its lowest rank's place. */
+    copy = calloc((size_t)b->size, OFCCL__TCP_HOST_LEN);
+    if (copy == NULL)
+        return ofccl__fail(b->log, OFCCL__SUB_BOOT, e, OFCCL_ERR_NO_MEMORY,
+                           "out of memory for the names of %d hosts", nhosts);
+    for (int r = 0, seen = 0; r < b->size; r++)
+        if (host_of[r] == seen)
+            memcpy(copy + (size_t)r * OFCCL__TCP_HOST_LEN,
+                   names + (size_t)seen++ * OFCCL__TCP_HOST_LEN, OFCCL__TCP_HOST_LEN);
+    if (ofccl__boot_set_host_names(b, copy, OFCCL__TCP_HOST_LEN) != 0) {
+        free(copy);
+        return ofccl__fail(b->log, OFCCL__SUB_BOOT, e, OFCCL_ERR_NO_MEMORY,
+                           "out of memory for the names of %d hosts", nhosts);
+    }
+    free(copy);
     return 0;
 }
 
@@ -175,7 +203,7 @@ static int rank_rendezvous(ofccl__boot_t *b, ofccl__tcp_boot_t *t, uint64_t dead
     memset(&d, 0, sizeof(d));
     d.magic = OFCCL__TCP_TABLE_MAGIC;
     d.seq = 0;
-    d.max_body = 4 * (size_t)b->size;
+    d.max_body = (4 + (size_t)OFCCL__TCP_HOST_LEN) * (size_t)b->size; /* at most a host per rank */
     d.what = "the rendezvous";
     c->out = hello;
     c->out_len = OFCCL__TCP_HELLO_LEN + idlen;
@@ -204,12 +232,13 @@ static int rank_rendezvous(ofccl__boot_t *b, ofccl__tcp_boot_t *t, uint64_t dead
             "the bootstrap root at %s %s rank %d: %s", t->root,
             d.status == OFCCL__TCP_ST_REJECT ? "rejected" : "gave up on the rendezvous of", b->rank,
             d.reason);
-    else if (rc == 0 && d.body_len != d.max_body)
+    else if (rc == 0 && d.body_len < 4 * (size_t)b->size)
         rc = ofccl__fail(b->log, OFCCL__SUB_BOOT, e, OFCCL_ERR_CORRUPT,
-                         "the bootstrap root at %s sent a %zu-byte host table, expected %zu",
-                         t->root, d.body_len, d.max_body);
+                         "the bootstrap root at %s sent a %zu-byte host table, expected at "
+                         "least %zu",
+                         t->root, d.body_len, 4 * (size_t)b->size);
     if (rc == 0 && !*retry)
-        rc = adopt_table(b, t, d.body, e);
+        rc = adopt_table(b, t, d.body, d.body_len, e);
     free(d.body);
     return rc;
 }

@@ -444,11 +444,12 @@ static int no_step(ofccl__boot_t *b, ofccl__tcp_conn_t *c, void *arg, ofccl__err
     return 0;
 }
 
-/* Send every rank the host table. */
+/* Send every rank the host table: u32 host_of[size], then each host's name
+ * (64 bytes, NUL-padded), as b->host_names holds them. */
 static int send_table(ofccl__boot_t *b, ofccl__tcp_boot_t *t, uint64_t deadline, uint8_t **framep,
                       ofccl__err_t *e)
 {
-    size_t blen = 4 * (size_t)b->size;
+    size_t blen = 4 * (size_t)b->size + (size_t)OFCCL__TCP_HOST_LEN * (size_t)b->nhosts;
     uint8_t *frame = malloc(OFCCL__TCP_FRAME_HDR + blen);
     int rc;
 
@@ -463,6 +464,8 @@ static int send_table(ofccl__boot_t *b, ofccl__tcp_boot_t *t, uint64_t deadline,
     ofccl__put_le32(frame + 20, (uint32_t)blen);
     for (int r = 0; r < b->size; r++)
         ofccl__put_le32(frame + OFCCL__TCP_FRAME_HDR + 4 * (size_t)r, (uint32_t)b->host_of[r]);
+    memcpy(frame + OFCCL__TCP_FRAME_HDR + 4 * (size_t)b->size, b->host_names,
+           (size_t)OFCCL__TCP_HOST_LEN * (size_t)b->nhosts);
     for (int r = 1; r < b->size; r++) {
         t->conns[r].out = frame;
         t->conns[r].out_len = OFCCL__TCP_FRAME_HDR + blen;
@@ -516,6 +519,11 @@ int ofccl__tcp_root_open(ofccl__boot_t *b, ofccl__tcp_boot_t *t, struct addrinfo
         goto err_abort;
     ofccl__boot_local_from_hosts(b);
     log_name_conflict(v);
+    if (ofccl__boot_set_host_names(b, v->hosts, OFCCL__TCP_HOST_LEN) != 0) {
+        rc = ofccl__fail(b->log, OFCCL__SUB_BOOT, e, OFCCL_ERR_NO_MEMORY,
+                         "out of memory for the names of %d hosts", b->nhosts);
+        goto err_abort;
+    }
     rc = send_table(b, t, deadline, &frame, e);
     if (rc != 0)
         goto err_abort;

@@ -67,7 +67,8 @@ int ofccl__nodes_from_keys(ofccl_comm_t *comm, const uint64_t *keys)
 
 /* Hosts of a lazily created world communicator: the bootstrap's host table
  * (PMIx node ids, or identities from the rendezvous), since the peers'
- * records are not read yet. Hosts other than this one are named by index. */
+ * records are not read yet. Hosts are named as the bootstrap knows them
+ * (PMIX_HOSTNAME, the rendezvous root's table), else by index. */
 int ofccl__hosts_from_boot(ofccl_comm_t *comm, const char *my_host)
 {
     const ofccl__boot_t *b = comm->ctx->boot;
@@ -88,7 +89,7 @@ int ofccl__hosts_from_boot(ofccl_comm_t *comm, const char *my_host)
         if (b->host_of[r] == b->host_of[comm->rank])
             ofccl__strlcpy(name, my_host, sizeof(name));
         else
-            snprintf(name, sizeof(name), "host #%d", b->host_of[r]);
+            ofccl__boot_host_name(b, b->host_of[r], name, sizeof(name));
         ofccl__hosts_add(comm, r, name);
     }
     rc = ofccl__nodes_from_keys(comm, keys);

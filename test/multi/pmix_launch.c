@@ -7,12 +7,14 @@
  * PMIX_ERR_EXIT_NONZERO_TERM (non-zero exit), with PMIX_EVENT_AFFECTED_PROC
  * naming the rank, to the whole namespace. The survivors keep running.
  *
- * Usage: pmix_launch [-t SECONDS] [-k] [-r RPH] -n N PROGRAM [ARGS...]
+ * Usage: pmix_launch [-t SECONDS] [-k] [-r RPH] [-i] -n N PROGRAM [ARGS...]
  *   -t  kill every rank still running after SECONDS (default 60); exit 124
  *   -k  a rank killed by a signal is expected (otherwise it fails the launch)
  *   -r  simulated hosts of RPH ranks each, host-major: rank r gets node id
  *       r / RPH, local rank r % RPH, local size RPH and OFCCL_HOST_ID
  *       fake-host<r / RPH> (as run_tcpboot.sh's OFCCL_TEST_HOST_RPH)
+ *   -i  no PMIX_NODEID in the job data, as some servers: the ranks then
+ *       exchange their host identities
  * Exit status: the first non-zero exit status of a rank, 1 for an unexpected
  * signal, 124 at the time limit, else 0.
  */
@@ -117,7 +119,7 @@ static pmix_server_module_t module = {
 
 /* Job-level data and, per rank, PMIX_PROC_DATA {rank, local rank, node id, host};
  * rph: ranks per simulated host (n: one host). */
-static void register_job(int n, int rph, const char *host)
+static void register_job(int n, int rph, const char *host, bool node_ids)
 {
     size_t ninfo = 7 + (size_t)n, k = 0;
     pmix_info_t *info;
@@ -143,12 +145,13 @@ static void register_job(int n, int rph, const char *host)
         uint16_t lrank = (uint16_t)(r % rph);
         uint32_t node = (uint32_t)(r / rph);
 
-        PMIX_DATA_ARRAY_CREATE(da, 4, PMIX_INFO);
+        PMIX_DATA_ARRAY_CREATE(da, node_ids ? 4 : 3, PMIX_INFO);
         pi = da->array;
         PMIX_INFO_LOAD(&pi[0], PMIX_RANK, &rank, PMIX_PROC_RANK);
         PMIX_INFO_LOAD(&pi[1], PMIX_LOCAL_RANK, &lrank, PMIX_UINT16);
-        PMIX_INFO_LOAD(&pi[2], PMIX_NODEID, &node, PMIX_UINT32);
-        PMIX_INFO_LOAD(&pi[3], PMIX_HOSTNAME, host, PMIX_STRING);
+        PMIX_INFO_LOAD(&pi[2], PMIX_HOSTNAME, host, PMIX_STRING);
+        if (node_ids)
+            PMIX_INFO_LOAD(&pi[3], PMIX_NODEID, &node, PMIX_UINT32);
         PMIX_INFO_LOAD(&info[k++], PMIX_PROC_DATA, da, PMIX_DATA_ARRAY);
         PMIX_DATA_ARRAY_FREE(da);
     }
@@ -190,13 +193,16 @@ static double now_s(void)
 int main(int argc, char **argv)
 {
     int n = 0, rph = 0, opt, expect_kill = 0, running, status = 0;
+    bool node_ids = true;
     double limit = 60, t0;
     pid_t pids[MAX_RANKS];
     char host[64], tmpdir[] = "/tmp/ofccl-pmix-launch.XXXXXX";
     pmix_info_t sinfo[2];
 
-    while ((opt = getopt(argc, argv, "+t:kn:r:")) != -1) {
-        if (opt == 'r')
+    while ((opt = getopt(argc, argv, "+t:kn:r:i")) != -1) {
+        if (opt == 'i')
+            node_ids = false;
+        else if (opt == 'r')
             rph = atoi(optarg);
         else if (opt == 't')
             limit = atof(optarg);
@@ -210,7 +216,8 @@ int main(int argc, char **argv)
     if (rph == 0)
         rph = n;
     if (n < 1 || n > MAX_RANKS || rph < 1 || optind >= argc) {
-        fprintf(stderr, "usage: pmix_launch [-t SECONDS] [-k] [-r RPH] -n N PROGRAM [ARGS...]\n");
+        fprintf(stderr,
+                "usage: pmix_launch [-t SECONDS] [-k] [-r RPH] [-i] -n N PROGRAM [ARGS...]\n");
         return 2;
     }
     if (gethostname(host, sizeof(host) - 1) != 0)
@@ -229,7 +236,7 @@ int main(int argc, char **argv)
         rmdir(tmpdir);
         return 77;
     }
-    register_job(n, rph, host);
+    register_job(n, rph, host, node_ids);
     for (int r = 0; r < n; r++) {
         pmix_proc_t proc;
         char **env = NULL;

@@ -27,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "comm_impl.h"
 #include "cu.h"
@@ -184,6 +185,25 @@ static void force_allgather(const char *algo)
         ofccl__config_parse(OFCCL__CFG_ALGO_AG, algo, &ctx->cfg.v[OFCCL__CFG_ALGO_AG], &e), 0);
 }
 
+/* Every host is named as the bootstrap knows it (PMIX_HOSTNAME from the job
+ * data, or the rendezvous root's table of the ranks' hostnames), also hosts
+ * whose records are not read yet, not by index ("host #1"). The simulated
+ * hosts all run on this machine, so every name is its hostname. */
+static void test_host_names(void)
+{
+    char me[64] = "";
+
+    if (rph <= 0 || size == rph)
+        return; /* one host */
+    CU_ASSERT_EQUAL_FATAL(gethostname(me, sizeof(me) - 1), 0);
+    for (int r = 0; r < size; r++) {
+        if (strcmp(ofccl__comm_host(comm, r), me) != 0)
+            fprintf(stderr, "rank %d: rank %d is on \"%s\", want \"%s\"\n", rank, r,
+                    ofccl__comm_host(comm, r), me);
+        CU_ASSERT_STRING_EQUAL(ofccl__comm_host(comm, r), me);
+    }
+}
+
 static void test_hier_allgather(void)
 {
     if (rph <= 0 || size % rph != 0 || size == rph)
@@ -252,6 +272,7 @@ static int run_check(const char *mode)
 {
     static const cu_test_t tests[] = {
         {"only the host's peers resolved at creation (lazy)", test_creation},
+        {"other hosts named by the bootstrap, not by index", test_host_names},
         {"hierarchical all-gather resolves only the host and rail peers", test_hier_allgather},
         {"ring all-gather and reduce-scatter resolve only the neighbours", test_ring_collectives},
         {"direct all-gather resolves every peer", test_direct_allgather},

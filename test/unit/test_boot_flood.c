@@ -274,7 +274,7 @@ static int fake_root(const job_t *j)
 {
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     int one = 1, lfd = socket(AF_INET, SOCK_STREAM, 0);
-    uint8_t f[24 + 8];
+    uint8_t f[24 + 8 + 64];
     char sink[16];
 
     a.sin_port = htons((uint16_t)atoi(strrchr(j->root, ':') + 1));
@@ -293,10 +293,12 @@ static int fake_root(const job_t *j)
             memcpy(f + 24, "busy", 4);
             (void)send(fd, f, 28, MSG_NOSIGNAL);
         } else {
-            put_answer(f, 0, 8);
-            ofccl__put_le32(f + 24, 0); /* host_of = {0, 0} */
+            put_answer(f, 0, 8 + 64);
+            ofccl__put_le32(f + 24, 0); /* host_of = {0, 0}, then host 0's name */
             ofccl__put_le32(f + 28, 0);
-            (void)send(fd, f, 32, MSG_NOSIGNAL);
+            memset(f + 32, 0, 64);
+            memcpy(f + 32, "fakehost", 8);
+            (void)send(fd, f, 32 + 64, MSG_NOSIGNAL);
             pfd = (struct pollfd){.fd = fd, .events = POLLIN};
             (void)poll(&pfd, 1, 5000); /* until the rank closes */
             (void)recv(fd, sink, sizeof(sink), 0);
@@ -326,6 +328,9 @@ static void test_rank_retries(void)
         CU_ASSERT_EQUAL(b->nhosts, 1);
         CU_ASSERT_EQUAL(b->local_rank, 1);
         CU_ASSERT_EQUAL(b->local_size, 2);
+        CU_ASSERT_PTR_NOT_NULL(b->host_names);
+        if (b->host_names != NULL)
+            CU_ASSERT_STRING_EQUAL(b->host_names, "fakehost");
         ofccl__boot_close(b);
     } else {
         fprintf(stderr, "  %s\n", e.msg);
