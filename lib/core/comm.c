@@ -47,6 +47,16 @@ static void on_error(void *arg, void *op_ctx, int peer, int status, const char *
         ofccl__notice_fail(comm);
     if (op != NULL && op->quiet) {
         /* its caller handles the failure */
+    } else if (comm->sticky != 0) {
+        /* Already failed (a notice, a dead peer, a timeout): an op failing
+         * now is a consequence. A peer that saw the failure may have left
+         * since; blaming it (or telling the others it left) would hide the
+         * cause, so the first one stays the communicator's error. */
+        OFCCL__DEBUG(&comm->ctx->log, OFCCL__SUB_CORE,
+                     "rank %d: after the communicator failed (%s): %s", comm->rank,
+                     comm->sticky_msg, msg);
+        ofccl__strlcpy(comm->err.msg, comm->sticky_msg, sizeof(comm->err.msg));
+        comm->err.code = comm->sticky;
     } else if (status == OFCCL_ERR_REMOTE_ERROR && peer >= 0 && peer < comm->size &&
                peer != comm->rank) {
         /* The peer is gone or its endpoint closed: say so, and tell the others
