@@ -35,6 +35,9 @@ bool ofccl__rs_hier_fits(const ofccl_comm_t *comm);
  * place and reduces them in one pass, then tells each peer it is done reading
  * (one zero-length signal, the only unit it expects from each). */
 extern const ofccl__algo_t ofccl__rs_pull;
+/* The pull algorithms' end (pull.c): say this rank is through with the
+ * peers' buffers, and count the peers through as one arrival each. */
+void ofccl__pull_through(ofccl__req_t *r);
 /* Broadcast (broadcast/): eager for small ones, pull where peers' memory maps,
  * direct, and the pipelined chain for large ones on many ranks. */
 extern const ofccl__algo_t ofccl__bc_eager, ofccl__bc_direct, ofccl__bc_chain, ofccl__bc_pull;

@@ -451,7 +451,8 @@ int ofccl__coll_map_peer(ofccl__req_t *r, int p, uint64_t off, size_t len, const
                                 OFCCL__ACC_REMOTE_READ, &ptr, &e);
 
     if (rc)
-        return ofccl__coll_fail(r, rc, "reading rank %d's source in place: %s", p, e.msg);
+        return ofccl__coll_fail(r, rc, "rank %d on %s: its buffer cannot be read in place: %s", p,
+                                ofccl__comm_host(r->comm, p), e.msg);
     *at = ptr;
     return 0;
 }
@@ -470,7 +471,8 @@ int ofccl__coll_map_peer_out(ofccl__req_t *r, int p, char **at)
         return 0;
     rc = ofccl__ep_peer_map(comm->ep, p, &rk, d[15], r->block, OFCCL__ACC_REMOTE_WRITE, &ptr, &e);
     if (rc)
-        return ofccl__coll_fail(r, rc, "writing rank %d's output in place: %s", p, e.msg);
+        return ofccl__coll_fail(r, rc, "rank %d on %s: its output cannot be written in place: %s",
+                                p, ofccl__comm_host(comm, p), e.msg);
     *at = ptr;
     return 0;
 }

@@ -13,14 +13,10 @@
  * first, then the others by rank), so results do not depend on who reduced
  * what.
  *
- * A rank through with every block says so once, in a word of its own control
- * region that the others poll: one store, where a zero-length message to each
- * peer cost n - 1 posts and as many signals. A rank's request completes only when every
- * peer has said so: by then nobody reads its source, and every grain of its
- * output has been written. Through words only grow (seq + 1), so a peer
- * already on the slot's next collective still counts as through. */
+ * A rank through with every block says so in its through word (../pull.c).
+ * A rank's request completes only when every peer has said so: by then nobody
+ * reads its source, and every grain of its output has been written. */
 #include "coll.h"
-#include "trace.h"
 #include "util.h"
 
 /* Map every peer's source, all blocks, and its output where announced, once
@@ -72,9 +68,7 @@ static long reduce_grain(ofccl__req_t *r, int b, unsigned g, char *out)
     return (long)len;
 }
 
-/* Claim a grain of block b from its counter; UINT32_MAX when none is left.
- * (Owners taking from the front and the others from the back, for steadier
- * cache contents, measured 5-15 % slower at 8 and 16 ranks.) */
+/* Claim a grain of block b from its counter; UINT32_MAX when none is left. */
 static uint32_t claim(ofccl__req_t *r, int b)
 {
     _Atomic uint64_t *w = ofccl__coll_share_word(r, b, false);
@@ -142,29 +136,6 @@ static int plan(ofccl__req_t *r)
     return 0;
 }
 
-/* Through: say so (seq + 1 in this rank's through word, with release: every
- * read of a peer's source and write of its output comes before), then count
- * the peers that have said so, as one arrival each. */
-static void through(ofccl__req_t *r)
-{
-    ofccl_comm_t *comm = r->comm;
-    _Atomic uint64_t *mine = ofccl__coll_share_word(r, comm->rank, true);
-
-    if (atomic_load_explicit(mine, memory_order_relaxed) != r->seq + 1)
-        atomic_store_explicit(mine, r->seq + 1, memory_order_release);
-    for (int p = 0; p < comm->size; p++) {
-        if (p == comm->rank || r->from_cnt[p] != 0 ||
-            atomic_load_explicit(ofccl__coll_share_word(r, p, true), memory_order_acquire) <
-                r->seq + 1)
-            continue;
-        r->from_cnt[p] = 1;
-        r->arrived++;
-        if (comm->ctx->trace != NULL)
-            ofccl__trace_req_in(r, p);
-        ofccl__ctx_moved(comm->ctx);
-    }
-}
-
 static int progress(ofccl__req_t *r)
 {
     int rc = map_peers(r);
@@ -175,7 +146,7 @@ static int progress(ofccl__req_t *r)
         return rc;
     if (r->take_k < r->comm->size)
         return 0;
-    through(r);
+    ofccl__pull_through(r);
     r->finished = r->arrived == r->units_in;
     return 0;
 }
