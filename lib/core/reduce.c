@@ -204,15 +204,9 @@ OFCCL__ALWAYS_INLINE void kern_d(int kind, int divide, double *d, double *acc, c
  * source) measured 2-5x slower at 8 and 16 sources with every core of a
  * 16-core host reducing at once (docs/performance.md). The values and their
  * order are those of the block loops; f16 (conversion-bound) and f64 keep
- * them. Each source is prefetched OFCCL__RED_PF bytes ahead: with 8 and 16
- * sources a page's worth of streams outruns the hardware prefetchers, which
- * stop at 4 KiB pages (8 ranks' reduce-scatter on the 16-core host: 8-27 %
- * faster at 256 KiB to 64 MiB with 1536 bytes; 512 bytes gained nothing). GCC and clang vector
- * extensions: 8 x f32, split into two SSE2 registers in the baseline table. */
+ * them. GCC and clang vector extensions: 8 x f32, split into two SSE2
+ * registers in the baseline table. */
 #define OFCCL__RED_STRIP 32 /* four vectors of 8 f32: strip_f */
-#ifndef OFCCL__RED_PF
-#define OFCCL__RED_PF 1536 /* bytes ahead each source is prefetched; 0 = none */
-#endif
 #if defined(__GNUC__)
 #define OFCCL__RED_STRIPS 1
 typedef float v8f_t __attribute__((vector_size(32)));
@@ -247,18 +241,6 @@ OFCCL__ALWAYS_INLINE void strip_f(int t, float *acc, const void *const *srcs, in
     const char *p0 = (const char *)srcs[0], *p1 = (const char *)srcs[1];
     v8f_t a0, a1, a2, a3, x0, x1, x2, x3;
 
-#if OFCCL__RED_PF > 0
-    size_t es = t == OFCCL_BF16 ? 2 : 4, ahead = off * es + OFCCL__RED_PF;
-#define OFCCL__PREFETCH(p)                                                                         \
-    do {                                                                                           \
-        __builtin_prefetch((p) + ahead, 0, 3);                                                     \
-        if (es == 4)                                                                               \
-            __builtin_prefetch((p) + ahead + 64, 0, 3);                                            \
-    } while (0)
-#else
-#define OFCCL__PREFETCH(p) ((void)(p))
-#endif
-    OFCCL__PREFETCH(p0);
     vload_mul(t, p0, off, c, &a0);
     vload_mul(t, p0, off + 8, c, &a1);
     vload_mul(t, p0, off + 16, c, &a2);
@@ -266,7 +248,6 @@ OFCCL__ALWAYS_INLINE void strip_f(int t, float *acc, const void *const *srcs, in
     for (int k = 1; k < nsrc - 1; k++) {
         const char *pk = k == 1 ? p1 : (const char *)srcs[k];
 
-        OFCCL__PREFETCH(pk);
         vload_mul(t, pk, off, c, &x0);
         vload_mul(t, pk, off + 8, c, &x1);
         vload_mul(t, pk, off + 16, c, &x2);
@@ -280,8 +261,6 @@ OFCCL__ALWAYS_INLINE void strip_f(int t, float *acc, const void *const *srcs, in
     memcpy(acc + 8, &a1, sizeof(a1));
     memcpy(acc + 16, &a2, sizeof(a2));
     memcpy(acc + 24, &a3, sizeof(a3));
-    OFCCL__PREFETCH((const char *)srcs[nsrc - 1]);
-#undef OFCCL__PREFETCH
 }
 #endif
 
