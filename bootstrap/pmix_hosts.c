@@ -2,7 +2,7 @@
  * The PMIx bootstrap's host table: which host each rank runs on, from
  * PMIX_NODEID (Open MPI, PRRTE and Slurm give it for every rank) or else from
  * host identities exchanged through PMIx; and each host's name for messages
- * (PMIX_HOSTNAME of its lowest rank).
+ * (PMIX_HOSTNAME from the job data, or exchanged with the identities).
  */
 #include <stdio.h>
 #include <stdlib.h>

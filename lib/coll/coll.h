@@ -31,9 +31,10 @@ extern const ofccl__algo_t ofccl__rs_direct, ofccl__rs_ring, ofccl__rs_eager;
 extern const ofccl__algo_t ofccl__rs_hier;
 bool ofccl__rs_hier_fits(const ofccl_comm_t *comm);
 /* Reduce-scatter where the provider maps peers' memory (caps.peer_map): each
- * rank announces its source (r->dst is it), reads the peers' blocks for it in
- * place and reduces them in one pass, then tells each peer it is done reading
- * (one zero-length signal, the only unit it expects from each). */
+ * rank announces its source (r->dst is it) and, where peers can write it, its
+ * output; blocks are reduced from the peers' buffers in place, in grains any
+ * rank may take; then each rank stores that it is through (pull.c), the only
+ * unit expected from each peer. */
 extern const ofccl__algo_t ofccl__rs_pull;
 /* The pull algorithms' end (pull.c): say this rank is through with the
  * peers' buffers, and count the peers through as one arrival each. */
