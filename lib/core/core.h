@@ -184,6 +184,7 @@ struct ofccl_comm {
     unsigned notices_out;
     int notice_sent;
     int notice_in, notice_culprit; /* a peer's notice, once read */
+    int notice_first;              /* the communicator failed first on that notice */
     uint64_t notice_ns;            /* when it was read */
     uint64_t timeout_ms;           /* 0 = none */
 

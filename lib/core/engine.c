@@ -130,6 +130,7 @@ static void req_reset(ofccl__req_t *r)
     r->descs_sent = 0;
     r->ops_out = 0;
     r->flush_ns = 0;
+    r->named = 0;
     r->copy_out = NULL;
     r->finish = NULL;
     r->tag = 0;
@@ -406,6 +407,15 @@ static int req_progress(ofccl__req_t *r, bool check_clock)
                              who);
             ofccl__coll_dump_history(r);
         }
+    }
+    /* Failed first on a peer's mismatch notice (read when an op to a peer
+     * that left after it failed): the descriptors and eager headers that
+     * landed here stay readable, and may show this rank the field itself
+     * (its message then names it, after the notice's). */
+    if (r->status != 0 && !r->named && comm->notice_first &&
+        comm->notice_in == OFCCL__NOTICE_MISMATCH) {
+        r->named = 1;
+        (void)(r->algo->flags & OFCCL__ALGO_EAGER ? ofccl__eager_arrived(r) : ofccl__desc_take(r));
     }
     if (r->status != 0 && flush_descriptors(r))
         return 0;

@@ -157,6 +157,7 @@ struct ofccl_req {
     uint64_t *peer_off;     /* [size] offset of their destination in their region */
     unsigned descs_sent;
     uint64_t flush_ns; /* failed by a mismatch: deliver descriptors until then */
+    int named;         /* failed after a peer's mismatch notice: own check made */
 
     /* counters: the whole state of the pipeline */
     uint32_t *unit_cnt;        /* [MAX_UNITS] arrivals per unit */

@@ -105,6 +105,7 @@ int ofccl__notice_fail(ofccl_comm_t *comm)
 
     if (reason == 0 || comm->sticky)
         return comm->sticky;
+    comm->notice_first = 1;
     if (culprit == comm->rank)
         snprintf(who, sizeof(who), "this rank");
     else

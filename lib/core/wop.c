@@ -31,8 +31,10 @@ static void wop_done(ofccl__op_t *op, int status, const char *msg)
     r->ops_out--;
     w->req = NULL;
     if (status) {
+        /* The communicator already holds the message: its first cause where
+         * it had failed before (comm.c on_error), and the code goes with it. */
         if (r->status == 0)
-            r->status = status; /* the communicator already holds the message */
+            r->status = r->comm->sticky ? r->comm->sticky : status;
         return;
     }
     if (w->atomic || w->unit == UINT32_MAX) {
