@@ -12,56 +12,12 @@
 #include <string.h>
 
 #include "cu.h"
+#include "elements.h"
 #include "one_rank.h"
 
 /* ---- elements, encoded without the library ---- */
 const size_t esz[OFCCL_DTYPE_COUNT] = {4, 8, 2, 2, 1};
 static const char *const dt_names[] = {"f32", "f64", "bf16", "f16", "u8"};
-
-static uint16_t f32_to_bf16(float f)
-{
-    uint32_t b;
-    memcpy(&b, &f, 4);
-    if ((b & 0x7fffffffu) > 0x7f800000u)
-        return (uint16_t)((b >> 16) | 0x40); /* quiet NaN */
-    b += 0x7fffu + ((b >> 16) & 1u);         /* round to nearest even */
-    return (uint16_t)(b >> 16);
-}
-
-static void store(ofccl_dtype_t dt, void *buf, size_t i, double v)
-{
-    if (dt == OFCCL_F32) {
-        ((float *)buf)[i] = (float)v;
-    } else if (dt == OFCCL_F64) {
-        ((double *)buf)[i] = v;
-    } else if (dt == OFCCL_BF16) {
-        ((uint16_t *)buf)[i] = f32_to_bf16((float)v);
-    } else if (dt == OFCCL_U8) {
-        ((uint8_t *)buf)[i] = (uint8_t)((int)(v * 8) & 0xff); /* raw bytes */
-    } else {
-        _Float16 h = (_Float16)(float)v;
-        memcpy((uint16_t *)buf + i, &h, 2);
-    }
-}
-
-static double load(ofccl_dtype_t dt, const void *buf, size_t i)
-{
-    if (dt == OFCCL_F32)
-        return ((const float *)buf)[i];
-    if (dt == OFCCL_F64)
-        return ((const double *)buf)[i];
-    if (dt == OFCCL_BF16) {
-        uint32_t b = (uint32_t)((const uint16_t *)buf)[i] << 16;
-        float f;
-        memcpy(&f, &b, 4);
-        return f;
-    }
-    if (dt == OFCCL_U8)
-        return ((const uint8_t *)buf)[i];
-    _Float16 h;
-    memcpy(&h, (const uint16_t *)buf + i, 2);
-    return (double)h;
-}
 
 /* Inputs: multiples of 1/8 in [-32, 32), exact in every dtype. */
 static double input(size_t i, unsigned salt)

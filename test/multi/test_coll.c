@@ -12,6 +12,7 @@
 
 #include "engine.h"
 #include "cu.h"
+#include "elements.h"
 #include "util.h"
 
 static ofccl_ctx_t *ctx;
@@ -49,48 +50,10 @@ static double input(int r, size_t blockidx, size_t j, unsigned salt)
     return (double)((int)(h % 512) - 256) / 8.0;
 }
 
-static void store(ofccl_dtype_t dt, void *buf, size_t i, double v)
-{
-    if (dt == OFCCL_F32) {
-        ((float *)buf)[i] = (float)v;
-    } else if (dt == OFCCL_F64) {
-        ((double *)buf)[i] = v;
-    } else if (dt == OFCCL_BF16) {
-        float f = (float)v; /* exact: at most 9 significant bits */
-        uint32_t bits;
-        memcpy(&bits, &f, 4);
-        ((uint16_t *)buf)[i] = (uint16_t)(bits >> 16);
-    } else if (dt == OFCCL_U8) {
-        ((uint8_t *)buf)[i] = (uint8_t)((int)(v * 8) & 0xff); /* raw bytes */
-    } else {
-        _Float16 h = (_Float16)v;
-        memcpy((uint16_t *)buf + i, &h, 2);
-    }
-}
-
 /* What load() reads back after store(): v itself, except for bytes. */
 static double as_stored(ofccl_dtype_t dt, double v)
 {
     return dt == OFCCL_U8 ? (double)((int)(v * 8) & 0xff) : v;
-}
-
-static double load(ofccl_dtype_t dt, const void *buf, size_t i)
-{
-    if (dt == OFCCL_F32)
-        return ((const float *)buf)[i];
-    if (dt == OFCCL_F64)
-        return ((const double *)buf)[i];
-    if (dt == OFCCL_BF16) {
-        uint32_t bits = (uint32_t)((const uint16_t *)buf)[i] << 16;
-        float f;
-        memcpy(&f, &bits, 4);
-        return f;
-    }
-    if (dt == OFCCL_U8)
-        return ((const uint8_t *)buf)[i];
-    _Float16 h;
-    memcpy(&h, (const uint16_t *)buf + i, 2);
-    return (double)h;
 }
 
 /* Allowed error relative to the sum of |terms|: one final rounding to the

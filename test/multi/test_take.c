@@ -17,6 +17,7 @@
 #include <time.h>
 
 #include "cu.h"
+#include "elements.h"
 #include "ofccl.h"
 
 static ofccl_ctx_t *ctx;
@@ -187,35 +188,10 @@ static double rough_in(int r, size_t b, size_t j)
     return (double)(h % 200003) / 7919.0 - 12.5;
 }
 
-static void store(ofccl_dtype_t dt, void *buf, size_t i, double v)
-{
-    float f = (float)v;
-    uint32_t bits;
-
-    if (dt == OFCCL_F32) {
-        ((float *)buf)[i] = f;
-        return;
-    }
-    memcpy(&bits, &f, 4); /* bf16: truncated, exact as stored */
-    ((uint16_t *)buf)[i] = (uint16_t)(bits >> 16);
-}
-
-static double load(ofccl_dtype_t dt, const void *buf, size_t i)
-{
-    uint32_t bits;
-    float f;
-
-    if (dt == OFCCL_F32)
-        return ((const float *)buf)[i];
-    bits = (uint32_t)((const uint16_t *)buf)[i] << 16;
-    memcpy(&f, &bits, 4);
-    return f;
-}
-
 /* v as an element of dt holds it. */
 static double stored(ofccl_dtype_t dt, double v)
 {
-    uint32_t tmp;
+    double tmp; /* room and alignment for any dtype */
 
     store(dt, &tmp, 0, v);
     return load(dt, &tmp, 0);
