@@ -96,6 +96,7 @@ static int push_round(ofccl_push_plan_t *plan, int round, int own_buffer)
             void *buf = mine ? (char *)mine + (size_t)(kk % 2) * maxb : NULL;
             rc = ofccl_wait(req[kk % 2]);
             ofccl_req_free(req[kk % 2]);
+            req[kk % 2] = NULL;
             completed += rc == 0;
             if (rc) {
                 printf("rank %d: bucket %d: %s: %s\n", rank, kk, ofccl_strerror(rc),
@@ -120,6 +121,11 @@ static int push_round(ofccl_push_plan_t *plan, int round, int own_buffer)
                 printf("rank %d: posting bucket %d: %s\n", rank, k, ofccl_comm_last_error(comm));
         }
     }
+    for (int i = 0; i < 2; i++) /* after an error: the bucket still posted ends too */
+        if (req[i] != NULL) {
+            ofccl_wait(req[i]);
+            ofccl_req_free(req[i]);
+        }
     if (bad)
         printf("rank %d: round %d: %d wrong bytes\n", rank, round, bad);
     for (int t = 0; t < NT; t++)
@@ -201,12 +207,19 @@ static int run_death(void)
     if (rc != OFCCL_ERR_REMOTE_ERROR &&
         (rc != OFCCL_ERR_TIMEOUT || strcmp(ofccl_ctx_provider(ctx), "local") == 0 ||
          strcmp(ofccl_ctx_provider(ctx), "shm") == 0))
-        return 3;
-    if (rank >= NSEND && strstr(ofccl_comm_last_error(comm), "rank 1") == NULL)
-        return 4;
-    if (rank >= NSEND && completed != 0)
-        return 6;
-    return ofccl_push_plan_destroy(plan) == 0 ? 0 : 5;
+        rc = 3;
+    else if (rank >= NSEND && strstr(ofccl_comm_last_error(comm), "rank 1") == NULL)
+        rc = 4;
+    else if (rank >= NSEND && completed != 0)
+        rc = 6;
+    else
+        rc = 0;
+    /* Every bucket posted has ended, so the plan goes, failed communicator or not. */
+    if (ofccl_push_plan_destroy(plan) != 0) {
+        printf("rank %d: destroying the plan: %s\n", rank, ofccl_comm_last_error(comm));
+        rc = rc ? rc : 5;
+    }
+    return rc;
 }
 
 int main(int argc, char **argv)
