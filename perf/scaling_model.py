@@ -29,11 +29,13 @@ VETH_MEASURED = {"direct": (0.22, 0.26), "ring": (0.43, 0.59)}  # link share, 1-
 SLOTS, DEPTH, DESC_WORDS, EAGER_RING, EAGER_HDR = 8, 4, 16, 16, 32
 REQ_PER_PEER = (8 + 4 * 4 + 3  # sig_mask, sent/inflight/sig_next/from_cnt, 3 flags
                 + 24 + 8 + 2 * 8  # peer_rk, peer_off, seen[2]
-                + (2 * DEPTH + 2) * 40  # wops: write-op contexts, (2 x depth + 2) per peer
+                + 3 * 4  # to, from, awaiting: the peers a collective uses, as lists
                 + 8 + 8 + 8)  # srcs, peer_at, peer_out
 COLL_PER_PEER = SLOTS * 1 + SLOTS * 8 + EAGER_RING * 1  # desc_flag, desc_seen, eager_seen
 COMM_PER_PEER = 24 + 8 + 4 + 64  # peer_ctrl, peer_ctrl_at, host_of, host_name
-FIXED_PER_COMM = SLOTS * 16384 * 4 + SLOTS * 496 + 5104 + 2296  # unit_cnt, reqs, state, comm
+WOP, WOP_BLOCK = 64, 64  # write-op contexts: allocated 64 at a time, as collectives need them
+FIXED_PER_COMM = (SLOTS * 16384 * 4 + SLOTS * 576 + 5768 + 2296  # unit_cnt, reqs, state, comm
+                  + WOP * WOP_BLOCK)  # one block of write-op contexts: a ring's or hier's need
 SETUP_SLOT = 20 + 700  # blob header + largest setup record (setup.c SETUP_MAX)
 LX_RING_BYTES = 2 * 64 + 256 * 8  # local transport: one CQ-data ring per source rank
 
@@ -250,12 +252,11 @@ def memory(n, eager):
     print(f"\nofccl's memory per rank at {n} ranks, one communicator (OFCCL_EAGER_BYTES="
           f"{eager}, OFCCL_DEPTH={DEPTH}):")
     rows = [
-        ("request slots: per-peer counters, keys, write-op contexts", REQ_PER_PEER * SLOTS * n),
-        ("of which write-op contexts", (2 * DEPTH + 2) * 40 * SLOTS * n),
+        ("request slots: per-peer counters, keys, peer lists", REQ_PER_PEER * SLOTS * n),
         ("descriptor and eager bookkeeping", COLL_PER_PEER * n),
         ("peer tables (keys, mapped pointers, hosts)", COMM_PER_PEER * n),
         ("control region (descriptors, counters, eager slots)", ctrl_per_peer(n, eager) * n),
-        ("fixed (unit counters, request slots)", FIXED_PER_COMM),
+        ("fixed (unit counters, request slots, 64 write-op contexts)", FIXED_PER_COMM),
         ("total", per_peer * n + FIXED_PER_COMM),
         ("setup, transient: every rank's record, read back", 2.4 * SETUP_SLOT * n),
         ("local transport segment (rings of same-host sources only resident)",
@@ -265,6 +266,8 @@ def memory(n, eager):
     for what, b in rows:
         print(f"  {what:<68} {b * mib:10.1f} MiB")
     print(f"  per peer: {per_peer} bytes")
+    print(f"  write-op contexts beyond the first {WOP_BLOCK}: while a direct collective over all "
+          f"{n} ranks runs, up to {(2 * (n - 1) * (2 * DEPTH + 2) + 2) * WOP * mib:.1f} MiB")
 
 
 def main():

@@ -112,12 +112,11 @@ int ofccl__desc_send(ofccl__req_t *r)
     d[13] = r->out_mr ? r->out_mr->key : 0;
     d[14] = r->out_mr ? r->out_mr->len : 0;
     d[15] = r->out_mr ? (uint64_t)((char *)r->out - (char *)r->out_mr->addr) : 0;
-    for (int p = (int)r->descs_sent; p < comm->size; p++, r->descs_sent++) {
+    for (; r->descs_sent < r->nfrom; r->descs_sent++) {
+        int p = r->from[r->descs_sent];
         ofccl__wop_t *w;
         int rc;
 
-        if (!r->writes_to_me[p])
-            continue;
         if (desc_mapped(comm)) {
             store_descriptor(r, p, d);
             continue;
@@ -242,38 +241,45 @@ int ofccl__desc_take(ofccl__req_t *r)
     ofccl_comm_t *comm = r->comm;
     ofccl__coll_state_t *cs = comm->coll;
 
-    for (int p = 0; p < comm->size; p++) {
+    /* Only the ranks whose descriptor is awaited: one that is in leaves the list. */
+    for (unsigned i = 0; i < r->nawait;) {
+        int p = r->awaiting[i];
         size_t idx = (size_t)r->slot * (size_t)comm->size + (size_t)p;
-        ofccl__desc_expect_t x = {.seq = r->seq,
-                                  .fingerprint = r->fingerprint,
-                                  .count = r->count,
-                                  .need = r->algo->need_of ? r->algo->need_of(r, p) : r->dst_need,
-                                  .from = p,
-                                  .me = comm->rank,
-                                  .scalar_bits = ofccl__scalar_bits(r),
-                                  .bucket = r->bucket,
-                                  .ntensors = r->bucket ? (uint64_t)r->ntensors : 0,
-                                  .layout_hash = r->bucket ? r->layout_hash : 0};
+        ofccl__desc_expect_t x;
         const uint64_t *d;
         char why[256];
         int rc;
 
-        if (!r->i_write_to[p] || r->peer_ready[p])
-            continue;
         if (desc_mapped(comm)) {
-            if (!ofccl__desc_landed(r, p))
+            if (!ofccl__desc_landed(r, p)) {
+                i++;
                 continue;
+            }
         } else if (comm->signal_mode == OFCCL__SIGNAL_CQDATA) {
-            if (!cs->desc_flag[idx])
+            if (!cs->desc_flag[idx]) {
+                i++;
                 continue;
+            }
             cs->desc_flag[idx] = 0;
         } else {
             uint64_t v = atomic_load_explicit(
                 &comm->ctrl[ofccl__ctrl_desc_cnt(comm->size, r->slot, p)], memory_order_acquire);
-            if (v <= cs->desc_seen[idx])
+            if (v <= cs->desc_seen[idx]) {
+                i++;
                 continue;
+            }
             cs->desc_seen[idx]++;
         }
+        x = (ofccl__desc_expect_t){.seq = r->seq,
+                                   .fingerprint = r->fingerprint,
+                                   .count = r->count,
+                                   .need = r->algo->need_of ? r->algo->need_of(r, p) : r->dst_need,
+                                   .from = p,
+                                   .me = comm->rank,
+                                   .scalar_bits = ofccl__scalar_bits(r),
+                                   .bucket = r->bucket,
+                                   .ntensors = r->bucket ? (uint64_t)r->ntensors : 0,
+                                   .layout_hash = r->bucket ? r->layout_hash : 0};
         d = (const uint64_t *)&comm->ctrl[ofccl__ctrl_desc_in(comm->size, r->slot, p)];
         rc = ofccl__desc_check(d, &x, why, sizeof(why));
         if (rc == OFCCL__LAYOUT_DIFFERS || rc == OFCCL_ERR_MISMATCH) {
@@ -289,6 +295,7 @@ int ofccl__desc_take(ofccl__req_t *r)
         r->peer_rk[p] = (ofccl__rkey_t){d[3], d[4], d[5]};
         r->peer_off[p] = d[6];
         r->peer_ready[p] = 1;
+        r->awaiting[i] = r->awaiting[--r->nawait];
         if (comm->ctx->trace != NULL)
             ofccl__trace_req_ready(r, p);
         ofccl__ctx_moved(comm->ctx);

@@ -48,9 +48,10 @@ static void req_phase(const ofccl__req_t *r, char *buf, size_t len)
         snprintf(buf, len, "completing (%u operations in flight)", r->ops_out);
     else if (r->algo->flags & OFCCL__ALGO_EAGER)
         snprintf(buf, len, "eager: waiting for the peers' data");
-    else if (r->descs_sent < (unsigned)comm->size)
-        snprintf(buf, len, "announcing its buffers (descriptors to ranks %u.. not sent yet)",
-                 r->descs_sent);
+    else if (r->descs_sent < r->nfrom)
+        snprintf(buf, len,
+                 "announcing its buffers (descriptors to rank %d and %u more not sent yet)",
+                 r->from[r->descs_sent], r->nfrom - r->descs_sent - 1);
     else if (missing > 0)
         snprintf(buf, len, "waiting for descriptors (%d missing), %llu of %u units in", missing,
                  (unsigned long long)r->arrived, r->units_in);

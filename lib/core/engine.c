@@ -41,7 +41,6 @@ int ofccl__coll_init(ofccl_comm_t *comm)
 {
     ofccl__coll_state_t *cs = calloc(1, sizeof(*cs));
     size_t n = (size_t)comm->size;
-    unsigned depth = (unsigned)ofccl__cfg_int(&comm->ctx->cfg, OFCCL__CFG_DEPTH);
 
     if (cs == NULL)
         return OFCCL_ERR_NO_MEMORY;
@@ -73,14 +72,17 @@ int ofccl__coll_init(ofccl_comm_t *comm)
         r->peer_off = calloc(n, sizeof(*r->peer_off));
         r->unit_cnt = calloc(OFCCL__MAX_UNITS, sizeof(*r->unit_cnt));
         r->seen = calloc(2 * n, sizeof(*r->seen));
-        r->nwops = (unsigned)n * (depth * 2 + 2);
-        r->wops = calloc(r->nwops, sizeof(*r->wops));
+        r->to = calloc(3 * n, sizeof(*r->to)); /* and from, awaiting */
+        if (r->to != NULL) {
+            r->from = r->to + n;
+            r->awaiting = r->from + n;
+        }
         r->srcs = calloc(n, sizeof(*r->srcs));
         r->peer_at = calloc(n, sizeof(*r->peer_at));
         r->peer_out = calloc(n, sizeof(*r->peer_out));
         if (comm->ctx->trace != NULL && (r->tr = calloc(n, sizeof(*r->tr))) == NULL)
             return OFCCL_ERR_NO_MEMORY;
-        if (!r->sig_mask || !r->peer_rk || !r->peer_off || !r->unit_cnt || !r->seen || !r->wops ||
+        if (!r->sig_mask || !r->peer_rk || !r->peer_off || !r->unit_cnt || !r->seen || !r->to ||
             !r->srcs || !r->peer_at || !r->peer_out)
             return OFCCL_ERR_NO_MEMORY;
     }
@@ -105,7 +107,7 @@ void ofccl__coll_fini(ofccl_comm_t *comm)
         free(r->peer_off);
         free(r->unit_cnt);
         free(r->seen);
-        free(r->wops);
+        free(r->to); /* and from, awaiting */
         free(r->srcs);
         free(r->peer_at);
         free(r->peer_out);
@@ -115,6 +117,7 @@ void ofccl__coll_fini(ofccl_comm_t *comm)
     free(cs->desc_flag);
     free(cs->desc_seen);
     free(cs->eager_seen);
+    ofccl__wops_free(cs);
     free(cs);
     comm->coll = NULL;
 }
@@ -128,6 +131,7 @@ static void req_reset(ofccl__req_t *r)
     r->arrived = 0;
     r->reduced = 0;
     r->descs_sent = 0;
+    r->nto = r->nfrom = r->nawait = 0; /* no peers until planned */
     r->ops_out = 0;
     r->flush_ns = 0;
     r->named = 0;
@@ -205,6 +209,7 @@ int ofccl__coll_start(ofccl__req_t *r)
     rc = r->algo->plan(r);
     if (rc)
         return rc;
+    ofccl__peer_lists(r);
     /* Lazily created: the peers this collective exchanges with, before
      * anything is posted (their control regions' keys included). */
     if (comm->resolved != NULL &&
@@ -220,8 +225,9 @@ int ofccl__coll_start(ofccl__req_t *r)
                               r->unit_span ? (size_t)r->unit_span
                                            : (size_t)comm->size * OFCCL__MAX(r->nchunks, 1u)));
     r->fingerprint = ofccl__fingerprint(r);
-    for (int p = 0; p < comm->size && comm->signal_mode == OFCCL__SIGNAL_ATOMIC; p++) {
+    for (unsigned i = 0; i < r->nfrom && comm->signal_mode == OFCCL__SIGNAL_ATOMIC; i++) {
         /* Atomic path: counters are monotonic, remember where we start. */
+        int p = r->from[i];
         r->seen[p] = atomic_load_explicit(&comm->ctrl[ofccl__ctrl_arr_cnt(comm->size, r->slot, p)],
                                           memory_order_acquire);
         r->seen[comm->size + p] = r->seen[p];
@@ -238,13 +244,14 @@ int ofccl__coll_start(ofccl__req_t *r)
     comm->coll->next_seq++;
     if (r->algo->flags & OFCCL__ALGO_EAGER) {
         /* No descriptors: every destination is a known slot of a control region. */
-        for (int p = 0; p < comm->size; p++)
-            if (r->i_write_to[p]) {
-                r->peer_ready[p] = 1;
-                r->peer_rk[p] = comm->peer_ctrl[p];
-                r->peer_off[p] = ofccl__eager_in_offset(comm, r->seq, comm->rank);
-            }
-        r->descs_sent = (unsigned)comm->size;
+        for (unsigned i = 0; i < r->nto; i++) {
+            int p = r->to[i];
+            r->peer_ready[p] = 1;
+            r->peer_rk[p] = comm->peer_ctrl[p];
+            r->peer_off[p] = ofccl__eager_in_offset(comm, r->seq, comm->rank);
+        }
+        r->nawait = 0;
+        r->descs_sent = r->nfrom;
     } else if ((rc = ofccl__desc_send(r)) != 0) {
         return rc;
     }
@@ -283,8 +290,13 @@ static void complete(ofccl__req_t *r)
  * collective's on this slot. */
 static int signals_owed(const ofccl__req_t *r)
 {
-    for (int p = 0; p < r->comm->size; p++)
-        if (r->sig_mask[p] || (r->i_write_to[p] && !r->peer_ready[p]))
+    if (r->nawait > 0)
+        return 1;
+    for (unsigned i = 0; i < r->nto; i++)
+        if (r->sig_mask[r->to[i]])
+            return 1;
+    for (unsigned i = 0; i < r->nfrom; i++)
+        if (r->sig_mask[r->from[i]])
             return 1;
     return 0;
 }
@@ -297,14 +309,16 @@ static bool flush_descriptors(ofccl__req_t *r)
 {
     ofccl_comm_t *comm = r->comm;
     uint64_t now = ofccl__coarse_ns();
-    bool pending = r->status == OFCCL_ERR_MISMATCH && (r->descs_sent < (unsigned)comm->size ||
-                                                       r->ops_out > 0 || ofccl__layout_busy(comm));
+    bool pending = r->status == OFCCL_ERR_MISMATCH &&
+                   (r->descs_sent < r->nfrom || r->ops_out > 0 || ofccl__layout_busy(comm));
 
     /* A peer that has not posted yet writes its descriptor here when it does:
      * leaving before would fail that write ("peer gone") instead of letting it
      * find the difference in ours. */
-    for (int p = 0; p < comm->size && !pending && r->status == OFCCL_ERR_MISMATCH; p++)
-        pending = (r->sig_mask[p] >> 63) != 0 || ofccl__desc_owed(r, p);
+    for (unsigned i = 0; i < r->nfrom && !pending && r->status == OFCCL_ERR_MISMATCH; i++)
+        pending = (r->sig_mask[r->from[i]] >> 63) != 0;
+    for (unsigned i = 0; i < r->nawait && !pending && r->status == OFCCL_ERR_MISMATCH; i++)
+        pending = ofccl__desc_owed(r, r->awaiting[i]);
     /* Failure notices to the other ranks go out before we may leave. */
     pending |= ofccl__notice_busy(comm);
     if (!pending)
@@ -359,7 +373,7 @@ static int req_progress(ofccl__req_t *r, bool check_clock)
             r->status = rc;
     }
     if (r->status == 0 && r->finished && r->ops_out == 0 && !signals_owed(r) &&
-        r->descs_sent == (unsigned)comm->size) {
+        r->descs_sent == r->nfrom) {
         complete(r);
         return 0;
     }

@@ -43,6 +43,7 @@ typedef struct ofccl_req ofccl__req_t;
 typedef struct ofccl__wop {
     ofccl__op_t op; /* first: the provider hands back &op */
     ofccl__req_t *req;
+    struct ofccl__wop *next_free; /* in the communicator's free list */
     int peer;
     uint32_t unit; /* data: the k-th write to the peer; UINT32_MAX: a descriptor */
     int atomic;    /* 1 for a signal add on the atomic path */
@@ -150,14 +151,21 @@ struct ofccl_req {
                               the plan says otherwise) */
     uint8_t *writes_to_me; /* [size] 1 if that rank writes into this rank */
     uint8_t *i_write_to;   /* [size] 1 if this rank writes into that rank */
+    /* The same as lists, made at posting: what runs on every pass of the
+     * progress loop goes over the peers the collective uses, not over the
+     * communicator (a ring over 16k ranks has two). */
+    int *to;       /* [size] the ranks this rank writes to, nto of them */
+    int *from;     /* [size] the ranks that write to this rank, nfrom of them */
+    int *awaiting; /* [size] the ranks of `to` whose descriptor is not in, nawait */
+    unsigned nto, nfrom, nawait;
 
     /* descriptors received from the ranks this rank writes to */
     uint8_t *peer_ready;    /* [size] */
     ofccl__rkey_t *peer_rk; /* [size] */
     uint64_t *peer_off;     /* [size] offset of their destination in their region */
-    unsigned descs_sent;
-    uint64_t flush_ns; /* failed by a mismatch: deliver descriptors until then */
-    int named;         /* failed after a peer's mismatch notice: own check made */
+    unsigned descs_sent;    /* descriptors sent: to from[0, descs_sent) */
+    uint64_t flush_ns;      /* failed by a mismatch: deliver descriptors until then */
+    int named;              /* failed after a peer's mismatch notice: own check made */
 
     /* counters: the whole state of the pipeline */
     uint32_t *unit_cnt;        /* [MAX_UNITS] arrivals per unit */
@@ -171,8 +179,7 @@ struct ofccl_req {
     size_t peer_state_bytes;   /* sig_mask, sent, inflight, sig_next, from_cnt, writes_to_me,
                                   i_write_to and peer_ready: one block, in this order */
     uint32_t reduced;          /* RS: units reduced */
-    unsigned ops_out;          /* ops of this request not yet completed */
-    ofccl__wop_t *wops;        /* [size * (depth * 2 + 2)] */
+    unsigned ops_out;          /* ops of this request not yet completed (wops it holds) */
     const void **srcs;         /* [size] reduction sources */
     const char **peer_at;      /* [size] pull: peer p's source (RS: all blocks), mapped here */
     char **peer_out;           /* [size] RS pull: peer p's output, mapped here where announced */
@@ -180,7 +187,6 @@ struct ofccl_req {
     size_t grain;              /* RS pull: bytes of a block taken at once */
     unsigned ngrains;          /* RS pull: grains per block */
     int take_k;                /* RS pull: blocks this rank is through with, from its own on */
-    unsigned nwops;
     /* OFCCL_TRACE: per-peer times ([size], NULL when off) and the post time */
     struct ofccl__trace_peer *tr;
     uint64_t tr_t0;

@@ -36,6 +36,12 @@ typedef struct ofccl__coll_state {
     unsigned notes;      /* ofccl__comm_note_once bits */
     uint8_t *desc_flag;  /* [SLOTS * size] cqdata path: descriptor from rank has landed */
     uint64_t *desc_seen; /* [SLOTS * size] atomic path: per slot/rank counter folded */
+    /* Write-op contexts, shared by the requests and grown by blocks as the
+     * peers in use need them (wop.c); none is ever moved or freed before
+     * the communicator. */
+    ofccl__wop_t *wop_free;
+    struct ofccl__wop_block *wop_blocks;
+    size_t nwops; /* allocated */
 } ofccl__coll_state_t;
 
 /* ---- the control region's layout (ctrl.c), in words ---- */
@@ -52,7 +58,18 @@ size_t ofccl__ctrl_eager_slot_bytes(int size, size_t eager_bytes);
 uint64_t ofccl__eager_in_offset(const ofccl_comm_t *comm, uint64_t seq, int from);
 
 /* ---- writes and signals (wop.c) ---- */
+/* Write-op contexts are allocated this many at a time. */
+#define OFCCL__WOP_BLOCK 64
+/* A write-op context for r, or NULL to wait: r already holds as many as the
+ * peers it uses may need, or none could be allocated (then r has failed with
+ * NO_MEMORY where it holds none to wait for). */
 ofccl__wop_t *ofccl__wop_get(ofccl__req_t *r);
+/* Write-op contexts allocated for the communicator (ofccl_stats_t.op_contexts). */
+uint64_t ofccl__coll_op_contexts(const ofccl_comm_t *comm);
+/* Free the communicator's write-op contexts (coll_fini). */
+void ofccl__wops_free(ofccl__coll_state_t *cs);
+/* The request's peers as lists (to, from, awaiting) from its plan's tables. */
+void ofccl__peer_lists(ofccl__req_t *r);
 /* Post one provider op for request r; `kind` 0 = write(+data), 1 = atomic add. */
 int ofccl__wop_post(ofccl__req_t *r, ofccl__wop_t *w, int kind, const void *src,
                     const ofccl__mr_t *mr, size_t len, const ofccl__rkey_t *rk, uint64_t roff,

@@ -432,9 +432,11 @@ int ofccl_ctx_stats(const ofccl_ctx_t *ctx, ofccl_stats_t *stats)
     ofccl__prov_bytes(ctx->prov, bytes);
     s.local_bytes = bytes[OFCCL__PEER_LOCAL];
     s.fabric_bytes = bytes[OFCCL__PEER_FABRIC];
-    s.peers_resolved = 0;
-    for (const ofccl_comm_t *c = ctx->comms; c != NULL; c = c->next)
+    s.peers_resolved = s.op_contexts = 0;
+    for (const ofccl_comm_t *c = ctx->comms; c != NULL; c = c->next) {
         s.peers_resolved += (uint64_t)ofccl__comm_peers_resolved(c);
+        s.op_contexts += ofccl__coll_op_contexts(c);
+    }
     memcpy(stats, &s, want);
     return 0;
 }

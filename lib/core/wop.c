@@ -13,23 +13,94 @@
 #include "util.h"
 
 /* ---- write ops ---- */
+struct ofccl__wop_block {
+    struct ofccl__wop_block *next;
+    ofccl__wop_t w[OFCCL__WOP_BLOCK];
+};
+
+/* The most ops a request keeps out: per peer it writes to, a window of data
+ * writes and their signals; per peer that writes to it, a descriptor and its
+ * count (the atomic path). Flow control keeps it below this; the bound keeps
+ * a stalled peer from growing the pool. */
+static unsigned wop_cap(const ofccl__req_t *r)
+{
+    return (r->nto + r->nfrom) * (2 * r->depth + 2) + 2;
+}
+
 ofccl__wop_t *ofccl__wop_get(ofccl__req_t *r)
 {
-    for (unsigned k = 0; k < r->nwops; k++)
-        if (r->wops[k].req == NULL) {
-            r->wops[k].req = r;
-            return &r->wops[k];
+    ofccl__coll_state_t *cs = r->comm->coll;
+    ofccl__wop_t *w;
+
+    if (r->ops_out >= wop_cap(r))
+        return NULL;
+    if (cs->wop_free == NULL) {
+        struct ofccl__wop_block *b = calloc(1, sizeof(*b));
+        if (b == NULL) {
+            if (r->ops_out == 0) /* nothing of its own to wait for */
+                ofccl__coll_fail(r, OFCCL_ERR_NO_MEMORY,
+                                 "no memory for write contexts (%zu allocated)", cs->nwops);
+            return NULL;
         }
-    return NULL;
+        b->next = cs->wop_blocks;
+        cs->wop_blocks = b;
+        cs->nwops += OFCCL__WOP_BLOCK;
+        for (int k = OFCCL__WOP_BLOCK - 1; k >= 0; k--) {
+            b->w[k].next_free = cs->wop_free;
+            cs->wop_free = &b->w[k];
+        }
+    }
+    w = cs->wop_free;
+    cs->wop_free = w->next_free;
+    w->req = r;
+    return w;
+}
+
+static void wop_put(ofccl__wop_t *w)
+{
+    ofccl__coll_state_t *cs = w->req->comm->coll;
+
+    w->req = NULL;
+    w->next_free = cs->wop_free;
+    cs->wop_free = w;
+}
+
+uint64_t ofccl__coll_op_contexts(const ofccl_comm_t *comm)
+{
+    return comm->coll != NULL ? comm->coll->nwops : 0;
+}
+
+void ofccl__wops_free(ofccl__coll_state_t *cs)
+{
+    while (cs->wop_blocks != NULL) {
+        struct ofccl__wop_block *b = cs->wop_blocks;
+        cs->wop_blocks = b->next;
+        free(b);
+    }
+    cs->wop_free = NULL;
+    cs->nwops = 0;
+}
+
+void ofccl__peer_lists(ofccl__req_t *r)
+{
+    r->nto = r->nfrom = 0;
+    for (int p = 0; p < r->comm->size; p++) {
+        if (r->i_write_to[p])
+            r->to[r->nto++] = p;
+        if (r->writes_to_me[p])
+            r->from[r->nfrom++] = p;
+    }
+    memcpy(r->awaiting, r->to, r->nto * sizeof(*r->to));
+    r->nawait = r->nto;
 }
 
 static void wop_done(ofccl__op_t *op, int status, const char *msg)
 {
-    ofccl__wop_t *w = (ofccl__wop_t *)op;
+    ofccl__wop_t *w = (ofccl__wop_t *)op, done = *w; /* w goes back to the pool first */
     ofccl__req_t *r = w->req;
 
     r->ops_out--;
-    w->req = NULL;
+    wop_put(w);
     if (status) {
         /* The communicator already holds the message: its first cause where
          * it had failed before (comm.c on_error), and the code goes with it. */
@@ -37,16 +108,16 @@ static void wop_done(ofccl__op_t *op, int status, const char *msg)
             r->status = r->comm->sticky ? r->comm->sticky : status;
         return;
     }
-    if (w->atomic || w->unit == UINT32_MAX) {
-        if (!w->atomic && r->comm->signal_mode == OFCCL__SIGNAL_ATOMIC) /* descriptor landed */
-            r->sig_mask[w->peer] |= 1ull << 63; /* pumped separately: see ofccl__desc_pump() */
+    if (done.atomic || done.unit == UINT32_MAX) {
+        if (!done.atomic && r->comm->signal_mode == OFCCL__SIGNAL_ATOMIC) /* descriptor landed */
+            r->sig_mask[done.peer] |= 1ull << 63; /* pumped separately: see ofccl__desc_pump() */
         return;
     }
-    r->inflight[w->peer]--;
+    r->inflight[done.peer]--;
     if (r->comm->ctx->trace != NULL)
-        ofccl__trace_chunk(r, w->peer, w->unit, w->len, w->t0);
-    if (r->comm->signal_mode == OFCCL__SIGNAL_ATOMIC) /* w->unit: the k-th write to the peer */
-        r->sig_mask[w->peer] |= 1ull << (w->unit - r->sig_next[w->peer]);
+        ofccl__trace_chunk(r, done.peer, done.unit, done.len, done.t0);
+    if (r->comm->signal_mode == OFCCL__SIGNAL_ATOMIC) /* unit: the k-th write to the peer */
+        r->sig_mask[done.peer] |= 1ull << (done.unit - r->sig_next[done.peer]);
 }
 
 /* Post one provider op for request r; `kind` 0 = write(+data), 1 = atomic add. */
@@ -60,7 +131,7 @@ int ofccl__wop_post(ofccl__req_t *r, ofccl__wop_t *w, int kind, const void *src,
 
     w->op.cb = wop_done;
     if (!ofccl__comm_resolved(comm, w->peer) && (rc = ofccl__comm_resolve(comm, w->peer)) != 0) {
-        w->req = NULL;
+        wop_put(w);
         return ofccl__coll_fail(r, rc, "%s", comm->err.msg);
     }
     if (kind == 1)
@@ -70,11 +141,11 @@ int ofccl__wop_post(ofccl__req_t *r, ofccl__wop_t *w, int kind, const void *src,
     else
         rc = ofccl__ep_write_dc(comm->ep, w->peer, src, len, mr, rk, roff, &w->op, &e);
     if (rc == OFCCL_ERR_AGAIN) {
-        w->req = NULL;
+        wop_put(w);
         return rc;
     }
     if (rc) {
-        w->req = NULL;
+        wop_put(w);
         return ofccl__coll_fail(r, rc, "posting to peer %d: %s", w->peer, e.msg);
     }
     r->ops_out++;
@@ -126,7 +197,8 @@ int ofccl__sig_pump(ofccl__req_t *r)
 {
     ofccl_comm_t *comm = r->comm;
 
-    for (int p = 0; p < comm->size; p++) {
+    for (unsigned i = 0; i < r->nto; i++) {
+        int p = r->to[i];
         while (r->sig_mask[p] & 1) {
             ofccl__wop_t *w = ofccl__wop_get(r);
             int rc;
@@ -154,7 +226,8 @@ int ofccl__desc_pump(ofccl__req_t *r)
 {
     ofccl_comm_t *comm = r->comm;
 
-    for (int p = 0; p < comm->size; p++) {
+    for (unsigned i = 0; i < r->nfrom; i++) { /* descriptors went to the writers */
+        int p = r->from[i];
         ofccl__wop_t *w;
         int rc;
 
@@ -182,12 +255,10 @@ void ofccl__arrivals_fold(ofccl__req_t *r)
 {
     ofccl_comm_t *comm = r->comm;
 
-    for (int p = 0; p < comm->size; p++) {
-        uint64_t v;
-        if (!r->writes_to_me[p])
-            continue;
-        v = atomic_load_explicit(&comm->ctrl[ofccl__ctrl_arr_cnt(comm->size, r->slot, p)],
-                                 memory_order_acquire);
+    for (unsigned i = 0; i < r->nfrom; i++) {
+        int p = r->from[i];
+        uint64_t v = atomic_load_explicit(&comm->ctrl[ofccl__ctrl_arr_cnt(comm->size, r->slot, p)],
+                                          memory_order_acquire);
         if (r->seen[p] < v)
             ofccl__ctx_moved(comm->ctx);
         while (r->seen[p] < v) {

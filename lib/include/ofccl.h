@@ -305,6 +305,11 @@ typedef struct ofccl_stats {
      * (local transport: a rank done with its own block takes grains of the
      * others', OFCCL_RS_GRAIN). */
     uint64_t reduced_for_peers;
+    /* Write contexts (one per write or atomic in flight) the collective
+     * engines hold, summed over live communicators. They are allocated as
+     * collectives need them: by the writes kept out to the peers a collective
+     * uses (OFCCL_DEPTH per peer), whatever the communicator's size. */
+    uint64_t op_contexts;
 } ofccl_stats_t;
 OFCCL_API int ofccl_ctx_stats(const ofccl_ctx_t *ctx, ofccl_stats_t *stats);
 

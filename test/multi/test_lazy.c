@@ -30,6 +30,7 @@
 #include <unistd.h>
 
 #include "comm_impl.h"
+#include "engine_impl.h"
 #include "cu.h"
 #include "util.h"
 
@@ -217,11 +218,20 @@ static void test_hier_allgather(void)
 
 static void test_ring_collectives(void)
 {
+    ofccl_stats_t st = {.size = sizeof(st)};
+
     check_allgather(comm, rank, size);
     used_ring = true;
     check_resolved();
     check_reduce_scatter();
     check_resolved();
+    /* Write contexts come with the peers a collective uses, not with the
+     * communicator's size: collectives over two neighbours need one block
+     * (were the hierarchical ones run first, they may have needed more). */
+    CU_ASSERT_EQUAL(ofccl_ctx_stats(ctx, &st), 0);
+    CU_ASSERT(st.op_contexts >= OFCCL__WOP_BLOCK);
+    if (rph <= 0 || size == rph)
+        CU_ASSERT_EQUAL(st.op_contexts, OFCCL__WOP_BLOCK);
 }
 
 static void test_direct_allgather(void)
