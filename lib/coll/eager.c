@@ -48,10 +48,10 @@ int ofccl__eager_land(ofccl__req_t *r)
                                   .from = p,
                                   .me = comm->rank};
         char why[256];
-        int rc;
+        int rc, field;
         if (p == comm->rank || !r->writes_to_me[p])
             continue;
-        rc = ofccl__eager_check(h, &x, why, sizeof(why)); /* a message only on failure */
+        rc = ofccl__eager_check(h, &x, why, sizeof(why), &field); /* a message only on failure */
         if (rc)
             return ofccl__coll_fail(r, rc, "%s", why);
     }

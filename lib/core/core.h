@@ -184,6 +184,7 @@ struct ofccl_comm {
     unsigned notices_out;
     int notice_sent;
     int notice_in, notice_culprit; /* a peer's notice, once read */
+    int notice_field;              /* a mismatch notice's field (enum ofccl__field), 0: none */
     int notice_first;              /* the communicator failed first on that notice */
     uint64_t notice_ns;            /* when it was read */
     uint64_t timeout_ms;           /* 0 = none */
@@ -347,9 +348,30 @@ enum ofccl__notice_reason {
     OFCCL__NOTICE_SILENT = 2,   /* it stopped responding (a deadline passed) */
     OFCCL__NOTICE_MISMATCH = 3, /* it posted a collective that differs */
 };
+/* Which argument of a collective differs across ranks: named in messages and
+ * carried by mismatch notices, so a rank told of it names it too. */
+enum ofccl__field {
+    OFCCL__FIELD_NONE = 0, /* not known (say "arguments") */
+    OFCCL__FIELD_OPERATION,
+    OFCCL__FIELD_DTYPE,
+    OFCCL__FIELD_REDOP,
+    OFCCL__FIELD_ALGO,
+    OFCCL__FIELD_CALL,
+    OFCCL__FIELD_ROOT,
+    OFCCL__FIELD_SCALAR,
+    OFCCL__FIELD_ORDER,
+    OFCCL__FIELD_COUNT,
+    OFCCL__FIELD_TENSORS,
+    OFCCL__FIELD_LAYOUT,
+    OFCCL__FIELD_PATH,
+    OFCCL__FIELDS
+};
+const char *ofccl__field_name(int field);
 /* Tell every rank but `culprit` and `skip` (-1: none) that `culprit` failed
  * for `reason` (once per communicator; best effort). */
 void ofccl__notice_send(ofccl_comm_t *comm, int reason, int culprit, int skip);
+/* The same for a mismatch: `culprit` posted a collective whose `field` differs. */
+void ofccl__notice_mismatch(ofccl_comm_t *comm, int culprit, int field);
 /* Notices of ours still in flight. */
 bool ofccl__notice_busy(const ofccl_comm_t *comm);
 /* A peer's notice arrived: with collectives running, note it (they fail from

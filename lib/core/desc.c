@@ -140,86 +140,95 @@ int ofccl__desc_send(ofccl__req_t *r)
     return 0;
 }
 
-static const char *field_name(uint64_t a, uint64_t b)
+/* Which field of two fingerprints differs. */
+static int fingerprint_field(uint64_t a, uint64_t b)
 {
     if ((a & 0xf) != (b & 0xf))
-        return "operation (all-gather vs reduce-scatter: collectives posted in a different order)";
+        return OFCCL__FIELD_OPERATION;
     if (((a >> 4) & 0xf) != ((b >> 4) & 0xf))
-        return "dtype";
+        return OFCCL__FIELD_DTYPE;
     if (((a >> 8) & 0xf) != ((b >> 8) & 0xf))
-        return "reduction op";
+        return OFCCL__FIELD_REDOP;
     if (((a >> 12) & 0xf) != ((b >> 12) & 0xf))
-        return "algorithm (OFCCL_ALGO_* differs)";
+        return OFCCL__FIELD_ALGO;
     if (((a >> 16) & 1) != ((b >> 16) & 1))
-        return "call (a bucket collective on one rank, a flat one on the other)";
+        return OFCCL__FIELD_CALL;
     if (((a >> 17) & 0x7fff) != ((b >> 17) & 0x7fff))
-        return "root";
-    return "premul scalar";
+        return OFCCL__FIELD_ROOT;
+    return OFCCL__FIELD_SCALAR;
 }
 
 /* What descriptors and eager headers both say: who, which collective, what. */
 static int check_ident(uint64_t from, uint64_t seq, uint64_t fp, uint64_t count,
-                       const ofccl__desc_expect_t *x, char *why, size_t len)
+                       const ofccl__desc_expect_t *x, char *why, size_t len, int *field)
 {
     if (from != (uint64_t)x->from)
         return snprintf(why, len, "rank %d's announcement claims to come from rank %llu", x->from,
                         (unsigned long long)from),
                OFCCL_ERR_CORRUPT;
     if (seq != x->seq)
-        return snprintf(why, len,
+        return *field = OFCCL__FIELD_ORDER,
+               snprintf(why, len,
                         "rank %d announced collective #%llu where #%llu was expected: "
                         "collectives must be posted in the same order on every rank",
                         x->from, (unsigned long long)seq, (unsigned long long)x->seq),
                OFCCL_ERR_MISMATCH;
     if (fp != x->fingerprint)
-        return snprintf(why, len, "rank %d posted it with a different %s than rank %d", x->from,
-                        field_name(fp, x->fingerprint), x->me),
+        return *field = fingerprint_field(fp, x->fingerprint),
+               snprintf(why, len, "rank %d posted it with a different %s than rank %d", x->from,
+                        ofccl__field_name(*field), x->me),
                OFCCL_ERR_MISMATCH;
     /* A bucket's flat count is padded: its layout is compared instead. */
     if (count != x->count && !x->bucket)
-        return snprintf(why, len, "rank %d posted it with count %llu, rank %d with count %llu",
+        return *field = OFCCL__FIELD_COUNT,
+               snprintf(why, len, "rank %d posted it with count %llu, rank %d with count %llu",
                         x->from, (unsigned long long)count, x->me, (unsigned long long)x->count),
                OFCCL_ERR_MISMATCH;
     return 0;
 }
 
 int ofccl__eager_check(const uint64_t h[OFCCL__EAGER_WORDS], const ofccl__desc_expect_t *x,
-                       char *why, size_t len)
+                       char *why, size_t len, int *field)
 {
-    return check_ident(h[0], h[OFCCL__EAGER_MARK] - 1, h[1], h[2], x, why, len);
+    *field = OFCCL__FIELD_NONE;
+    return check_ident(h[0], h[OFCCL__EAGER_MARK] - 1, h[1], h[2], x, why, len, field);
 }
 
 int ofccl__desc_check(const uint64_t d[OFCCL__DESC_WORDS], const ofccl__desc_expect_t *x, char *why,
-                      size_t len)
+                      size_t len, int *field)
 {
     /* A descriptor is written by a peer: every field is checked before use.
      * Same collective, only the premul scalar differs: name both values. */
-    int rc =
-        d[7] == (uint64_t)x->from && d[0] == x->seq && (uint32_t)d[1] == (uint32_t)x->fingerprint
-            ? 0
-            : check_ident(d[7], d[0], d[1], d[2], x, why, len);
+    int rc;
 
+    *field = OFCCL__FIELD_NONE;
+    rc = d[7] == (uint64_t)x->from && d[0] == x->seq && (uint32_t)d[1] == (uint32_t)x->fingerprint
+             ? 0
+             : check_ident(d[7], d[0], d[1], d[2], x, why, len, field);
     if (rc)
         return rc;
     if (d[8] != x->scalar_bits) {
         double a, b;
+        *field = OFCCL__FIELD_SCALAR;
         memcpy(&a, &d[8], sizeof(a));
         memcpy(&b, &x->scalar_bits, sizeof(b));
         return snprintf(why, len, "rank %d posted it with premul scalar %.17g, rank %d with %.17g",
                         x->from, a, x->me, b),
                OFCCL_ERR_MISMATCH;
     }
-    rc = check_ident(d[7], d[0], d[1], d[2], x, why, len);
+    rc = check_ident(d[7], d[0], d[1], d[2], x, why, len, field);
     if (rc)
         return rc;
     if (x->bucket && d[10] != x->ntensors)
-        return snprintf(why, len,
+        return *field = OFCCL__FIELD_TENSORS,
+               snprintf(why, len,
                         "rank %d posted a bucket of %llu tensors, rank %d one of %llu: buckets "
                         "must list the same tensors in the same order on every rank",
                         x->from, (unsigned long long)d[10], x->me, (unsigned long long)x->ntensors),
                OFCCL_ERR_MISMATCH;
     if (x->bucket && d[9] != x->layout_hash)
-        return snprintf(why, len,
+        return *field = OFCCL__FIELD_LAYOUT,
+               snprintf(why, len,
                         "rank %d posted a bucket of %llu tensors whose sizes differ from rank "
                         "%d's (layout hash %016llx vs %016llx)",
                         x->from, (unsigned long long)d[10], x->me, (unsigned long long)d[9],
@@ -248,7 +257,7 @@ int ofccl__desc_take(ofccl__req_t *r)
         ofccl__desc_expect_t x;
         const uint64_t *d;
         char why[256];
-        int rc;
+        int rc, field;
 
         if (desc_mapped(comm)) {
             if (!ofccl__desc_landed(r, p)) {
@@ -281,11 +290,11 @@ int ofccl__desc_take(ofccl__req_t *r)
                                    .ntensors = r->bucket ? (uint64_t)r->ntensors : 0,
                                    .layout_hash = r->bucket ? r->layout_hash : 0};
         d = (const uint64_t *)&comm->ctrl[ofccl__ctrl_desc_in(comm->size, r->slot, p)];
-        rc = ofccl__desc_check(d, &x, why, sizeof(why));
+        rc = ofccl__desc_check(d, &x, why, sizeof(why), &field);
         if (rc == OFCCL__LAYOUT_DIFFERS || rc == OFCCL_ERR_MISMATCH) {
             /* p finds the difference itself from our descriptor; the others
-             * are told (notice.c). */
-            ofccl__notice_send(comm, OFCCL__NOTICE_MISMATCH, p, -1);
+             * are told which field (notice.c). */
+            ofccl__notice_mismatch(comm, p, field);
             if (rc == OFCCL__LAYOUT_DIFFERS)
                 ofccl__layout_diff(r, p, d, why, sizeof(why));
             return ofccl__coll_fail(r, OFCCL_ERR_MISMATCH, "%s", why);

@@ -347,7 +347,7 @@ static int req_progress(ofccl__req_t *r, bool check_clock)
     if (r->status == 0 && !(r->algo->flags & OFCCL__ALGO_EAGER) && comm->size > 1) {
         int from = ofccl__eager_sender(comm, r->seq);
         if (from >= 0)
-            ofccl__notice_send(comm, OFCCL__NOTICE_MISMATCH, from, -1);
+            ofccl__notice_mismatch(comm, from, OFCCL__FIELD_PATH);
         if (from >= 0)
             ofccl__coll_fail(r, OFCCL_ERR_MISMATCH,
                              "rank %d posted it on the eager path, rank %d on the descriptor one: "

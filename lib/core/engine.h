@@ -258,13 +258,14 @@ typedef struct ofccl__desc_expect {
 #define OFCCL__LAYOUT_DIFFERS 1
 /* Validate a descriptor written by a peer (untrusted): 0, OFCCL_ERR_MISMATCH
  * (the peer posted something else), OFCCL__LAYOUT_DIFFERS or OFCCL_ERR_CORRUPT;
- * `why` says which. A descriptor is {seq, fingerprint, count, base, key, len,
+ * `why` says which, and *field which argument differs (enum ofccl__field; NONE
+ * unless a mismatch). A descriptor is {seq, fingerprint, count, base, key, len,
  * offset, rank, premul scalar bits, layout hash, tensors, layout offset}. */
 int ofccl__desc_check(const uint64_t d[OFCCL__DESC_WORDS], const ofccl__desc_expect_t *x, char *why,
-                      size_t len);
+                      size_t len, int *field);
 /* The same for an eager header (x->need unused). */
 int ofccl__eager_check(const uint64_t h[OFCCL__EAGER_WORDS], const ofccl__desc_expect_t *x,
-                       char *why, size_t len);
+                       char *why, size_t len, int *field);
 
 /* Bucket layouts (layout.c): the hash of the tensors' counts; the bytes a
  * bucket request adds to its staging (its counts, and room for a peer's); and

@@ -3,11 +3,13 @@
  * (the peer exited, stopped responding, or posted something else) would leave
  * the other ranks to find out at their own deadline, or from its departure,
  * which they would then blame on it. So it first writes one word into every
- * other rank's control region: {reason, culprit}. Each rank reads that word
+ * other rank's control region: {field, reason, culprit}. Each rank reads that word
  * on every progress pass and fails the communicator naming the culprit, unless
  * it has already failed for its own reasons (the first failure is the one a
  * communicator reports). A notice is best effort: a rank it cannot reach will
- * learn at its deadline, as before.
+ * learn at its deadline, as before. A mismatch notice says which argument
+ * differs (the field), so that every rank's message names it, also on ranks
+ * that never see the differing descriptor themselves.
  */
 #include <stdio.h>
 
@@ -26,9 +28,31 @@ static void notice_done(ofccl__op_t *op, int status, const char *msg)
     comm->notices_out--;
 }
 
-void ofccl__notice_send(ofccl_comm_t *comm, int reason, int culprit, int skip)
+const char *ofccl__field_name(int field)
 {
-    uint64_t word = (uint64_t)reason << 32 | ((uint64_t)culprit + 1);
+    static const char *const names[OFCCL__FIELDS] = {
+        [OFCCL__FIELD_NONE] = "arguments",
+        [OFCCL__FIELD_OPERATION] =
+            "operation (all-gather vs reduce-scatter: collectives posted in a different order)",
+        [OFCCL__FIELD_DTYPE] = "dtype",
+        [OFCCL__FIELD_REDOP] = "reduction op",
+        [OFCCL__FIELD_ALGO] = "algorithm (OFCCL_ALGO_* differs)",
+        [OFCCL__FIELD_CALL] = "call (a bucket collective on one rank, a flat one on the other)",
+        [OFCCL__FIELD_ROOT] = "root",
+        [OFCCL__FIELD_SCALAR] = "premul scalar",
+        [OFCCL__FIELD_ORDER] = "collective order (collectives posted in a different order)",
+        [OFCCL__FIELD_COUNT] = "count",
+        [OFCCL__FIELD_TENSORS] = "bucket tensors (number or order)",
+        [OFCCL__FIELD_LAYOUT] = "bucket layout (a tensor's size)",
+        [OFCCL__FIELD_PATH] = "count (or OFCCL_EAGER_BYTES: one rank took the eager path)",
+    };
+
+    return field > 0 && field < OFCCL__FIELDS ? names[field] : names[0];
+}
+
+static void send_word(ofccl_comm_t *comm, int reason, int culprit, int skip, int field)
+{
+    uint64_t word = (uint64_t)field << 40 | (uint64_t)reason << 32 | ((uint64_t)culprit + 1);
     ofccl__err_t e;
 
     if (comm->notice_sent || culprit < 0 || (comm->size < 3 && reason != OFCCL__NOTICE_MISMATCH))
@@ -62,6 +86,16 @@ void ofccl__notice_send(ofccl_comm_t *comm, int reason, int culprit, int skip)
                 comm->rank, comm->id, culprit, reason);
 }
 
+void ofccl__notice_send(ofccl_comm_t *comm, int reason, int culprit, int skip)
+{
+    send_word(comm, reason, culprit, skip, OFCCL__FIELD_NONE);
+}
+
+void ofccl__notice_mismatch(ofccl_comm_t *comm, int culprit, int field)
+{
+    send_word(comm, OFCCL__NOTICE_MISMATCH, culprit, -1, field);
+}
+
 bool ofccl__notice_busy(const ofccl_comm_t *comm)
 {
     return comm->notices_out > 0;
@@ -78,19 +112,23 @@ static bool any_running(const ofccl_comm_t *comm)
 int ofccl__notice_check(ofccl_comm_t *comm)
 {
     uint64_t word = atomic_load_explicit(&comm->ctrl[OFCCL__CTRL_NOTICE_IN], memory_order_acquire);
-    int culprit = (int)(word & NOTICE_CULPRIT_MASK) - 1, reason = (int)(word >> 32);
+    int culprit = (int)(word & NOTICE_CULPRIT_MASK) - 1, reason = (int)(word >> 32 & 0xff);
+    int field = (int)(word >> 40 & 0xff);
 
     if (word == 0 || comm->sticky || comm->notice_in != 0)
         return comm->sticky;
-    /* Untrusted: a word that names no rank is ignored (and counted). */
+    /* Untrusted: a word that names no rank, or no reason or field we know, is
+     * ignored (and counted). */
     if (culprit < 0 || culprit >= comm->size || reason < OFCCL__NOTICE_EXITED ||
-        reason > OFCCL__NOTICE_MISMATCH) {
+        reason > OFCCL__NOTICE_MISMATCH || field >= OFCCL__FIELDS || word >> 48 != 0 ||
+        (field != 0 && reason != OFCCL__NOTICE_MISMATCH)) {
         comm->corrupt_signals++;
         atomic_store_explicit(&comm->ctrl[OFCCL__CTRL_NOTICE_IN], 0, memory_order_relaxed);
         return 0;
     }
     comm->notice_in = reason;
     comm->notice_culprit = culprit;
+    comm->notice_field = field;
     comm->notice_ns = ofccl__coarse_ns();
     comm->notice_sent = 1; /* the rank that saw it first told everyone */
     if (any_running(comm))
@@ -122,6 +160,12 @@ int ofccl__notice_fail(ofccl_comm_t *comm)
                                 "waiting for it and told this rank); the communicator is unusable",
                                 comm->id, who);
     default:
+        if (comm->notice_field != OFCCL__FIELD_NONE)
+            return ofccl__comm_fail(comm, OFCCL_ERR_MISMATCH,
+                                    "communicator %u: %s posted a collective with a different %s "
+                                    "than a peer (that peer's message names both ranks); the "
+                                    "communicator is unusable",
+                                    comm->id, who, ofccl__field_name(comm->notice_field));
         return ofccl__comm_fail(comm, OFCCL_ERR_MISMATCH,
                                 "communicator %u: %s posted a collective whose arguments differ "
                                 "from a peer's (that peer's message names the field); the "
@@ -144,14 +188,24 @@ int ofccl__notice_cause(const ofccl_comm_t *comm, int *culprit, char *buf, size_
                  "waiting too; ",
                  comm->notice_culprit);
     } else if (comm->notice_in == OFCCL__NOTICE_MISMATCH) {
+        char who[32] = "this rank";
+
         /* A rank whose own descriptors show the difference names the field:
          * give that check a moment before taking the peer's word for it. */
         if (ofccl__coarse_ns() - comm->notice_ns < MISMATCH_GRACE_NS)
             return 0;
-        snprintf(buf, len,
-                 "rank %d posted it with arguments that differ from a peer's (that peer's "
-                 "message names the field); ",
-                 comm->notice_culprit);
+        if (comm->notice_culprit != comm->rank)
+            snprintf(who, sizeof(who), "rank %d", comm->notice_culprit);
+        if (comm->notice_field != OFCCL__FIELD_NONE)
+            snprintf(buf, len,
+                     "%s posted it with a different %s than a peer (that peer's message "
+                     "names both ranks); ",
+                     who, ofccl__field_name(comm->notice_field));
+        else
+            snprintf(buf, len,
+                     "%s posted it with arguments that differ from a peer's (that peer's "
+                     "message names the field); ",
+                     who);
     }
     return comm->notice_in;
 }

@@ -26,7 +26,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                                   .bucket = (int)((seq >> 40) & 1),
                                   .ntensors = (seq >> 41) & 0xff,
                                   .layout_hash = seq >> 49};
-        int rc = ofccl__desc_check(d, &x, why, sizeof(why));
+        int field = -1;
+        int rc = ofccl__desc_check(d, &x, why, sizeof(why), &field);
         /* Accepted means: addressed from `from`, this collective, region big enough,
          * and for a bucket the same number of tensors and layout. */
         if (rc == 0 &&
@@ -37,6 +38,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             __builtin_trap();
         if (rc != 0 && rc != OFCCL_ERR_MISMATCH && rc != OFCCL_ERR_CORRUPT &&
             rc != OFCCL__LAYOUT_DIFFERS)
+            __builtin_trap();
+        /* A mismatch names the field that differs (a failure notice carries it); nothing
+         * else does. */
+        if ((rc == OFCCL_ERR_MISMATCH || rc == OFCCL__LAYOUT_DIFFERS) !=
+            (field > OFCCL__FIELD_NONE && field < OFCCL__FIELDS))
             __builtin_trap();
     }
     for (size_t off = sizeof(d) + 8; off + 8 <= size; off += 8) {
