@@ -11,7 +11,12 @@
  *   - peer read: the same sum, but over the reduce-scatter's own access pattern: every
  *     process owns (wrote) a buffer of the size in shared memory, and process i reads
  *     block i (size/N bytes) of every process's buffer, 2 KiB from each in turn, as the
- *     reduction kernel does: reads of memory other cores wrote, from N streams at once.
+ *     reduction kernel does: reads of memory other cores wrote, from N streams at once;
+ *   - reduce: that very work done by ofccl's own f32 sum kernel (ofccl__reduce, the one
+ *     the reduce-scatter runs), block i of every process's buffer summed into an output
+ *     of its own, input bytes per second: not a property of the machine but of the kernel
+ *     on it, so a reduce-scatter's ratio to it is the share the rest of the engine
+ *     (meeting the peers, taking grains, the synchronisation) leaves.
  * Besides the median over processes, each kind's slowest process is reported: a
  * collective in which every rank waits for every other ends with its slowest rank.
  * The N processes are forked, pinned to cpus 0..N-1 (or the -p list), and
@@ -34,16 +39,17 @@
 #include <unistd.h>
 
 #include "perfutil.h"
+#include "reduce.h"
 
 #define CHUNK (512u << 10)
 #define ROUNDS 3
 #define MAXN 1024
-#define KINDS 3
+#define KINDS 4
 #define PIECE 2048 /* bytes read from one source before the next, as ofccl's kernel */
 
 typedef struct shared {
     pthread_barrier_t bar;
-    double rate[KINDS][MAXN]; /* per process: copy, read, peer read */
+    double rate[KINDS][MAXN]; /* per process: copy, read, peer read, reduce */
 } shared_t;
 
 static double now(void)
@@ -92,6 +98,22 @@ static uint64_t read_peers(const char *all, int n, int me, size_t bytes)
     return s;
 }
 
+/* Block `me` of each of the n buffers, summed as f32 by ofccl's kernel into out, in
+ * ofccl's 16 KiB grains (OFCCL_RS_GRAIN). */
+static void reduce_peers(const char *all, int n, int me, size_t bytes, float *out)
+{
+    static const ofccl_redop_t sum = {OFCCL_OP_SUM, 1.0};
+    size_t blk = bytes / (size_t)n & ~(size_t)7, at = (size_t)me * blk;
+    const void *src[MAXN];
+
+    for (size_t off = 0; off < blk; off += 16384) {
+        size_t len = blk - off < 16384 ? blk - off : 16384;
+        for (int p = 0; p < n; p++)
+            src[p] = all + (size_t)p * bytes + at + off;
+        ofccl__reduce(OFCCL_F32, sum, (char *)out + off, src, n, len / sizeof(float), 0);
+    }
+}
+
 /* One process's share: best of ROUNDS rounds of each kind, all processes
  * starting every round together. `all` holds every process's buffer for the
  * peer reads; this one writes its own first. */
@@ -106,7 +128,12 @@ static void child(shared_t *sh, char *all, int n, int me, size_t bytes, double m
         return;
     }
     for (size_t i = 0; i < bytes; i++)
-        src[i] = (char)(i * 7 + me), dst[i] = 0, mine[i] = (char)(i * 5 + me);
+        src[i] = (char)(i * 7 + me), dst[i] = 0;
+    /* Ordinary floats (no NaN or subnormal: no microcode assists in the kernel). */
+    for (size_t i = 0; i + sizeof(float) <= bytes; i += sizeof(float)) {
+        float v = 1.0f + (float)((i / 4 * 7 + (size_t)me * 13) % 251) / 256.0f;
+        memcpy(mine + i, &v, sizeof(v));
+    }
     volatile uint64_t sink = 0;
     for (int kind = 0; kind < KINDS; kind++) {
         double best = 0;
@@ -119,12 +146,14 @@ static void child(shared_t *sh, char *all, int n, int me, size_t bytes, double m
                     copy_block(dst, src, bytes);
                 else if (kind == 1)
                     sink += read_block((const uint64_t *)src, bytes / sizeof(uint64_t));
-                else
+                else if (kind == 2)
                     sink += read_peers(all, n, me, bytes);
+                else
+                    reduce_peers(all, n, me, bytes, (float *)dst);
                 reps++;
                 t = now() - t0;
             } while (t < min_s && reps < 1000000);
-            double moved = kind == 2 ? (double)(bytes / (size_t)n & ~(size_t)7) * n : (double)bytes;
+            double moved = kind >= 2 ? (double)(bytes / (size_t)n & ~(size_t)7) * n : (double)bytes;
             double rate = moved * reps / t;
             if (rate > best)
                 best = rate;
@@ -201,12 +230,12 @@ int main(int argc, char **argv)
         return 1;
     }
     if (out)
-        fprintf(out, "procs,bytes,copy_Bps,read_Bps,peer_read_Bps,copy_min_Bps,read_min_Bps,"
-                     "peer_read_min_Bps\n");
+        fprintf(out, "procs,bytes,copy_Bps,read_Bps,peer_read_Bps,reduce_Bps,copy_min_Bps,"
+                     "read_min_Bps,peer_read_min_Bps,reduce_min_Bps\n");
     printf("# %d processes at once on %ld cpus: per-process rates in GB/s, median over "
            "processes (slowest process in brackets)\n",
            n, ncpu);
-    printf("%12s %18s %18s %18s\n", "bytes", "copy", "read", "peer read");
+    printf("%12s %18s %18s %18s %18s\n", "bytes", "copy", "read", "peer read", "reduce");
     for (size_t bytes = lo; bytes <= hi; bytes = (size_t)(bytes * factor)) {
         shared_t *sh =
             mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
@@ -258,8 +287,8 @@ int main(int argc, char **argv)
             printf("   %6.2f (%6.2f)", med[k] / 1e9, low[k] / 1e9);
         printf("\n");
         if (out)
-            fprintf(out, "%d,%zu,%.0f,%.0f,%.0f,%.0f,%.0f,%.0f\n", n, bytes, med[0], med[1], med[2],
-                    low[0], low[1], low[2]);
+            fprintf(out, "%d,%zu,%.0f,%.0f,%.0f,%.0f,%.0f,%.0f,%.0f,%.0f\n", n, bytes, med[0],
+                    med[1], med[2], med[3], low[0], low[1], low[2], low[3]);
         munmap(all, bytes * (size_t)n);
         munmap(sh, sizeof(*sh));
         if (bytes > hi / factor)
