@@ -78,6 +78,13 @@ int ofccl__post_allgather(ofccl__req_t *r)
     }
     if (r->sendbuf != own && r->block && r->copy_out)
         comm->ctx->stats.staged_bytes += r->block;
+    /* Take: where peers can map our block (ofccl memory), announce it, so that
+     * ranks waiting for it can copy it themselves. */
+    if (r->algo == &ofccl__ag_take && r->block && comm->peer_ctrl_at != NULL && r->src.mr != NULL &&
+        r->src.mr->shared && (r->src.mr->access & OFCCL__ACC_REMOTE_READ)) {
+        r->out_mr = r->src.mr;
+        r->out = (char *)r->src.ptr;
+    }
     rc = ofccl__coll_start(r);
     if (rc && r->staging_idx >= 0)
         ofccl__stage_release(comm, OFCCL__AG, r->staging_idx);

@@ -17,9 +17,14 @@ enum ofccl__algo_wire_id {
     OFCCL__WIRE_CHAIN = 5,
     OFCCL__WIRE_PUSH = 6,
     OFCCL__WIRE_HIER = 7,
+    OFCCL__WIRE_TAKE = 8,
 };
 
 extern const ofccl__algo_t ofccl__ag_direct, ofccl__ag_ring, ofccl__ag_eager;
+/* Direct where the provider maps peers' memory and OFCCL_AG_TAKE is on
+ * (allgather/take.c): a rank done with its own writes copies the blocks that
+ * have not reached it from their writers' buffers itself. */
+extern const ofccl__algo_t ofccl__ag_take;
 /* All-gather between hosts along rails, then within each host
  * (allgather/hier.c); only for communicators it fits: several hosts with the
  * same number of ranks, more than one (the node table of lib/core). */

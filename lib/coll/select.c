@@ -61,13 +61,17 @@ int ofccl__choose_model(const ofccl_comm_t *comm, int coll, size_t bytes)
     return ofccl__cost_pick(&t, coll, bytes, ofccl__choose_valid(comm, coll));
 }
 
-/* Direct, in the variant the memory allows. */
-static const ofccl__algo_t *direct_variant(ofccl_comm_t *comm, int coll)
+/* Direct, in the variant the memory allows (and, for the all-gather's takes,
+ * the block size: below OFCCL_AG_TAKE the claims cost more than they save). */
+static const ofccl__algo_t *direct_variant(ofccl_comm_t *comm, int coll, size_t block)
 {
     bool map = ofccl__comm_caps(comm)->peer_map;
+    size_t take = (size_t)ofccl__cfg_int(&comm->ctx->cfg, OFCCL__CFG_AG_TAKE);
 
     if (coll == OFCCL__RS && map)
         return &ofccl__rs_pull;
+    if (coll == OFCCL__AG && map && take > 0 && block >= take)
+        return &ofccl__ag_take;
     if (coll == OFCCL__BC && map)
         return &ofccl__bc_pull;
     return cands_of(coll)[OFCCL__CAND_DIRECT].algo;
@@ -103,7 +107,7 @@ static const ofccl__algo_t *forced_bcast(ofccl_comm_t *comm, int forced)
         return &ofccl__bc_hier;
     if (forced == 4)
         hier_unfit(comm);
-    return forced == 3 ? direct_variant(comm, OFCCL__BC) : &ofccl__bc_direct;
+    return forced == 3 ? direct_variant(comm, OFCCL__BC, 0) : &ofccl__bc_direct;
 }
 
 const ofccl__algo_t *ofccl__choose(ofccl_comm_t *comm, int coll, size_t block, int bucket)
@@ -134,6 +138,6 @@ const ofccl__algo_t *ofccl__choose(ofccl_comm_t *comm, int coll, size_t block, i
     }
     cand = forced != 0 ? OFCCL__CAND_DIRECT : ofccl__choose_model(comm, coll, block);
     if (cand == OFCCL__CAND_DIRECT || cand >= OFCCL__CAND_COUNT)
-        return direct_variant(comm, coll);
+        return direct_variant(comm, coll, block);
     return cands_of(coll)[cand].algo;
 }

@@ -17,6 +17,7 @@
  * [DESC_IN: SLOTS x size x 8]      descriptors written here by the ranks we write to
  * [DESC_CNT: SLOTS x size]         atomic path: descriptor-landed counters
  * [ARR_CNT: SLOTS x size]          atomic path: per-writer data counters
+ * [TAKE: SLOTS x size]             all-gather take: who copies each writer's block here
  * [SHARE: SLOTS x 16]              pull reduce-scatter: grains taken, through */
 size_t ofccl__ctrl_desc_out(unsigned slot)
 {
@@ -39,13 +40,22 @@ size_t ofccl__ctrl_arr_cnt(int size, unsigned slot, int from)
     return ofccl__ctrl_desc_cnt(size, OFCCL__SLOTS, 0) + (size_t)slot * (size_t)size + (size_t)from;
 }
 
+/* [TAKE: SLOTS x size]: for the all-gather with takes, the word of writer
+ * `from`'s block into this rank: seq + 1 once the writer (pushing) or this rank
+ * (pulling) has claimed it for collective seq. */
+size_t ofccl__ctrl_take(int size, unsigned slot, int from)
+{
+    return ofccl__ctrl_arr_cnt(size, OFCCL__SLOTS, 0) + (size_t)slot * (size_t)size + (size_t)from;
+}
+
 /* [SHARE: SLOTS x 16] from a cache-line boundary, two lines per slot, for the
  * pull reduce-scatter: the counter of grains taken from this rank's block,
  * which every rank of the host increments, then the word in which this rank
- * says it is through (seq + 1), which every rank polls. */
+ * says it is through (seq + 1), which every rank polls (the all-gather with
+ * takes too). */
 size_t ofccl__ctrl_claim(int size, unsigned slot)
 {
-    return ((ofccl__ctrl_arr_cnt(size, OFCCL__SLOTS, 0) + 7) & ~(size_t)7) + (size_t)slot * 16;
+    return ((ofccl__ctrl_take(size, OFCCL__SLOTS, 0) + 7) & ~(size_t)7) + (size_t)slot * 16;
 }
 
 size_t ofccl__ctrl_through(int size, unsigned slot)

@@ -57,7 +57,7 @@ int ofccl__coll_init(ofccl_comm_t *comm)
         r->slot = (unsigned)s;
         /* The per-peer state a new collective starts from zero, in one
          * block so that posting clears it with one memset. */
-        r->peer_state_bytes = n * (sizeof(*r->sig_mask) + 4 * sizeof(uint32_t) + 3);
+        r->peer_state_bytes = n * (sizeof(*r->sig_mask) + 4 * sizeof(uint32_t) + 4);
         r->sig_mask = calloc(1, r->peer_state_bytes);
         if (r->sig_mask != NULL) {
             r->sent = (uint32_t *)(r->sig_mask + n);
@@ -67,6 +67,7 @@ int ofccl__coll_init(ofccl_comm_t *comm)
             r->writes_to_me = (uint8_t *)(r->from_cnt + n);
             r->i_write_to = r->writes_to_me + n;
             r->peer_ready = r->i_write_to + n;
+            r->claimed = r->peer_ready + n;
         }
         r->peer_rk = calloc(n, sizeof(*r->peer_rk));
         r->peer_off = calloc(n, sizeof(*r->peer_off));
@@ -481,24 +482,51 @@ int ofccl__coll_map_peer(ofccl__req_t *r, int p, uint64_t off, size_t len, const
     return 0;
 }
 
-int ofccl__coll_map_peer_out(ofccl__req_t *r, int p, char **at)
+static int map_second(ofccl__req_t *r, int p, unsigned access, char **at, ofccl__err_t *e)
 {
     const ofccl_comm_t *comm = r->comm;
     const uint64_t *d = (const uint64_t *)&comm->ctrl[ofccl__ctrl_desc_in(comm->size, r->slot, p)];
     ofccl__rkey_t rk = {d[12], d[13], d[14]};
-    ofccl__err_t e;
     void *ptr = NULL;
     int rc;
 
     *at = NULL;
     if (rk.len == 0)
         return 0;
-    rc = ofccl__ep_peer_map(comm->ep, p, &rk, d[15], r->block, OFCCL__ACC_REMOTE_WRITE, &ptr, &e);
+    rc = ofccl__ep_peer_map(comm->ep, p, &rk, d[15], r->block, access, &ptr, e);
+    *at = ptr;
+    return rc;
+}
+
+int ofccl__coll_map_peer_out(ofccl__req_t *r, int p, char **at)
+{
+    ofccl__err_t e;
+    int rc = map_second(r, p, OFCCL__ACC_REMOTE_WRITE, at, &e);
+
     if (rc)
         return ofccl__coll_fail(r, rc, "rank %d on %s: its output cannot be written in place: %s",
-                                p, ofccl__comm_host(comm, p), e.msg);
-    *at = ptr;
+                                p, ofccl__comm_host(r->comm, p), e.msg);
     return 0;
+}
+
+int ofccl__coll_map_peer_src(ofccl__req_t *r, int p, char **at)
+{
+    ofccl__err_t e;
+    int rc = map_second(r, p, OFCCL__ACC_REMOTE_READ, at, &e);
+
+    if (rc)
+        OFCCL__DEBUG(&r->comm->ctx->log, OFCCL__SUB_COLL,
+                     "rank %d: %s #%llu: rank %d's source is gone (its collective ended): %s",
+                     r->comm->rank, ofccl__coll_name(r->coll), (unsigned long long)r->seq, p,
+                     e.msg);
+    return rc;
+}
+
+bool ofccl__coll_peer_out_announced(const ofccl__req_t *r, int p)
+{
+    const ofccl_comm_t *comm = r->comm;
+
+    return comm->ctrl[ofccl__ctrl_desc_in(comm->size, r->slot, p) + 14] != 0;
 }
 
 _Atomic uint64_t *ofccl__coll_share_word(const ofccl__req_t *r, int owner, bool through)
@@ -506,6 +534,21 @@ _Atomic uint64_t *ofccl__coll_share_word(const ofccl__req_t *r, int owner, bool 
     const ofccl_comm_t *comm = r->comm;
     size_t w =
         through ? ofccl__ctrl_through(comm->size, r->slot) : ofccl__ctrl_claim(comm->size, r->slot);
+
+    return owner == comm->rank ? &comm->ctrl[w] : &comm->peer_ctrl_at[owner][w];
+}
+
+bool ofccl__take_pending(const ofccl__req_t *r, int p)
+{
+    return (r->claimed[p] & OFCCL__TAKE_TAKEN) &&
+           atomic_load_explicit(ofccl__coll_share_word(r, p, true), memory_order_acquire) <
+               r->seq + 1;
+}
+
+_Atomic uint64_t *ofccl__coll_take_word(const ofccl__req_t *r, int owner, int from)
+{
+    const ofccl_comm_t *comm = r->comm;
+    size_t w = ofccl__ctrl_take(comm->size, r->slot, from);
 
     return owner == comm->rank ? &comm->ctrl[w] : &comm->peer_ctrl_at[owner][w];
 }

@@ -40,6 +40,18 @@ enum ofccl__req_state { OFCCL__REQ_FREE = 0, OFCCL__REQ_ACTIVE, OFCCL__REQ_DONE 
 typedef struct ofccl_req ofccl__req_t;
 
 /* A write in flight: the op context handed to the provider. */
+/* The all-gather with takes (allgather/take.c): what became of each peer's
+ * block here and of this rank's block there (r->claimed). */
+enum ofccl__take_bits {
+    OFCCL__TAKE_WRITE = 1, /* as writer: this rank won the claim and writes its block */
+    OFCCL__TAKE_TAKEN = 2, /* as writer: the target took it (and says when it is through) */
+    OFCCL__TAKE_READ = 4,  /* as target: this rank took the writer's block */
+    OFCCL__TAKE_GIVEN = 8, /* as target: the writer writes it */
+    OFCCL__TAKE_NONE = 16, /* as target: the writer announced no source to read */
+};
+/* A peer that took this rank's block and is not through with it yet. */
+bool ofccl__take_pending(const struct ofccl_req *r, int p);
+
 typedef struct ofccl__wop {
     ofccl__op_t op; /* first: the provider hands back &op */
     ofccl__req_t *req;
@@ -176,8 +188,9 @@ struct ofccl_req {
     uint32_t *sig_next;        /* [size] atomic path: next write (k) to signal */
     uint32_t *from_cnt;        /* [size] units arrived from that writer */
     uint64_t *sig_mask;        /* [size] atomic path: delivered, unsignalled units */
+    uint8_t *claimed;          /* [size] AG take: OFCCL__TAKE_* bits per peer */
     size_t peer_state_bytes;   /* sig_mask, sent, inflight, sig_next, from_cnt, writes_to_me,
-                                  i_write_to and peer_ready: one block, in this order */
+                                  i_write_to, peer_ready and claimed: one block, in this order */
     uint32_t reduced;          /* RS: units reduced */
     unsigned ops_out;          /* ops of this request not yet completed (wops it holds) */
     const void **srcs;         /* [size] reduction sources */
@@ -214,13 +227,22 @@ int ofccl__coll_fail(ofccl__req_t *r, int code, const char *fmt, ...)
 /* Where bytes [off, off+len) of peer p's announced region (r->peer_rk[p]) are
  * mapped here, for reading in place (caps.peer_map). */
 int ofccl__coll_map_peer(ofccl__req_t *r, int p, uint64_t off, size_t len, const void **at);
-/* Where peer p's output (r->block bytes), as its descriptor announces it, is
- * mapped here for writing; *at = NULL where p announced none. */
+/* Where peer p's second window (r->block bytes), as its descriptor announces
+ * it, is mapped here; *at = NULL where p announced none. The pull
+ * reduce-scatter's output, for writing (failing r where it cannot be
+ * mapped); the all-gather's source, for reading (an error returned, r left
+ * alone: a source that is gone means its owner's collective ended, and that
+ * failure, reported by the owner's notice or exit, is the cause). */
 int ofccl__coll_map_peer_out(ofccl__req_t *r, int p, char **at);
+int ofccl__coll_map_peer_src(ofccl__req_t *r, int p, char **at);
+/* Whether peer p's descriptor (in) announces a second window. */
+bool ofccl__coll_peer_out_announced(const ofccl__req_t *r, int p);
 /* The pull reduce-scatter's words for r's slot in `owner`'s control region
  * (this rank's, or the owner's mapped here): the counter of grains taken from
  * its block, or (through) the word where it says it is through. */
 _Atomic uint64_t *ofccl__coll_share_word(const ofccl__req_t *r, int owner, bool through);
+/* The all-gather take word of `from`'s block into `owner`, for r's slot. */
+_Atomic uint64_t *ofccl__coll_take_word(const ofccl__req_t *r, int owner, int from);
 /* "all-gather" or "reduce-scatter", for messages. */
 const char *ofccl__coll_name(int coll);
 

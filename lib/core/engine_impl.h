@@ -49,6 +49,7 @@ size_t ofccl__ctrl_desc_out(unsigned slot);
 size_t ofccl__ctrl_desc_in(int size, unsigned slot, int from);
 size_t ofccl__ctrl_desc_cnt(int size, unsigned slot, int from);
 size_t ofccl__ctrl_arr_cnt(int size, unsigned slot, int from);
+size_t ofccl__ctrl_take(int size, unsigned slot, int from);
 size_t ofccl__ctrl_claim(int size, unsigned slot);
 size_t ofccl__ctrl_through(int size, unsigned slot);
 size_t ofccl__ctrl_eager_out(const ofccl_comm_t *comm, unsigned slot, int p);

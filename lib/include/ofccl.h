@@ -310,6 +310,10 @@ typedef struct ofccl_stats {
      * collectives need them: by the writes kept out to the peers a collective
      * uses (OFCCL_DEPTH per peer), whatever the communicator's size. */
     uint64_t op_contexts;
+    /* All-gather bytes this rank copied into its own output from peers'
+     * buffers itself (local transport, OFCCL_AG_TAKE: blocks that had not
+     * reached it when it was done with its own writes). */
+    uint64_t pulled_bytes;
 } ofccl_stats_t;
 OFCCL_API int ofccl_ctx_stats(const ofccl_ctx_t *ctx, ofccl_stats_t *stats);
 

@@ -7,7 +7,7 @@
 set -u
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
-"$1" --oversubscribe --bind-to none --enable-recovery -x OFCCL_PROVIDER -np 3 "$2" "$3" "$4" \
+"$1" --oversubscribe --bind-to none --enable-recovery -x OFCCL_PROVIDER -x OFCCL_AG_TAKE -np 3 "$2" "$3" "$4" \
     >"$out" 2>&1
 rc=$?
 cat "$out"
