@@ -72,7 +72,7 @@ typedef enum ofccl__cfg_type {
       "place (pull); hier where it does not fit is direct")                                        \
     X(CHUNK_BYTES, SIZE, AGREE, "512K", "", 4096, 1073741824,                                      \
       "Pipeline chunk: a collective moves each rank's block in chunks of this size")               \
-    X(AG_TAKE, SIZE, AGREE, "64K", "0|<bytes>", 0, 1073741824,                                    \
+    X(AG_TAKE, SIZE, AGREE, "1M", "0|<bytes>", 0, 1073741824,                                     \
       "All-gather on the local transport (direct), blocks of at least this many bytes per rank: "  \
       "a rank done with its own writes copies, from the peer's buffer, each block that has not "   \
       "reached it yet (claimed in its control region, so each block is copied once), where the "   \

@@ -7,9 +7,9 @@
  * the sleeper, back, takes nothing (every block has been written to it by
  * then). Every element of every rank's result is checked against the value its
  * writer put there. Who copied what is read from ofccl_stats_t.pulled_bytes,
- * gathered from every rank. Blocks below OFCCL_AG_TAKE (64 KiB by default) go
- * direct: nobody takes them.
- * Usage: test_gather_take (run with OFCCL_PROVIDER=local)
+ * gathered from every rank. Blocks below OFCCL_AG_TAKE go direct: nobody
+ * takes them.
+ * Usage: OFCCL_AG_TAKE=64K test_gather_take (with OFCCL_PROVIDER=local)
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -144,8 +144,8 @@ static void test_unmapped_source(void)
     free(pulled);
 }
 
-/* Blocks below OFCCL_AG_TAKE (the default, 64 KiB): plain direct, nothing is
- * taken, however long a rank stays away. */
+/* Blocks below OFCCL_AG_TAKE (64 KiB here): plain direct, nothing is taken,
+ * however long a rank stays away. */
 static void test_small_blocks(void)
 {
     uint64_t *pulled = calloc((size_t)size, 8);
