@@ -27,7 +27,7 @@ VETH_MEASURED = {"direct": (0.22, 0.26), "ring": (0.43, 0.59)}  # link share, 1-
 # ofccl's state per peer and communicator, in bytes, from the struct sizes on x86-64
 # (sizeof of the fields named; lib/core/engine.c ofccl__coll_init, setup.c, ctrl.c).
 SLOTS, DEPTH, DESC_WORDS, EAGER_RING, EAGER_HDR = 8, 4, 16, 16, 32
-REQ_PER_PEER = (8 + 4 * 4 + 3  # sig_mask, sent/inflight/sig_next/from_cnt, 3 flags
+REQ_PER_PEER = (8 + 4 * 4 + 4  # sig_mask, sent/inflight/sig_next/from_cnt, 4 flags
                 + 24 + 8 + 2 * 8  # peer_rk, peer_off, seen[2]
                 + 3 * 4  # to, from, awaiting: the peers a collective uses, as lists
                 + 8 + 8 + 8)  # srcs, peer_at, peer_out
@@ -42,7 +42,7 @@ LX_RING_BYTES = 2 * 64 + 256 * 8  # local transport: one CQ-data ring per source
 
 def ctrl_per_peer(n, eager=16384):
     slot = (EAGER_HDR + (eager + n - 1) // n + 63) // 64 * 64
-    return SLOTS * DESC_WORDS * 8 + 2 * SLOTS * 8 + (SLOTS + EAGER_RING) * slot
+    return SLOTS * DESC_WORDS * 8 + 3 * SLOTS * 8 + (SLOTS + EAGER_RING) * slot  # + take words
 
 
 def flat_ring(c, s, coll):
