@@ -16,19 +16,9 @@
 #include <string.h>
 #include <time.h>
 
+#include "away.h"
 #include "cu.h"
 #include "ofccl.h"
-
-static ofccl_ctx_t *ctx;
-static ofccl_comm_t *comm;
-static int rank, size;
-
-static void sleep_ms(unsigned ms)
-{
-    struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
-
-    nanosleep(&ts, NULL);
-}
 
 static uint64_t pulled_here(void)
 {
@@ -36,16 +26,6 @@ static uint64_t pulled_here(void)
 
     CU_ASSERT_EQUAL_FATAL(ofccl_ctx_stats(ctx, &s), 0);
     return s.pulled_bytes;
-}
-
-/* Every rank's `mine`, gathered (plain memory: staged, so no take). */
-static void gather_u64(uint64_t mine, uint64_t *all)
-{
-    ofccl_req_t *req = NULL;
-
-    CU_ASSERT_EQUAL_FATAL(ofccl_allgather(comm, &mine, all, 8, OFCCL_U8, &req), 0);
-    CU_ASSERT_EQUAL_FATAL(ofccl_wait(req), 0);
-    CU_ASSERT_EQUAL(ofccl_req_free(req), 0);
 }
 
 static uint32_t value(int w, size_t j)
@@ -159,30 +139,12 @@ static void test_small_blocks(void)
 
 int main(void)
 {
-    char err[512] = "";
-    ofccl_ctx_params_t p = {.size = sizeof(p), .errbuf = err, .errlen = sizeof(err)};
     static const cu_test_t tests[] = {
         {"a rank away: the others take its block", test_away},
         {"a source peers cannot map is left to its owner", test_unmapped_source},
         {"blocks below OFCCL_AG_TAKE are not taken", test_small_blocks},
         {NULL, NULL},
     };
-    int rc;
 
-    if ((rc = ofccl_ctx_create(&p, &ctx)) != 0) {
-        fprintf(stderr, "ofccl_ctx_create: %s: %s\n", ofccl_strerror(rc), err);
-        return 1;
-    }
-    if ((rc = ofccl_comm_world(ctx, &comm)) != 0) {
-        fprintf(stderr, "ofccl_comm_world: %s\n", ofccl_ctx_last_error(ctx));
-        return 1;
-    }
-    ofccl_comm_rank(comm, &rank);
-    ofccl_comm_size(comm, &size);
-    if (rank == 0)
-        printf("gather-take: %d ranks, %s\n", size, ofccl_ctx_provider(ctx));
-    rc = cu_run("gather-take", tests);
-    if (ofccl_barrier(comm) || ofccl_comm_destroy(comm) || ofccl_ctx_destroy(ctx))
-        rc = 1;
-    return rc;
+    return away_run("gather-take", tests);
 }

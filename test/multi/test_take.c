@@ -16,20 +16,10 @@
 #include <string.h>
 #include <time.h>
 
+#include "away.h"
 #include "cu.h"
 #include "elements.h"
 #include "ofccl.h"
-
-static ofccl_ctx_t *ctx;
-static ofccl_comm_t *comm;
-static int rank, size;
-
-static void sleep_ms(unsigned ms)
-{
-    struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
-
-    nanosleep(&ts, NULL);
-}
 
 static uint64_t taken_here(void)
 {
@@ -37,16 +27,6 @@ static uint64_t taken_here(void)
 
     CU_ASSERT_EQUAL_FATAL(ofccl_ctx_stats(ctx, &s), 0);
     return s.reduced_for_peers;
-}
-
-/* Every rank's `mine`, gathered (plain memory: staged). */
-static void gather_u64(uint64_t mine, uint64_t *all)
-{
-    ofccl_req_t *req = NULL;
-
-    CU_ASSERT_EQUAL_FATAL(ofccl_allgather(comm, &mine, all, 8, OFCCL_U8, &req), 0);
-    CU_ASSERT_EQUAL_FATAL(ofccl_wait(req), 0);
-    CU_ASSERT_EQUAL(ofccl_req_free(req), 0);
 }
 
 static int wait_ok(ofccl_req_t *req)
@@ -243,30 +223,12 @@ static void test_same_bits(void)
 
 int main(void)
 {
-    char err[512] = "";
-    ofccl_ctx_params_t p = {.size = sizeof(p), .errbuf = err, .errlen = sizeof(err)};
     static const cu_test_t tests[] = {
         {"a rank away: the others reduce its block", test_away},
         {"plain outputs are reduced by their owners", test_plain_output},
         {"the same bits whoever reduces", test_same_bits},
         {NULL, NULL},
     };
-    int rc;
 
-    if ((rc = ofccl_ctx_create(&p, &ctx)) != 0) {
-        fprintf(stderr, "ofccl_ctx_create: %s: %s\n", ofccl_strerror(rc), err);
-        return 1;
-    }
-    if ((rc = ofccl_comm_world(ctx, &comm)) != 0) {
-        fprintf(stderr, "ofccl_comm_world: %s\n", ofccl_ctx_last_error(ctx));
-        return 1;
-    }
-    ofccl_comm_rank(comm, &rank);
-    ofccl_comm_size(comm, &size);
-    if (rank == 0)
-        printf("take: %d ranks, %s\n", size, ofccl_ctx_provider(ctx));
-    rc = cu_run("take", tests);
-    if (ofccl_barrier(comm) || ofccl_comm_destroy(comm) || ofccl_ctx_destroy(ctx))
-        rc = 1;
-    return rc;
+    return away_run("take", tests);
 }
