@@ -42,7 +42,9 @@ bool ofccl__rs_hier_fits(const ofccl_comm_t *comm);
  * unit expected from each peer. */
 extern const ofccl__algo_t ofccl__rs_pull;
 /* The pull algorithms' end (pull.c): say this rank is through with the
- * peers' buffers, and count the peers through as one arrival each. */
+ * peers' buffers (seq + 1 in its through word), and (pull_through) count the
+ * peers through as one arrival each. */
+void ofccl__through_say(ofccl__req_t *r);
 void ofccl__pull_through(ofccl__req_t *r);
 /* Broadcast (broadcast/): eager for small ones, pull where peers' memory maps,
  * direct, and the pipelined chain for large ones on many ranks. */
@@ -82,6 +84,10 @@ int ofccl__bcast_done(ofccl__req_t *r);
  * nchunks writes to each), while it is still in cache. True once all of it is
  * there (or there is nothing to copy). */
 bool ofccl__ag_copy_own(ofccl__req_t *r);
+/* All-gather, direct and take: post this rank's chunks not yet sent to peer p
+ * (its block goes to p's buffer at rank * block), until flow control holds
+ * them back. 0, or an error. */
+int ofccl__ag_put_own(ofccl__req_t *r, int p);
 /* Direct: has chunk c arrived from every writer? */
 bool ofccl__direct_chunk_in(const ofccl__req_t *r, unsigned c);
 

@@ -71,6 +71,24 @@ uint32_t ofccl__one_unit_of(const ofccl__req_t *r, int p, uint32_t k)
     return (uint32_t)p;
 }
 
+int ofccl__ag_put_own(ofccl__req_t *r, int p)
+{
+    const char *src = r->src.ptr;
+    size_t mine = (size_t)r->comm->rank * r->block;
+
+    while (r->sent[p] < r->nchunks) {
+        unsigned c = r->sent[p];
+        size_t off = (size_t)c * r->chunk;
+        int rc = ofccl__coll_put(r, p, src + off, r->src.mr, ofccl__chunk_len(r, c), mine + off,
+                                 ofccl__direct_unit_of(r, r->comm->rank, c));
+        if (rc == OFCCL_ERR_AGAIN)
+            return 0;
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
 bool ofccl__ag_copy_own(ofccl__req_t *r)
 {
     unsigned upto = r->nchunks;

@@ -538,13 +538,6 @@ _Atomic uint64_t *ofccl__coll_share_word(const ofccl__req_t *r, int owner, bool 
     return owner == comm->rank ? &comm->ctrl[w] : &comm->peer_ctrl_at[owner][w];
 }
 
-bool ofccl__take_pending(const ofccl__req_t *r, int p)
-{
-    return (r->claimed[p] & OFCCL__TAKE_TAKEN) &&
-           atomic_load_explicit(ofccl__coll_share_word(r, p, true), memory_order_acquire) <
-               r->seq + 1;
-}
-
 _Atomic uint64_t *ofccl__coll_take_word(const ofccl__req_t *r, int owner, int from)
 {
     const ofccl_comm_t *comm = r->comm;

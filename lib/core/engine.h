@@ -40,18 +40,6 @@ enum ofccl__req_state { OFCCL__REQ_FREE = 0, OFCCL__REQ_ACTIVE, OFCCL__REQ_DONE 
 typedef struct ofccl_req ofccl__req_t;
 
 /* A write in flight: the op context handed to the provider. */
-/* The all-gather with takes (allgather/take.c): what became of each peer's
- * block here and of this rank's block there (r->claimed). */
-enum ofccl__take_bits {
-    OFCCL__TAKE_WRITE = 1, /* as writer: this rank won the claim and writes its block */
-    OFCCL__TAKE_TAKEN = 2, /* as writer: the target took it (and says when it is through) */
-    OFCCL__TAKE_READ = 4,  /* as target: this rank took the writer's block */
-    OFCCL__TAKE_GIVEN = 8, /* as target: the writer writes it */
-    OFCCL__TAKE_NONE = 16, /* as target: the writer announced no source to read */
-};
-/* A peer that took this rank's block and is not through with it yet. */
-bool ofccl__take_pending(const struct ofccl_req *r, int p);
-
 typedef struct ofccl__wop {
     ofccl__op_t op; /* first: the provider hands back &op */
     ofccl__req_t *req;
@@ -106,6 +94,9 @@ typedef struct ofccl__algo {
      * among the writers). Says what a peer still owes, for reports and when
      * a peer exits. */
     unsigned (*units_from)(const ofccl__req_t *r, int p);
+    /* What else this rank waits for from peer p, for reports and when p
+     * exits: a phrase, or NULL for nothing (may be NULL: only units). */
+    const char *(*waits_on)(const ofccl__req_t *r, int p);
 } ofccl__algo_t;
 
 struct ofccl_req {
@@ -188,7 +179,7 @@ struct ofccl_req {
     uint32_t *sig_next;        /* [size] atomic path: next write (k) to signal */
     uint32_t *from_cnt;        /* [size] units arrived from that writer */
     uint64_t *sig_mask;        /* [size] atomic path: delivered, unsignalled units */
-    uint8_t *claimed;          /* [size] AG take: OFCCL__TAKE_* bits per peer */
+    uint8_t *claimed;          /* [size] the algorithm's flags per peer (allgather/take.c) */
     size_t peer_state_bytes;   /* sig_mask, sent, inflight, sig_next, from_cnt, writes_to_me,
                                   i_write_to, peer_ready and claimed: one block, in this order */
     uint32_t reduced;          /* RS: units reduced */

@@ -25,8 +25,8 @@ static void owed_by(const ofccl__req_t *r, int p, unsigned each, char *what, siz
     else if (r->writes_to_me[p] && !(r->algo->flags & OFCCL__ALGO_EAGER) && r->from_cnt[p] < each)
         w += (size_t)snprintf(what + w, len - w, "; %u of %u data units missing",
                               each - r->from_cnt[p], each);
-    if (r->algo->coll == OFCCL__AG && ofccl__take_pending(r, p))
-        w += (size_t)snprintf(what + w, len - w, "; still reading our block (it took it)");
+    if (r->algo->waits_on != NULL && r->algo->waits_on(r, p) != NULL)
+        w += (size_t)snprintf(what + w, len - w, "; %s", r->algo->waits_on(r, p));
     if (w > 0)
         memmove(what, what + 2, w - 1); /* drop the leading "; " */
 }
@@ -47,7 +47,7 @@ bool ofccl__coll_owes(const ofccl__req_t *r, int p)
 {
     if (r->i_write_to[p] && !r->peer_ready[p])
         return true;
-    if (r->algo->coll == OFCCL__AG && ofccl__take_pending(r, p))
+    if (r->algo->waits_on != NULL && r->algo->waits_on(r, p) != NULL)
         return true;
     if (!r->writes_to_me[p])
         return false;

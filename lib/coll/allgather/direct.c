@@ -5,23 +5,14 @@
 static int progress(ofccl__req_t *r)
 {
     ofccl_comm_t *comm = r->comm;
-    const char *src = r->src.ptr;
-    size_t mine = (size_t)comm->rank * r->block;
     int all_sent = 1;
 
     /* Start with the right neighbour so ranks do not all hit rank 0 first. */
     for (int k = 1; k < comm->size; k++) {
-        int p = (comm->rank + k) % comm->size;
-        while (r->sent[p] < r->nchunks) {
-            unsigned c = r->sent[p];
-            size_t off = (size_t)c * r->chunk;
-            int rc = ofccl__coll_put(r, p, src + off, r->src.mr, ofccl__chunk_len(r, c), mine + off,
-                                     ofccl__direct_unit_of(r, comm->rank, c));
-            if (rc == OFCCL_ERR_AGAIN)
-                break;
-            if (rc)
-                return rc;
-        }
+        int p = (comm->rank + k) % comm->size, rc = ofccl__ag_put_own(r, p);
+
+        if (rc)
+            return rc;
         all_sent &= r->sent[p] == r->nchunks;
     }
     all_sent &= ofccl__ag_copy_own(r);

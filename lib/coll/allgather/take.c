@@ -18,6 +18,16 @@
 #include "coll.h"
 #include "util.h"
 
+/* What became of each peer's block here and of this rank's block there
+ * (r->claimed). */
+enum {
+    TAKE_WRITE = 1, /* as writer: this rank won the claim and writes its block */
+    TAKE_TAKEN = 2, /* as writer: the target took it (and says when it is through) */
+    TAKE_READ = 4,  /* as target: this rank took the writer's block */
+    TAKE_GIVEN = 8, /* as target: the writer writes it */
+    TAKE_NONE = 16, /* as target: the writer announced no source to read */
+};
+
 /* Claim the take word of w's block into t for this collective. */
 static bool claim(ofccl__req_t *r, int t, int w)
 {
@@ -38,33 +48,24 @@ static bool claim(ofccl__req_t *r, int t, int w)
 static int write_own(ofccl__req_t *r, bool *done, bool *busy)
 {
     ofccl_comm_t *comm = r->comm;
-    const char *src = r->src.ptr;
-    size_t mine = (size_t)comm->rank * r->block;
 
     *done = true;
     *busy = false;
-
     for (int k = 1; k < comm->size; k++) {
-        int t = (comm->rank + k) % comm->size;
+        int t = (comm->rank + k) % comm->size, rc;
 
-        if (!(r->claimed[t] & (OFCCL__TAKE_WRITE | OFCCL__TAKE_TAKEN))) {
+        if (!(r->claimed[t] & (TAKE_WRITE | TAKE_TAKEN))) {
             if (!r->peer_ready[t]) { /* t has not posted: its buffer is unknown */
                 *done = false;
                 continue;
             }
-            r->claimed[t] |= claim(r, t, comm->rank) ? OFCCL__TAKE_WRITE : OFCCL__TAKE_TAKEN;
+            r->claimed[t] |= claim(r, t, comm->rank) ? TAKE_WRITE : TAKE_TAKEN;
         }
-        while ((r->claimed[t] & OFCCL__TAKE_WRITE) && r->sent[t] < r->nchunks) {
-            unsigned c = r->sent[t];
-            size_t off = (size_t)c * r->chunk;
-            int e = ofccl__coll_put(r, t, src + off, r->src.mr, ofccl__chunk_len(r, c), mine + off,
-                                    ofccl__direct_unit_of(r, comm->rank, c));
-            if (e == OFCCL_ERR_AGAIN)
-                break;
-            if (e)
-                return e;
-        }
-        if ((r->claimed[t] & OFCCL__TAKE_WRITE) && r->sent[t] < r->nchunks)
+        if (!(r->claimed[t] & TAKE_WRITE))
+            continue;
+        if ((rc = ofccl__ag_put_own(r, t)) != 0)
+            return rc;
+        if (r->sent[t] < r->nchunks)
             *done = false, *busy = true;
     }
     return 0;
@@ -82,26 +83,25 @@ static void take_one(ofccl__req_t *r)
         int w = (comm->rank + k) % comm->size;
         char *at = NULL;
 
-        if ((r->claimed[w] & (OFCCL__TAKE_READ | OFCCL__TAKE_GIVEN | OFCCL__TAKE_NONE)) ||
-            !r->peer_ready[w])
+        if ((r->claimed[w] & (TAKE_READ | TAKE_GIVEN | TAKE_NONE)) || !r->peer_ready[w])
             continue;
         if (!ofccl__coll_peer_out_announced(r, w)) {
-            r->claimed[w] |= OFCCL__TAKE_NONE;
+            r->claimed[w] |= TAKE_NONE;
             continue;
         }
         if (!claim(r, comm->rank, w)) {
-            r->claimed[w] |= OFCCL__TAKE_GIVEN;
+            r->claimed[w] |= TAKE_GIVEN;
             continue;
         }
         /* Claimed, so its owner waits for this rank unless its collective has
          * ended (failed: its notice or its exit names the cause). Gone: this
          * rank waits to be told, as for any block that does not come. */
         if (ofccl__coll_map_peer_src(r, w, &at) != 0 || at == NULL) {
-            r->claimed[w] |= OFCCL__TAKE_NONE;
+            r->claimed[w] |= TAKE_NONE;
             continue;
         }
         memcpy((char *)r->dst.ptr + (size_t)w * r->block, at, r->block);
-        r->claimed[w] |= OFCCL__TAKE_READ;
+        r->claimed[w] |= TAKE_READ;
         r->from_cnt[w] = r->nchunks;
         r->arrived += r->nchunks;
         comm->ctx->stats.pulled_bytes += r->block;
@@ -110,18 +110,26 @@ static void take_one(ofccl__req_t *r)
     }
 }
 
+/* A rank that took this rank's block and is not through with it yet. */
+static const char *waits_on(const ofccl__req_t *r, int t)
+{
+    if (!(r->claimed[t] & TAKE_TAKEN) || atomic_load_explicit(ofccl__coll_share_word(r, t, true),
+                                                              memory_order_acquire) >= r->seq + 1)
+        return NULL;
+    return "still reading our block (it took it)";
+}
+
 /* Every rank that took this rank's block is through with it. */
 static bool takers_through(const ofccl__req_t *r)
 {
     for (int t = 0; t < r->comm->size; t++)
-        if (ofccl__take_pending(r, t))
+        if (waits_on(r, t) != NULL)
             return false;
     return true;
 }
 
 static int progress(ofccl__req_t *r)
 {
-    _Atomic uint64_t *through = ofccl__coll_share_word(r, r->comm->rank, true);
     bool written, busy;
     int rc = write_own(r, &written, &busy);
 
@@ -133,8 +141,7 @@ static int progress(ofccl__req_t *r)
     if (r->arrived < r->units_in)
         return 0;
     /* Complete here: nobody reads a peer's block for this rank any more. */
-    if (atomic_load_explicit(through, memory_order_relaxed) != r->seq + 1)
-        atomic_store_explicit(through, r->seq + 1, memory_order_release);
+    ofccl__through_say(r);
     r->finished = written && takers_through(r);
     return 0;
 }
@@ -149,4 +156,5 @@ const ofccl__algo_t ofccl__ag_take = {
     .progress = progress,
     .writer_of = ofccl__direct_writer_of,
     .unit_of = ofccl__direct_unit_of,
+    .waits_on = waits_on,
 };
