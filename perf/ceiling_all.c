@@ -16,7 +16,13 @@
  *     the reduce-scatter runs), block i of every process's buffer summed into an output
  *     of its own, input bytes per second: not a property of the machine but of the kernel
  *     on it, so a reduce-scatter's ratio to it is the share the rest of the engine
- *     (meeting the peers, taking grains, the synchronisation) leaves.
+ *     (meeting the peers, taking grains, the synchronisation) leaves;
+ *   - tcp: loopback TCP in a ring, each process sending a block of the size to the next
+ *     while it receives one from the previous (non-blocking, one poll loop), bytes
+ *     received per second per process: the bound of a collective over the tcp provider on
+ *     one host, whose every byte goes through the kernel's copy out of the sender and its
+ *     copy into the receiver, both on the ranks' own cores (a ring's two long streams per
+ *     process are TCP's best case; an all-to-all pattern has more, shorter ones).
  * Besides the median over processes, each kind's slowest process is reported: a
  * collective in which every rank waits for every other ends with its slowest rank.
  * The N processes are forked, pinned to cpus 0..N-1 (or the -p list), and
@@ -26,7 +32,11 @@
  *
  *   ceiling_all -n 16 [-b 1M] [-e 64M] [-f 4] [-t 100] [-C out.csv]
  */
+#include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdint.h>
@@ -34,6 +44,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -44,12 +55,13 @@
 #define CHUNK (512u << 10)
 #define ROUNDS 3
 #define MAXN 1024
-#define KINDS 4
-#define PIECE 2048 /* bytes read from one source before the next, as ofccl's kernel */
+#define KINDS 5
+#define TCP_BYTES (256u << 20) /* received per process per tcp round, at least 3 blocks */
+#define PIECE 2048             /* bytes read from one source before the next, as ofccl's kernel */
 
 typedef struct shared {
     pthread_barrier_t bar;
-    double rate[KINDS][MAXN]; /* per process: copy, read, peer read, reduce */
+    double rate[KINDS][MAXN]; /* per process: copy, read, peer read, reduce, tcp */
 } shared_t;
 
 static double now(void)
@@ -114,10 +126,116 @@ static void reduce_peers(const char *all, int n, int me, size_t bytes, float *ou
     }
 }
 
+/* The tcp ring: process i listens on lfd[i] (port[i]), made before the fork,
+ * and connects to process i + 1's. */
+typedef struct ring {
+    int lfd[MAXN];
+    uint16_t port[MAXN];
+} ring_t;
+
+static int ring_listen(ring_t *g, int n)
+{
+    for (int i = 0; i < n; i++) {
+        struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        socklen_t len = sizeof(a);
+        int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+        if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof(a)) != 0 || listen(fd, 4) != 0 ||
+            getsockname(fd, (struct sockaddr *)&a, &len) != 0) {
+            perror("ceiling_all: a loopback listener");
+            return -1;
+        }
+        g->lfd[i] = fd;
+        g->port[i] = ntohs(a.sin_port);
+    }
+    return 0;
+}
+
+/* This process's two ends: *sfd to process me + 1, *rfd from process me - 1
+ * (the listener's backlog completes the connect before anyone accepts). */
+static int ring_join(const ring_t *g, int n, int me, int *sfd, int *rfd)
+{
+    struct sockaddr_in a = {.sin_family = AF_INET,
+                            .sin_port = htons(g->port[(me + 1) % n]),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    struct pollfd p = {g->lfd[me], POLLIN, 0};
+
+    *sfd = socket(AF_INET, SOCK_STREAM, 0);
+    if (*sfd < 0 || connect(*sfd, (struct sockaddr *)&a, sizeof(a)) != 0)
+        return -1;
+    *rfd = poll(&p, 1, 10000) == 1 ? accept(g->lfd[me], NULL, NULL) : -1;
+    if (*rfd < 0)
+        return -1;
+    fcntl(*sfd, F_SETFL, fcntl(*sfd, F_GETFL) | O_NONBLOCK);
+    fcntl(*rfd, F_SETFL, fcntl(*rfd, F_GETFL) | O_NONBLOCK);
+    return 0;
+}
+
+static int would_block(void)
+{
+    return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR;
+}
+
+/* `bytes` out on sfd while `bytes` come in on rfd; -1 on an error, a closed
+ * peer or the deadline. */
+static int ring_round(int sfd, int rfd, const char *s, char *r, size_t bytes, double deadline)
+{
+    size_t sent = 0, got = 0;
+
+    while (sent < bytes || got < bytes) {
+        ssize_t ks = -1, kr = -1;
+        errno = EAGAIN;
+        if (sent < bytes && (ks = send(sfd, s + sent, bytes - sent, MSG_NOSIGNAL)) > 0)
+            sent += (size_t)ks;
+        if (ks < 0 && !would_block())
+            return -1;
+        errno = EAGAIN;
+        if (got < bytes && (kr = recv(rfd, r + got, bytes - got, 0)) > 0)
+            got += (size_t)kr;
+        if (kr == 0 || (kr < 0 && !would_block()))
+            return -1;
+        if (ks <= 0 && kr <= 0) {
+            struct pollfd p[2] = {{sfd, sent < bytes ? POLLOUT : 0, 0},
+                                  {rfd, got < bytes ? POLLIN : 0, 0}};
+            if (poll(p, 2, 100) < 0 && errno != EINTR)
+                return -1;
+        }
+        if (now() > deadline)
+            return -1;
+    }
+    return 0;
+}
+
+/* Best of ROUNDS rounds of the tcp ring. Every process runs the same number
+ * of blocks (a sender cannot stop before its receiver), at least 3 and
+ * TCP_BYTES in all; -1 if the ring could not be made or a round failed. */
+static double tcp_best(shared_t *sh, const ring_t *g, int n, int me, const char *src, char *dst,
+                       size_t bytes)
+{
+    long reps = (long)(TCP_BYTES / bytes) < 3 ? 3 : (long)(TCP_BYTES / bytes);
+    int sfd = -1, rfd = -1, ok = ring_join(g, n, me, &sfd, &rfd) == 0;
+    double best = 0;
+
+    for (int r = 0; r < ROUNDS; r++) {
+        pthread_barrier_wait(&sh->bar);
+        double t0 = now(), deadline = t0 + 30;
+        for (long i = 0; ok && i < reps; i++)
+            ok = ring_round(sfd, rfd, src, dst, bytes, deadline) == 0;
+        double rate = (double)bytes * (double)reps / (now() - t0);
+        best = rate > best ? rate : best;
+    }
+    if (sfd >= 0)
+        close(sfd);
+    if (rfd >= 0)
+        close(rfd);
+    return ok ? best : -1;
+}
+
 /* One process's share: best of ROUNDS rounds of each kind, all processes
  * starting every round together. `all` holds every process's buffer for the
  * peer reads; this one writes its own first. */
-static void child(shared_t *sh, char *all, int n, int me, size_t bytes, double min_s)
+static void child(shared_t *sh, char *all, const ring_t *g, int n, int me, size_t bytes,
+                  double min_s)
 {
     char *src = malloc(bytes), *dst = malloc(bytes), *mine = all + (size_t)me * bytes;
     if (!src || !dst) {
@@ -135,7 +253,7 @@ static void child(shared_t *sh, char *all, int n, int me, size_t bytes, double m
         memcpy(mine + i, &v, sizeof(v));
     }
     volatile uint64_t sink = 0;
-    for (int kind = 0; kind < KINDS; kind++) {
+    for (int kind = 0; kind < KINDS - 1; kind++) {
         double best = 0;
         for (int r = 0; r < ROUNDS; r++) {
             pthread_barrier_wait(&sh->bar);
@@ -160,6 +278,7 @@ static void child(shared_t *sh, char *all, int n, int me, size_t bytes, double m
         }
         sh->rate[kind][me] = best;
     }
+    sh->rate[KINDS - 1][me] = tcp_best(sh, g, n, me, src, dst, bytes);
     (void)sink;
     free(src);
     free(dst);
@@ -220,22 +339,26 @@ int main(int argc, char **argv)
         }
     }
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    ring_t *ring = malloc(sizeof(*ring));
     if (n < 1 || n > MAXN || factor <= 1 || lo == 0 || hi < lo) {
         fprintf(stderr, "ceiling_all: -n must be 1..%d, -f > 1, 0 < -b <= -e\n", MAXN);
         return 2;
     }
+    if (!ring || ring_listen(ring, n) != 0)
+        return 1;
     FILE *out = csv ? fopen(csv, "w") : NULL;
     if (csv && !out) {
         fprintf(stderr, "ceiling_all: %s: %s\n", csv, strerror(errno));
         return 1;
     }
     if (out)
-        fprintf(out, "procs,bytes,copy_Bps,read_Bps,peer_read_Bps,reduce_Bps,copy_min_Bps,"
-                     "read_min_Bps,peer_read_min_Bps,reduce_min_Bps\n");
+        fprintf(out, "procs,bytes,copy_Bps,read_Bps,peer_read_Bps,reduce_Bps,tcp_Bps,copy_min_Bps,"
+                     "read_min_Bps,peer_read_min_Bps,reduce_min_Bps,tcp_min_Bps\n");
     printf("# %d processes at once on %ld cpus: per-process rates in GB/s, median over "
            "processes (slowest process in brackets)\n",
            n, ncpu);
-    printf("%12s %18s %18s %18s %18s\n", "bytes", "copy", "read", "peer read", "reduce");
+    printf("%12s %18s %18s %18s %18s %18s\n", "bytes", "copy", "read", "peer read", "reduce",
+           "tcp");
     for (size_t bytes = lo; bytes <= hi; bytes = (size_t)(bytes * factor)) {
         shared_t *sh =
             mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
@@ -264,7 +387,7 @@ int main(int argc, char **argv)
                 CPU_ZERO(&set);
                 CPU_SET(i % (ncpu > 0 ? ncpu : 1), &set);
                 sched_setaffinity(0, sizeof(set), &set);
-                child(sh, all, n, i, bytes, min_ms / 1e3);
+                child(sh, all, ring, n, i, bytes, min_ms / 1e3);
                 _exit(0);
             }
         }
@@ -286,9 +409,12 @@ int main(int argc, char **argv)
         for (int k = 0; k < KINDS; k++)
             printf("   %6.2f (%6.2f)", med[k] / 1e9, low[k] / 1e9);
         printf("\n");
-        if (out)
-            fprintf(out, "%d,%zu,%.0f,%.0f,%.0f,%.0f,%.0f,%.0f,%.0f,%.0f\n", n, bytes, med[0],
-                    med[1], med[2], med[3], low[0], low[1], low[2], low[3]);
+        if (out) {
+            fprintf(out, "%d,%zu", n, bytes);
+            for (int k = 0; k < 2 * KINDS; k++)
+                fprintf(out, ",%.0f", k < KINDS ? med[k] : low[k - KINDS]);
+            fprintf(out, "\n");
+        }
         munmap(all, bytes * (size_t)n);
         munmap(sh, sizeof(*sh));
         if (bytes > hi / factor)
