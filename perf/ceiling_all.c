@@ -18,7 +18,7 @@
  *     on it, so a reduce-scatter's ratio to it is the share the rest of the engine
  *     (meeting the peers, taking grains, the synchronisation) leaves;
  *   - tcp: loopback TCP in a ring, each process sending a block of the size to the next
- *     while it receives one from the previous (non-blocking, one poll loop), bytes
+ *     while it receives one from the previous (non-blocking, spinning), bytes
  *     received per second per process: the bound of a collective over the tcp provider on
  *     one host, whose every byte goes through the kernel's copy out of the sender and its
  *     copy into the receiver, both on the ranks' own cores (a ring's two long streams per
@@ -176,8 +176,10 @@ static int would_block(void)
     return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR;
 }
 
-/* `bytes` out on sfd while `bytes` come in on rfd; -1 on an error, a closed
- * peer or the deadline. */
+/* `bytes` out on sfd while `bytes` come in on rfd, retrying both without
+ * sleeping, as ofccl's progress loop does (a process asleep in poll costs a
+ * wake-up per buffer's worth, which on a virtual machine is a large share of
+ * the rate); -1 on an error, a closed peer or the deadline. */
 static int ring_round(int sfd, int rfd, const char *s, char *r, size_t bytes, double deadline)
 {
     size_t sent = 0, got = 0;
@@ -194,12 +196,6 @@ static int ring_round(int sfd, int rfd, const char *s, char *r, size_t bytes, do
             got += (size_t)kr;
         if (kr == 0 || (kr < 0 && !would_block()))
             return -1;
-        if (ks <= 0 && kr <= 0) {
-            struct pollfd p[2] = {{sfd, sent < bytes ? POLLOUT : 0, 0},
-                                  {rfd, got < bytes ? POLLIN : 0, 0}};
-            if (poll(p, 2, 100) < 0 && errno != EINTR)
-                return -1;
-        }
         if (now() > deadline)
             return -1;
     }
