@@ -22,7 +22,14 @@
  *     received per second per process: the bound of a collective over the tcp provider on
  *     one host, whose every byte goes through the kernel's copy out of the sender and its
  *     copy into the receiver, both on the ranks' own cores (a ring's two long streams per
- *     process are TCP's best case; an all-to-all pattern has more, shorter ones).
+ *     process are TCP's best case; an all-to-all pattern has more, shorter ones);
+ *   - exchange: the direct all-gather's copies with no protocol: each process copies its
+ *     block (size/N) into its place in every other process's buffer in shared memory and
+ *     in its own (an out-of-place all-gather's), then all meet at a spinning barrier, round
+ *     after round; the N - 1 blocks for the others per second per process, comparable
+ *     with an all-gather's bus bandwidth. Like reduce, it says what the
+ *     machine does with the collective's own pattern, writes into memory the other cores
+ *     use included, so an all-gather's ratio to it is what the rest of the engine leaves.
  * Besides the median over processes, each kind's slowest process is reported: a
  * collective in which every rank waits for every other ends with its slowest rank.
  * The N processes are forked, pinned to cpus 0..N-1 (or the -p list), and
@@ -38,6 +45,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -55,13 +63,15 @@
 #define CHUNK (512u << 10)
 #define ROUNDS 3
 #define MAXN 1024
-#define KINDS 5
+#define KINDS 6
+#define XCH_BYTES (512u << 20) /* copied per process per exchange round, at least 3 */
 #define TCP_BYTES (256u << 20) /* received per process per tcp round, at least 3 blocks */
 #define PIECE 2048             /* bytes read from one source before the next, as ofccl's kernel */
 
 typedef struct shared {
     pthread_barrier_t bar;
-    double rate[KINDS][MAXN]; /* per process: copy, read, peer read, reduce, tcp */
+    _Atomic unsigned arrived, gen; /* the exchange's spinning barrier */
+    double rate[KINDS][MAXN];      /* per process: copy, read, peer read, reduce, tcp, exchange */
 } shared_t;
 
 static double now(void)
@@ -227,6 +237,51 @@ static double tcp_best(shared_t *sh, const ring_t *g, int n, int me, const char 
     return ok ? best : -1;
 }
 
+/* All n processes meet; the last one in opens the next generation. -1 after
+ * 10 s (a process that failed), never a hang. */
+static int spin_barrier(shared_t *sh, int n)
+{
+    unsigned g = atomic_load(&sh->gen);
+    double end = 0;
+
+    if (atomic_fetch_add(&sh->arrived, 1) == (unsigned)n - 1) {
+        atomic_store(&sh->arrived, 0);
+        atomic_store(&sh->gen, g + 1);
+        return 0;
+    }
+    for (unsigned spin = 0; atomic_load(&sh->gen) == g; spin++)
+        if (spin % 4096 == 4095) {
+            if (end == 0)
+                end = now() + 10;
+            else if (now() > end)
+                return -1;
+        }
+    return 0;
+}
+
+/* Best of ROUNDS rounds of the exchange; every process runs the same number
+ * of rounds of copies (each ends at the barrier). -1 on a failed barrier. */
+static double exchange_best(shared_t *sh, char *all, int n, int me, const char *src, size_t bytes)
+{
+    size_t blk = bytes / (size_t)n & ~(size_t)63, per = blk * (size_t)(n - 1);
+    long reps = per == 0 || XCH_BYTES / per < 3 ? 3 : (long)(XCH_BYTES / per);
+    double best = 0;
+    int ok = 1;
+
+    for (int r = 0; r < ROUNDS; r++) {
+        pthread_barrier_wait(&sh->bar);
+        double t0 = now();
+        for (long i = 0; ok && i < reps; i++) {
+            for (int k = 1; k <= n; k++) /* the others, then its own place (out of place) */
+                copy_block(all + (size_t)((me + k) % n) * bytes + (size_t)me * blk, src, blk);
+            ok = spin_barrier(sh, n) == 0;
+        }
+        double rate = (double)per * (double)reps / (now() - t0);
+        best = rate > best ? rate : best;
+    }
+    return ok && per > 0 ? best : -1;
+}
+
 /* One process's share: best of ROUNDS rounds of each kind, all processes
  * starting every round together. `all` holds every process's buffer for the
  * peer reads; this one writes its own first. */
@@ -249,7 +304,7 @@ static void child(shared_t *sh, char *all, const ring_t *g, int n, int me, size_
         memcpy(mine + i, &v, sizeof(v));
     }
     volatile uint64_t sink = 0;
-    for (int kind = 0; kind < KINDS - 1; kind++) {
+    for (int kind = 0; kind < 4; kind++) {
         double best = 0;
         for (int r = 0; r < ROUNDS; r++) {
             pthread_barrier_wait(&sh->bar);
@@ -274,7 +329,8 @@ static void child(shared_t *sh, char *all, const ring_t *g, int n, int me, size_
         }
         sh->rate[kind][me] = best;
     }
-    sh->rate[KINDS - 1][me] = tcp_best(sh, g, n, me, src, dst, bytes);
+    sh->rate[4][me] = tcp_best(sh, g, n, me, src, dst, bytes);
+    sh->rate[5][me] = n > 1 ? exchange_best(sh, all, n, me, src, bytes) : 0;
     (void)sink;
     free(src);
     free(dst);
@@ -348,13 +404,14 @@ int main(int argc, char **argv)
         return 1;
     }
     if (out)
-        fprintf(out, "procs,bytes,copy_Bps,read_Bps,peer_read_Bps,reduce_Bps,tcp_Bps,copy_min_Bps,"
-                     "read_min_Bps,peer_read_min_Bps,reduce_min_Bps,tcp_min_Bps\n");
+        fprintf(out, "procs,bytes,copy_Bps,read_Bps,peer_read_Bps,reduce_Bps,tcp_Bps,exchange_Bps,"
+                     "copy_min_Bps,read_min_Bps,peer_read_min_Bps,reduce_min_Bps,tcp_min_Bps,"
+                     "exchange_min_Bps\n");
     printf("# %d processes at once on %ld cpus: per-process rates in GB/s, median over "
            "processes (slowest process in brackets)\n",
            n, ncpu);
-    printf("%12s %18s %18s %18s %18s %18s\n", "bytes", "copy", "read", "peer read", "reduce",
-           "tcp");
+    printf("%12s %18s %18s %18s %18s %18s %18s\n", "bytes", "copy", "read", "peer read", "reduce",
+           "tcp", "exchange");
     for (size_t bytes = lo; bytes <= hi; bytes = (size_t)(bytes * factor)) {
         shared_t *sh =
             mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
@@ -395,7 +452,7 @@ int main(int argc, char **argv)
         for (int k = 0; k < KINDS; k++) {
             med[k] = median(sh->rate[k], n);
             low[k] = slowest(sh->rate[k], n);
-            bad |= low[k] <= 0;
+            bad |= low[k] <= 0 && !(k == 5 && n == 1); /* no exchange alone */
         }
         if (bad) {
             fprintf(stderr, "ceiling_all: a process failed at %zu bytes\n", bytes);
