@@ -375,9 +375,8 @@ static void usage(void)
     fprintf(
         stderr,
         "usage: ofccl_perf [-o ag|rs|all] [-b min] [-e max] [-f factor] [-n iters] [-m rounds]\n"
-        "       [-w warmup]\n"
-        "       [-d f32|bf16|f16|f64] [-r sum|avg] [-a auto|direct|ring|hier] [-c 0|1] [-i 0|1]\n"
-        "       [-z pool|reg|plain] [-B] [-R root] [-S senders] [-K bucket]\n"
+        "       [-w warmup] [-d f32|bf16|f16|f64] [-r sum|avg] [-a auto|direct|ring|hier]\n"
+        "       [-c 0|1] [-i 0|1] [-z pool|reg|plain] [-B] [-R root] [-S senders] [-K bucket]\n"
         "       [-C file.csv] [-J file.json] [-s NAME=value]...\n"
         "-o: ag, rs, all (ag and rs), bc (broadcast), push (weight push), bp (bc and push)\n"
         "sizes: bytes of the gathered buffer / reduce input / broadcast buffer / pushed\n"
@@ -493,6 +492,11 @@ int main(int argc, char **argv)
         fprintf(stderr, "ofccl_perf: -i 1 (in place) does not apply to -B (buckets): a bucket "
                         "always goes through the library's flat buffer and the API defines no "
                         "in-place form for it; drop one of the two\n");
+        return 2;
+    }
+    if (b->rounds > 1 && colls >= 3) {
+        fprintf(stderr, "ofccl_perf: -m (best of several batches) applies to -o ag, rs and all; "
+                        "broadcast and push time one batch\n");
         return 2;
     }
     b->dt = (perf_dtype_t)dt;
