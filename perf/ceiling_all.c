@@ -18,18 +18,18 @@
  *     on it, so a reduce-scatter's ratio to it is the share the rest of the engine
  *     (meeting the peers, taking grains, the synchronisation) leaves;
  *   - tcp: loopback TCP in a ring, each process sending a block of the size to the next
- *     while it receives one from the previous (non-blocking, spinning), bytes
- *     received per second per process: the bound of a collective over the tcp provider on
- *     one host, whose every byte goes through the kernel's copy out of the sender and its
- *     copy into the receiver, both on the ranks' own cores (a ring's two long streams per
- *     process are TCP's best case; an all-to-all pattern has more, shorter ones);
+ *     while it receives one from the previous (non-blocking, spinning), bytes received per
+ *     second per process: the reference for a collective over the tcp provider on one
+ *     host, whose every byte goes through the kernel's copy out of the sender and its copy
+ *     into the receiver, both on the ranks' own cores. Not a strict bound: a collective
+ *     whose sends come from cache (a block sent to every peer) can pass it;
  *   - exchange: the direct all-gather's copies with no protocol: each process copies its
  *     block (size/N) into its place in every other process's buffer in shared memory and
- *     in its own (an out-of-place all-gather's), then all meet at a spinning barrier, round
- *     after round; the N - 1 blocks for the others per second per process, comparable
- *     with an all-gather's bus bandwidth. Like reduce, it says what the
- *     machine does with the collective's own pattern, writes into memory the other cores
- *     use included, so an all-gather's ratio to it is what the rest of the engine leaves.
+ *     in its own (an out-of-place all-gather's), then all meet at a spinning barrier,
+ *     round after round; the N - 1 blocks for the others per second per process,
+ *     comparable with an all-gather's bus bandwidth. Like reduce, it is what the machine
+ *     does with the collective's own pattern, writes into memory other cores use
+ *     included, so an all-gather's ratio to it is the share the rest of the engine leaves.
  * Besides the median over processes, each kind's slowest process is reported: a
  * collective in which every rank waits for every other ends with its slowest rank.
  * The N processes are forked, pinned to cpus 0..N-1 (or the -p list), and
@@ -475,5 +475,8 @@ int main(int argc, char **argv)
     }
     if (out)
         fclose(out);
+    for (int i = 0; i < n; i++)
+        close(ring->lfd[i]);
+    free(ring);
     return 0;
 }
