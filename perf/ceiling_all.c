@@ -187,9 +187,8 @@ static int would_block(void)
 }
 
 /* `bytes` out on sfd while `bytes` come in on rfd, retrying both without
- * sleeping, as ofccl's progress loop does (a process asleep in poll costs a
- * wake-up per buffer's worth, which on a virtual machine is a large share of
- * the rate); -1 on an error, a closed peer or the deadline. */
+ * sleeping, as ofccl's progress loop does; -1 on an error, a closed peer or
+ * the deadline. */
 static int ring_round(int sfd, int rfd, const char *s, char *r, size_t bytes, double deadline)
 {
     size_t sent = 0, got = 0;
