@@ -187,8 +187,8 @@ static int would_block(void)
 }
 
 /* `bytes` out on sfd while `bytes` come in on rfd, retrying both without
- * sleeping, as ofccl's progress loop does; -1 on an error, a closed peer or
- * the deadline. */
+ * sleeping (yielding the cpu when neither moved), as ofccl's progress loop
+ * does; -1 on an error, a closed peer or the deadline. */
 static int ring_round(int sfd, int rfd, const char *s, char *r, size_t bytes, double deadline)
 {
     size_t sent = 0, got = 0;
@@ -205,6 +205,8 @@ static int ring_round(int sfd, int rfd, const char *s, char *r, size_t bytes, do
             got += (size_t)kr;
         if (kr == 0 || (kr < 0 && !would_block()))
             return -1;
+        if (ks <= 0 && kr <= 0)
+            sched_yield(); /* free at one process per cpu; lets an oversubscribed one run */
         if (now() > deadline)
             return -1;
     }
@@ -249,7 +251,8 @@ static int spin_barrier(shared_t *sh, int n)
         return 0;
     }
     for (unsigned spin = 0; atomic_load(&sh->gen) == g; spin++)
-        if (spin % 4096 == 4095) {
+        if (spin % 256 == 255) {
+            sched_yield(); /* as in ring_round */
             if (end == 0)
                 end = now() + 10;
             else if (now() > end)
