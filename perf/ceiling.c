@@ -275,23 +275,8 @@ static void twin_barrier(struct twin *t)
 }
 
 /* A TCP connection over 127.0.0.1 between this process (*fd) and the forked
- * twin: `lfd` listens before the fork; each side then holds one end. */
-static int tcp_listen(uint16_t *port)
-{
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof(a);
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-
-    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof(a)) != 0 || listen(fd, 1) != 0 ||
-        getsockname(fd, (struct sockaddr *)&a, &len) != 0) {
-        if (fd >= 0)
-            close(fd);
-        return -1;
-    }
-    *port = ntohs(a.sin_port);
-    return fd;
-}
-
+ * twin: `lfd` (perf_tcp_listen) listens before the fork; each side then holds
+ * one end. */
 static int tcp_end(int lfd, uint16_t port, bool child)
 {
     struct sockaddr_in a = {
@@ -333,7 +318,7 @@ static bool measure_twin(int kind, const size_t *sizes, int n, int cpu2, double 
 
     if (t == MAP_FAILED)
         return false;
-    if (kind == K_TCP && (lfd = tcp_listen(&port)) < 0) {
+    if (kind == K_TCP && (lfd = perf_tcp_listen(&port)) < 0) {
         munmap(t, sizeof(*t));
         return false;
     }

@@ -145,19 +145,11 @@ typedef struct ring {
 
 static int ring_listen(ring_t *g, int n)
 {
-    for (int i = 0; i < n; i++) {
-        struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-        socklen_t len = sizeof(a);
-        int fd = socket(AF_INET, SOCK_STREAM, 0);
-
-        if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof(a)) != 0 || listen(fd, 4) != 0 ||
-            getsockname(fd, (struct sockaddr *)&a, &len) != 0) {
+    for (int i = 0; i < n; i++)
+        if ((g->lfd[i] = perf_tcp_listen(&g->port[i])) < 0) {
             perror("ceiling_all: a loopback listener");
             return -1;
         }
-        g->lfd[i] = fd;
-        g->port[i] = ntohs(a.sin_port);
-    }
     return 0;
 }
 

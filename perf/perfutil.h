@@ -24,6 +24,8 @@ int perf_lookup(const char *name, const char *const *names, int n);
 /* "64", "4K", "16M", "1G" (powers of 1024) -> bytes; 0 on a malformed value. */
 size_t perf_parse_size(const char *s);
 double perf_now_us(void);
+/* A TCP socket listening on an ephemeral port of 127.0.0.1 (*port), or -1. */
+int perf_tcp_listen(uint16_t *port);
 
 /* Conversions, round to nearest even like the library promises (docs/reductions.md). */
 uint16_t perf_f32_to_bf16(float f);
