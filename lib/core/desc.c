@@ -244,40 +244,45 @@ int ofccl__desc_check(const uint64_t d[OFCCL__DESC_WORDS], const ofccl__desc_exp
     return 0;
 }
 
+/* Whether p's descriptor for r has landed, counted once (cqdata flag, atomic
+ * counter) so that the next call waits for its next one. */
+static bool desc_in(ofccl__req_t *r, int p)
+{
+    ofccl_comm_t *comm = r->comm;
+    ofccl__coll_state_t *cs = comm->coll;
+    size_t idx = (size_t)r->slot * (size_t)comm->size + (size_t)p;
+
+    if (desc_mapped(comm))
+        return ofccl__desc_landed(r, p);
+    if (comm->signal_mode == OFCCL__SIGNAL_CQDATA) {
+        if (!cs->desc_flag[idx])
+            return false;
+        cs->desc_flag[idx] = 0;
+        return true;
+    }
+    if (atomic_load_explicit(&comm->ctrl[ofccl__ctrl_desc_cnt(comm->size, r->slot, p)],
+                             memory_order_acquire) <= cs->desc_seen[idx])
+        return false;
+    cs->desc_seen[idx]++;
+    return true;
+}
+
 /* Read descriptors that have landed from the ranks we write to. */
 int ofccl__desc_take(ofccl__req_t *r)
 {
     ofccl_comm_t *comm = r->comm;
-    ofccl__coll_state_t *cs = comm->coll;
 
     /* Only the ranks whose descriptor is awaited: one that is in leaves the list. */
     for (unsigned i = 0; i < r->nawait;) {
         int p = r->awaiting[i];
-        size_t idx = (size_t)r->slot * (size_t)comm->size + (size_t)p;
         ofccl__desc_expect_t x;
         const uint64_t *d;
         char why[256];
         int rc, field;
 
-        if (desc_mapped(comm)) {
-            if (!ofccl__desc_landed(r, p)) {
-                i++;
-                continue;
-            }
-        } else if (comm->signal_mode == OFCCL__SIGNAL_CQDATA) {
-            if (!cs->desc_flag[idx]) {
-                i++;
-                continue;
-            }
-            cs->desc_flag[idx] = 0;
-        } else {
-            uint64_t v = atomic_load_explicit(
-                &comm->ctrl[ofccl__ctrl_desc_cnt(comm->size, r->slot, p)], memory_order_acquire);
-            if (v <= cs->desc_seen[idx]) {
-                i++;
-                continue;
-            }
-            cs->desc_seen[idx]++;
+        if (!desc_in(r, p)) {
+            i++;
+            continue;
         }
         x = (ofccl__desc_expect_t){.seq = r->seq,
                                    .fingerprint = r->fingerprint,
