@@ -9,9 +9,16 @@
 #include "engine_impl.h"
 #include "util.h"
 
+/* What else r waits for from p beyond units (the algorithm's phrase), or NULL. */
+static const char *waits_on(const ofccl__req_t *r, int p)
+{
+    return r->algo->waits_on != NULL ? r->algo->waits_on(r, p) : NULL;
+}
+
 /* What rank p still owes request r ("" if nothing), into what[len]. */
 static void owed_by(const ofccl__req_t *r, int p, unsigned each, char *what, size_t len)
 {
+    const char *also = waits_on(r, p); /* read once: a peer may change it meanwhile */
     size_t w = 0;
 
     what[0] = '\0';
@@ -25,8 +32,8 @@ static void owed_by(const ofccl__req_t *r, int p, unsigned each, char *what, siz
     else if (r->writes_to_me[p] && !(r->algo->flags & OFCCL__ALGO_EAGER) && r->from_cnt[p] < each)
         w += (size_t)snprintf(what + w, len - w, "; %u of %u data units missing",
                               each - r->from_cnt[p], each);
-    if (r->algo->waits_on != NULL && r->algo->waits_on(r, p) != NULL)
-        w += (size_t)snprintf(what + w, len - w, "; %s", r->algo->waits_on(r, p));
+    if (also != NULL)
+        w += (size_t)snprintf(what + w, len - w, "; %s", also);
     if (w > 0)
         memmove(what, what + 2, w - 1); /* drop the leading "; " */
 }
@@ -47,7 +54,7 @@ bool ofccl__coll_owes(const ofccl__req_t *r, int p)
 {
     if (r->i_write_to[p] && !r->peer_ready[p])
         return true;
-    if (r->algo->waits_on != NULL && r->algo->waits_on(r, p) != NULL)
+    if (waits_on(r, p) != NULL)
         return true;
     if (!r->writes_to_me[p])
         return false;
