@@ -93,8 +93,8 @@ def lower_bound(c, s, coll):
 # transport (`local_peers`) and every peer's memory maps (`peer_map`), and alpha (s) / beta
 # (bytes/s) of the two link classes. `nbytes`: one rank's block (ag, rs), the buffer (bc).
 # Differences from the cluster tables above: one link per host (beta_fabric is the host's; with
-# one NIC per rail configure their sum); the copy rate is one rank's measured alone; the
-# reduction is left out (the same in every candidate); no rail rings.
+# one NIC per rail configure their sum); the copy rate is one rank's measured alone, and a
+# reduce-scatter's sums of k inputs cost (k + 1) b at twice that rate; no rail rings.
 COST_FLOWS = 7  # an endpoint keeps 7 peers' streams at full rate (8 ranks); more share it
 CHOOSER_CANDS = ("direct", "ring", "hier", "chain")
 
@@ -132,17 +132,27 @@ def cost_time(t, coll, cand, nbytes):
     def fan_out(x):
         return t.alpha[s] + ms * x * (1.0 if t.local_peers else kappa(ms)) / t.beta[s]
 
+    def reduce(inputs, x):  # read every input once, write the result, at the copy's traffic
+        return (inputs + 1) * x / (2 * b_l)
+
     if cand == "direct":
         busy = 0.0
         if t.local_peers and ms > 0:
             busy = b / b_l if bcast and t.peer_map else ms * b / b_l
+        if coll == "rs":  # reading peers in place (peer_map) replaces the copies
+            busy = (0.0 if t.peer_map else busy) + reduce(t.n, b)
         if mf > 0:
             busy = max(busy, mf * b * kappa(mf) / b_f)
         if not bcast and h > 1:
             busy = max(busy, p * mr * b / b_f)
         return (a_f if mf > 0 else t.alpha[0]) + busy
     if cand == "ring":
-        return math.inf if bcast else (t.n - 1) * hop(b)
+        if bcast:
+            return math.inf
+        if coll != "rs":
+            return (t.n - 1) * hop(b)
+        core = reduce(2, b) + (t.alpha[0] + b / b_l if t.local_peers and p > 1 else 0.0)
+        return (t.n - 1) * max(hop(b), core)
     if cand == "hier":
         if h < 2 or t.width < 2:
             return math.inf
@@ -150,6 +160,9 @@ def cost_time(t, coll, cand, nbytes):
             return a_f + (h - 1) * b * kappa(h - 1) / b_f + fan_out(b)
         t1 = a_f + max((h - 1) * b * kappa(h - 1), p * (h - 1) * b) / b_f
         t2 = fan_out(h * b)
+        if coll == "rs":  # the host's p inputs of h blocks, then h partials of one
+            t1 = max(t1, reduce(h, b))
+            t2 = t2 + reduce(p, h * b) if t.local_peers else max(t2, reduce(p, h * b))
         return max(t1, t2) + min(t1, t2) * min(1.0, t.chunk / b if b > 0 else 1.0)
     if cand == "chain":
         c = min(float(t.chunk), b)

@@ -12,17 +12,25 @@
  *     times kappa(m) = max(1, m / F): an endpoint keeps F = 7 peers' streams
  *     (8 ranks) at full rate, more share it (all-pairs traffic on tcp);
  *   - a host's link to the others, shared by its ranks: the bytes that leave
- *     the host / beta_fabric.
- * Candidates (all-gather and reduce-scatter move the same bytes; the
- * reduction, (n-1) blocks per rank in each, is left out):
- *   direct  alpha + max(m_s b / beta_l, m_f b kappa(m_f) / beta_f,
- *                       P m_r b / beta_f), m_f = the peers through the fabric;
+ *     the host / beta_fabric;
+ *   - a rank's core, for the reduce-scatter's reductions: summing k inputs of
+ *     b bytes reads each once and writes b, (k + 1) b / (2 beta_local) at the
+ *     copy's rate of traffic (a copy reads and writes each byte); its local
+ *     copies run on the same core, so the two add.
+ * Candidates (all-gather and reduce-scatter move the same bytes):
+ *   direct  alpha + max(core, m_f b kappa(m_f) / beta_f, P m_r b / beta_f),
+ *           m_f = the peers through the fabric, core = m_s b / beta_l (none
+ *           for a reduce-scatter reading peers in place) plus, for the
+ *           reduce-scatter, one sum of n inputs;
  *   ring    (n - 1) max(alpha_s + b / beta_s, alpha_f + b / beta_f): one block
- *           per step on every hop, one crossing per host boundary;
+ *           per step on every hop, one crossing per host boundary; the
+ *           reduce-scatter's step also sums 2 inputs (n - 1 passes in all);
  *   hier    T1 = alpha_f + (H - 1) P b / beta_f (every rail at once through the
  *           host's link), T2 = alpha_s + (P - 1) H b / beta_s (the rails'
  *           blocks within the host); the second phase forwards chunk by
- *           chunk, so max(T1, T2) + min(T1, T2) min(1, chunk / b);
+ *           chunk, so max(T1, T2) + min(T1, T2) min(1, chunk / b); the
+ *           reduce-scatter sums P inputs of H b within the host and H of b
+ *           between hosts;
  * and for broadcast (S bytes from the root):
  *   direct  alpha + max(S / beta_l where readers pull at once, else
  *           m_s S / beta_s, m_f S kappa(m_f) / beta_f);
@@ -110,30 +118,71 @@ static double fan_out(const ofccl__cost_topo_t *t, const shape_t *x, double byte
     return t->alpha[x->s] + x->ms * bytes * k / t->beta[x->s];
 }
 
-static double direct(const ofccl__cost_topo_t *t, const shape_t *x, double b, bool bcast)
+/* This rank's reduction of `inputs` blocks of `bytes` into one: it reads every
+ * input once and writes the result, at the copy's rate of traffic (a copy reads
+ * and writes every byte it copies). */
+static double reduce(const ofccl__cost_topo_t *t, int inputs, double bytes)
 {
-    double aF = t->alpha[OFCCL__LINK_FABRIC], bF = t->beta[OFCCL__LINK_FABRIC];
-    double bL = t->beta[OFCCL__LINK_LOCAL], busy = 0;
+    return (inputs + 1) * bytes / (2 * t->beta[OFCCL__LINK_LOCAL]);
+}
+
+/* This rank's core in direct: its copies to same-host peers (broadcast where
+ * readers pull: each reader's one copy of the root's buffer) and the
+ * reduce-scatter's reduction of n blocks, which, where peers' memory maps,
+ * reads their blocks in place instead of copies into staging. */
+static double direct_core(const ofccl__cost_topo_t *t, const shape_t *x, double b, int coll)
+{
+    double bL = t->beta[OFCCL__LINK_LOCAL], copies = 0;
 
     if (t->local_peers && x->ms > 0)
-        busy = bcast && t->peer_map ? b / bL : x->ms * b / bL;
+        copies = coll == OFCCL__BC && t->peer_map ? b / bL : x->ms * b / bL;
+    if (coll != OFCCL__RS)
+        return copies;
+    return (t->peer_map ? 0 : copies) + reduce(t, t->n, b);
+}
+
+static double direct(const ofccl__cost_topo_t *t, const shape_t *x, double b, int coll)
+{
+    double aF = t->alpha[OFCCL__LINK_FABRIC], bF = t->beta[OFCCL__LINK_FABRIC];
+    double busy = direct_core(t, x, b, coll);
+
     if (x->mf > 0)
         busy = max2(busy, x->mf * b * kappa(x->mf) / bF);
-    if (!bcast && x->h > 1)
+    if (coll != OFCCL__BC && x->h > 1)
         busy = max2(busy, (double)x->p * x->mr * b / bF);
     return (x->mf > 0 ? aF : t->alpha[OFCCL__LINK_LOCAL]) + busy;
 }
 
-static double hier(const ofccl__cost_topo_t *t, const shape_t *x, double b, bool bcast)
+/* One step of the ring: a block on every hop; the reduce-scatter's rank also
+ * adds its contribution to the partial it received (two inputs), on the same
+ * core as its copy to a same-host right neighbour. */
+static double ring_step(const ofccl__cost_topo_t *t, const shape_t *x, double b, int coll)
+{
+    double core;
+
+    if (coll != OFCCL__RS)
+        return hop(t, x, b);
+    core = reduce(t, 2, b);
+    if (t->local_peers && x->p > 1)
+        core += t->alpha[OFCCL__LINK_LOCAL] + b / t->beta[OFCCL__LINK_LOCAL];
+    return max2(hop(t, x, b), core);
+}
+
+static double hier(const ofccl__cost_topo_t *t, const shape_t *x, double b, int coll)
 {
     double aF = t->alpha[OFCCL__LINK_FABRIC], bF = t->beta[OFCCL__LINK_FABRIC], t1, t2;
 
     if (x->h < 2 || t->width < 2)
         return INFINITY;
-    if (bcast)
+    if (coll == OFCCL__BC)
         return aF + (x->h - 1) * b * kappa(x->h - 1) / bF + fan_out(t, x, b);
     t1 = aF + max2((x->h - 1) * b * kappa(x->h - 1), (double)x->p * (x->h - 1) * b) / bF;
     t2 = fan_out(t, x, x->h * b);
+    if (coll == OFCCL__RS) { /* the host's P inputs of H blocks, then H partials of one */
+        double host = reduce(t, x->p, x->h * b);
+        t1 = max2(t1, reduce(t, x->h, b));
+        t2 = t->local_peers ? t2 + host : max2(t2, host);
+    }
     return max2(t1, t2) + fmin(t1, t2) * fmin(1.0, b > 0 ? (double)t->chunk / b : 1.0);
 }
 
@@ -147,11 +196,11 @@ double ofccl__cost_time(const ofccl__cost_topo_t *t, int coll, int cand, size_t 
         return 0;
     switch (cand) {
     case OFCCL__CAND_DIRECT:
-        return direct(t, &x, b, bcast);
+        return direct(t, &x, b, coll);
     case OFCCL__CAND_RING:
-        return bcast ? INFINITY : (t->n - 1) * hop(t, &x, b);
+        return bcast ? INFINITY : (t->n - 1) * ring_step(t, &x, b, coll);
     case OFCCL__CAND_HIER:
-        return hier(t, &x, b, bcast);
+        return hier(t, &x, b, coll);
     case OFCCL__CAND_CHAIN: {
         double c = fmin((double)t->chunk, b), k = c > 0 ? ceil(b / c) : 1;
         return bcast ? (k + t->n - 2) * hop(t, &x, c) : INFINITY;

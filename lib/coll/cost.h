@@ -41,9 +41,10 @@ typedef struct ofccl__cost_topo {
 void ofccl__cost_topo_of(const ofccl_comm_t *comm, ofccl__cost_topo_t *t);
 /* Predicted seconds of collective `coll` (OFCCL__AG, OFCCL__RS, OFCCL__BC) by
  * candidate `cand` moving `bytes`: each rank's block for all-gather and
- * reduce-scatter, the whole buffer for broadcast. Reduce-scatter's reduction,
- * (n-1) blocks per rank in every candidate, is the same for all and left
- * out. A candidate the shape cannot run (hier on one host) costs +inf. */
+ * reduce-scatter, the whole buffer for broadcast; a reduce-scatter's includes
+ * its sums, which differ by candidate (one of n inputs for direct, n - 1 of two
+ * for the ring). A candidate the shape cannot run (hier on one host) costs
+ * +inf. */
 double ofccl__cost_time(const ofccl__cost_topo_t *t, int coll, int cand, size_t bytes);
 /* The cheapest candidate among those in `valid` (bit 1 << cand); ties go to
  * the lower one (direct first). OFCCL__CAND_COUNT when `valid` is empty. */

@@ -278,7 +278,9 @@ static int ctx_open(ofccl_ctx_t *ctx, const ofccl_ctx_params_t *params)
     rc = ofccl__prov_open(&pp, &ctx->prov, e);
     if (rc)
         return rc;
-    rc = ofccl__links_init(ctx, ofccl__prov_caps(ctx->prov)->link_bps, pp.same_host_local, e);
+    /* Across hosts the copy rate prices local copies and reductions against
+     * the fabric (links.c). */
+    rc = ofccl__links_init(ctx, ofccl__prov_caps(ctx->prov)->link_bps, ctx->boot->nhosts > 1, e);
     if (rc)
         return rc;
     rc = ofccl__progress_start(ctx, e);

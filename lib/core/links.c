@@ -6,9 +6,11 @@
  *   local:  alpha 0.2 us (a 2-rank all-gather of 8-512 B, docs/performance.md);
  *           beta = this process's memcpy rate, measured when the context is
  *           created (best of 3 copies of 4 MiB, 2-10 ms) where it can change
- *           a choice: a job across hosts whose same-host peers go through
- *           the local transport (on one host, or with every peer on the
- *           fabric, the model's choices do not depend on it); else 10 GB/s;
+ *           a choice: a job across hosts, where it prices same-host copies
+ *           and the reduce-scatter's sums against the fabric (on one host
+ *           the choices do not turn on it: the local transport's candidates
+ *           copy and sum alike, and loopback tcp is far slower than memory);
+ *           else 10 GB/s;
  *   fabric: alpha 13.5 us (tcp over loopback, docs/performance.md); beta = the
  *           link speed the provider reports for its NIC (fi_info
  *           nic->link_attr->speed), else 2.5 GB/s (tcp over loopback).

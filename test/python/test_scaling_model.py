@@ -52,6 +52,25 @@ def test_tcp_one_host_ring_crossover():
         assert sm.cost_pick(t, "rs", int(cross * 1.03), AG) == "ring"
 
 
+def test_reduce_scatter_sums():
+    """A sum of k inputs costs (k + 1) b at twice the copy rate: direct sums n inputs once, each
+    ring step two; on a fast fabric at 16 ranks the ring's sums bound it and direct wins."""
+    for n in (2, 16, 64):
+        t = topo(n, 1, n, True, True)
+        b = M
+        assert math.isclose(sm.cost_time(t, "rs", "direct", b), 0.2e-6 + (n + 1) * b / 20e9,
+                            rel_tol=1e-9)
+        assert math.isclose(sm.cost_time(t, "rs", "ring", b),
+                            (n - 1) * (0.2e-6 + 2.5 * b / 10e9), rel_tol=1e-9)
+    t = topo(16, 1, 16, False, False)
+    assert sm.cost_time(t, "rs", "ring", M) == sm.cost_time(t, "ag", "ring", M)
+    t = sm.CostTopo(16, 1, 16, False, False, 0.2e-6, 10e9, 2e-6, 50e9)
+    cross = 14 * 2e-6 * 50e9 / (15 * (15 / 7 - 1))
+    assert sm.cost_pick(t, "ag", int(cross * 0.97), AG) == "direct"
+    assert sm.cost_pick(t, "ag", int(cross * 1.03), AG) == "ring"
+    assert all(sm.cost_pick(t, "rs", 2**k, AG) == "direct" for k in range(10, 31))
+
+
 def test_two_hosts_link_limited():
     c, b = 117.5e6, 8 * M
     t = topo(8, 2, 4, True, False, beta_f=c)

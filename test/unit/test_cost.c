@@ -41,15 +41,21 @@ static bool near(double got, double want)
 }
 
 /* One host, local transport: direct reads each peer's block once, the ring
- * adds n-2 latencies, so direct (pull) wins at every size and rank count. */
+ * adds n-2 latencies, so direct (pull) wins at every size and rank count. The
+ * reduce-scatter: direct (pull) sums n inputs where they lie, (n + 1) b read
+ * and written at twice the copy rate; each of the ring's n - 1 steps copies
+ * b and sums two inputs (3 b). */
 static void test_local_one_host(void)
 {
     for (int n = 2; n <= 64; n *= 2) {
         ofccl__cost_topo_t t = topo(n, 1, n, true, true);
         for (double b = 1024; b <= 1024 * MIB; b *= 4) {
-            double d = 0.2e-6 + (n - 1) * b / 10e9, r = (n - 1) * (0.2e-6 + b / 10e9);
+            double d = 0.2e-6 + (n - 1) * b / 10e9,
+                   r = (n - 1) * (0.2e-6 + b / 10e9 + 1.5 * b / 10e9);
             CU_ASSERT(near(ofccl__cost_time(&t, OFCCL__AG, OFCCL__CAND_DIRECT, (size_t)b), d));
             CU_ASSERT(near(ofccl__cost_time(&t, OFCCL__RS, OFCCL__CAND_RING, (size_t)b), r));
+            CU_ASSERT(near(ofccl__cost_time(&t, OFCCL__RS, OFCCL__CAND_DIRECT, (size_t)b),
+                           0.2e-6 + (n + 1) * b / 20e9));
             CU_ASSERT_EQUAL(ofccl__cost_pick(&t, OFCCL__AG, (size_t)b, all_ag), OFCCL__CAND_DIRECT);
             CU_ASSERT_EQUAL(ofccl__cost_pick(&t, OFCCL__RS, (size_t)b, all_ag), OFCCL__CAND_DIRECT);
             /* broadcast: every reader pulls the root's buffer at once */
@@ -93,6 +99,35 @@ static void test_fabric_one_host_crossover(void)
     CU_ASSERT(fabs(7.0 * 14 * a * B / (15 * 8.0) - 27563) < 1);
 }
 
+/* One host over a fast fabric (50 GB/s, 2 us): the reduce-scatter's sums, not
+ * the fabric, bound the ring's steps (1.5 b at 10 GB/s against b at 50), so at
+ * 16 ranks direct's one sum of 16 inputs (8.5 b) beats the ring's 15 sums of
+ * two (22.5 b) at every size, while the all-gather, with nothing to sum, takes
+ * the ring above 14 a / (b/B (15/7 - 1) 15) = 81.7 KB. Over loopback tcp
+ * (2.5 GB/s) the fabric bounds every step and the reduce-scatter's ring costs
+ * what the all-gather's does. */
+static void test_fabric_sums(void)
+{
+    ofccl__cost_topo_t t = topo(16, 1, 16, false, false);
+    const double a = 2e-6, B = 50e9, cross = 14 * a * B / (15 * (15 / 7.0 - 1));
+
+    CU_ASSERT(near(ofccl__cost_time(&t, OFCCL__RS, OFCCL__CAND_RING, 1 << 20),
+                   ofccl__cost_time(&t, OFCCL__AG, OFCCL__CAND_RING, 1 << 20)));
+    t.alpha[OFCCL__LINK_FABRIC] = a;
+    t.beta[OFCCL__LINK_FABRIC] = B;
+    CU_ASSERT(
+        near(ofccl__cost_time(&t, OFCCL__RS, OFCCL__CAND_RING, 1 << 20), 15 * 1.5 * MIB / 10e9));
+    CU_ASSERT(
+        near(ofccl__cost_time(&t, OFCCL__RS, OFCCL__CAND_DIRECT, 1 << 20), a + 17 * MIB / 20e9));
+    CU_ASSERT(fabs(cross - 81667) < 1);
+    CU_ASSERT_EQUAL(ofccl__cost_pick(&t, OFCCL__AG, (size_t)(cross * 0.97), all_ag),
+                    OFCCL__CAND_DIRECT);
+    CU_ASSERT_EQUAL(ofccl__cost_pick(&t, OFCCL__AG, (size_t)(cross * 1.03), all_ag),
+                    OFCCL__CAND_RING);
+    for (double b = 1024; b <= 1024 * MIB; b *= 2)
+        CU_ASSERT_EQUAL(ofccl__cost_pick(&t, OFCCL__RS, (size_t)b, all_ag), OFCCL__CAND_DIRECT);
+}
+
 /* Two hosts of four ranks joined by a 117.5 MB/s link (perf/hosts/bench.sh)
  * with same-host peers on the local transport: at large blocks the link
  * carries 16 blocks per host for direct, 7 one after the other for the ring
@@ -116,7 +151,10 @@ static void test_two_hosts_link_limited(void)
     CU_ASSERT(d / h > 3.9 && d / h < 4.1);
     for (double bb = 16 * KIB; bb <= 64 * MIB; bb *= 2)
         CU_ASSERT_EQUAL(ofccl__cost_pick(&t, OFCCL__AG, (size_t)bb, all_ag), OFCCL__CAND_HIER);
-    /* the reduce-scatter alike; without hier the ring, at the link's 4/7 vs 1/4 */
+    /* the reduce-scatter alike, its sums (4 inputs of 2 b, then 2 of b) far
+     * below the link; without hier the ring, at the link's 4/7 vs 1/4 */
+    CU_ASSERT(near(ofccl__cost_time(&t, OFCCL__RS, OFCCL__CAND_HIER, (size_t)b),
+                   t1 + (t2 + 5 * 2 * b / 20e9) * (512 * KIB / b)));
     CU_ASSERT_EQUAL(ofccl__cost_pick(&t, OFCCL__RS, (size_t)b, all_ag), OFCCL__CAND_HIER);
     CU_ASSERT_EQUAL(ofccl__cost_pick(&t, OFCCL__RS, (size_t)b, all_ag & ~(1u << OFCCL__CAND_HIER)),
                     OFCCL__CAND_RING);
@@ -226,6 +264,7 @@ int main(void)
     static const cu_test_t tests[] = {
         {"one host, local transport: direct at every size", test_local_one_host},
         {"one host over tcp: ring crossover from 9 ranks", test_fabric_one_host_crossover},
+        {"one host, fast fabric: the ring's sums bound it", test_fabric_sums},
         {"2 x 4 behind a 117.5 MB/s link: hier, ratios", test_two_hosts_link_limited},
         {"2 x 2 over the fabric: direct/ring crossover", test_two_hosts_fabric_crossover},
         {"broadcast: chain against direct", test_bcast_chain},
