@@ -95,15 +95,16 @@ def lower_bound(c, s, coll):
 # Differences from the cluster tables above: one link per host (beta_fabric is the host's; with
 # one NIC per rail configure their sum); the copy rate is one rank's measured alone, and a
 # reduce-scatter's sums of k inputs cost (k + 1) b at twice that rate; no rail rings.
-COST_FLOWS = 7  # an endpoint keeps 7 peers' streams at full rate (8 ranks); more share it
+COST_FLOWS = 13  # an endpoint keeps 13 peers' streams at full rate (14 ranks); more share it
 CHOOSER_CANDS = ("direct", "ring", "hier", "chain")
 
 
 class CostTopo:
     def __init__(self, n, hosts, width, local_peers, peer_map, alpha_local, beta_local,
-                 alpha_fabric, beta_fabric, chunk=512 * 1024):
+                 alpha_fabric, beta_fabric, chunk=512 * 1024, fabric_cpu=False):
         self.n, self.hosts, self.width = n, hosts, width
         self.local_peers, self.peer_map, self.chunk = local_peers, peer_map, chunk
+        self.fabric_cpu = fabric_cpu  # the fabric's bytes are copied on the rank's core (tcp)
         self.alpha = (alpha_local, alpha_fabric)
         self.beta = (beta_local, beta_fabric)
 
@@ -141,8 +142,11 @@ def cost_time(t, coll, cand, nbytes):
             busy = b / b_l if bcast and t.peer_map else ms * b / b_l
         if coll == "rs":  # reading peers in place (peer_map) replaces the copies
             busy = (0.0 if t.peer_map else busy) + reduce(t.n, b)
+        ep = mf * b * kappa(mf) / b_f
+        if t.fabric_cpu:
+            busy += ep
         if mf > 0:
-            busy = max(busy, mf * b * kappa(mf) / b_f)
+            busy = max(busy, ep)
         if not bcast and h > 1:
             busy = max(busy, p * mr * b / b_f)
         return (a_f if mf > 0 else t.alpha[0]) + busy
@@ -151,6 +155,8 @@ def cost_time(t, coll, cand, nbytes):
             return math.inf
         if coll != "rs":
             return (t.n - 1) * hop(b)
+        if t.fabric_cpu:
+            return (t.n - 1) * (hop(b) + reduce(2, b))
         core = reduce(2, b) + (t.alpha[0] + b / b_l if t.local_peers and p > 1 else 0.0)
         return (t.n - 1) * max(hop(b), core)
     if cand == "hier":
@@ -158,12 +164,17 @@ def cost_time(t, coll, cand, nbytes):
             return math.inf
         if bcast:
             return a_f + (h - 1) * b * kappa(h - 1) / b_f + fan_out(b)
-        t1 = a_f + max((h - 1) * b * kappa(h - 1), p * (h - 1) * b) / b_f
+        rail = (h - 1) * b * kappa(h - 1) / b_f
+        t1 = a_f + max(rail, p * (h - 1) * b / b_f)
         t2 = fan_out(h * b)
-        if coll == "rs":  # the host's p inputs of h blocks, then h partials of one
-            t1 = max(t1, reduce(h, b))
-            t2 = t2 + reduce(p, h * b) if t.local_peers else max(t2, reduce(p, h * b))
-        return max(t1, t2) + min(t1, t2) * min(1.0, t.chunk / b if b > 0 else 1.0)
+        host_sum = reduce(p, h * b) if coll == "rs" else 0.0  # the host's p inputs of h blocks
+        rail_sum = reduce(h, b) if coll == "rs" else 0.0  # then h partials of one
+        t1 = max(t1, rail_sum)
+        t2 = t2 + host_sum if t.local_peers else max(t2, host_sum)
+        both = max(t1, t2) + min(t1, t2) * min(1.0, t.chunk / b if b > 0 else 1.0)
+        if t.fabric_cpu:  # one core streams, copies and sums one thing after the other
+            both = max(both, a_f + rail + fan_out(h * b) + host_sum + rail_sum)
+        return both
     if cand == "chain":
         c = min(float(t.chunk), b)
         k = math.ceil(b / c) if c > 0 else 1

@@ -89,6 +89,9 @@ enum ofccl__quirk_flag {
      * rank (INTRA_NODE_ONLY only when all share a host) and, under OFCCL_STRICT, is
      * STRICT_CAPABLE (ofccl__prov_auto) */
     OFCCL__Q_AUTO = 1u << 12,
+    /* the host's CPU copies every byte, on the rank's own core (kernel sockets, shared memory):
+     * the cost model adds a collective's fabric time to its copies and sums (lib/coll/cost.c) */
+    OFCCL__Q_CPU_COPIES = 1u << 13,
 };
 
 typedef struct ofccl__quirk {

@@ -317,19 +317,11 @@ static const char *yn(bool b)
 void ofccl__prov_caps_format(const ofccl__prov_caps_t *c, char *buf, size_t len)
 {
     char flags[240] = "";
-    static const char *const fnames[] = {"CQDATA_4",
-                                         "ATOMIC_EMULATED",
-                                         "LOOPBACK_DOMAIN",
-                                         "DEPRECATED",
-                                         "STRICT_CAPABLE",
-                                         "NEEDS_RX_CQ_DATA",
-                                         "NEEDS_MR_LOCAL",
-                                         "INTRA_NODE_ONLY",
-                                         "PREFER_OFFSETS",
-                                         "NAME_PER_PROCESS",
-                                         "NO_DC_ATOMIC",
-                                         "NO_CLOSE_MIDWRITE",
-                                         "AUTO"};
+    static const char *const fnames[] = {
+        "CQDATA_4",       "ATOMIC_EMULATED",  "LOOPBACK_DOMAIN", "DEPRECATED",
+        "STRICT_CAPABLE", "NEEDS_RX_CQ_DATA", "NEEDS_MR_LOCAL",  "INTRA_NODE_ONLY",
+        "PREFER_OFFSETS", "NAME_PER_PROCESS", "NO_DC_ATOMIC",    "NO_CLOSE_MIDWRITE",
+        "AUTO",           "CPU_COPIES"};
     const char *note = "(no quirk row for this provider)";
 
     if (buf == NULL || len == 0)

@@ -12,7 +12,7 @@
 #include "prov.h"
 
 const ofccl__quirk_t ofccl__quirks[] = {
-    {"local", "local", OFCCL__Q_INTRA_NODE_ONLY | OFCCL__Q_AUTO,
+    {"local", "local", OFCCL__Q_INTRA_NODE_ONLY | OFCCL__Q_CPU_COPIES | OFCCL__Q_AUTO,
      "ofccl's own transport between processes of this host, no libfabric: windows peers write "
      "into are memfd shared memory each peer maps once, so an RMA write is one memcpy by the "
      "initiator, an atomic a CPU atomic, CQ data a shared ring; other registered memory is "
@@ -20,7 +20,7 @@ const ofccl__quirk_t ofccl__quirks[] = {
      2, 2, 1},
     {"shm", "shm",
      OFCCL__Q_INTRA_NODE_ONLY | OFCCL__Q_STRICT_CAPABLE | OFCCL__Q_PREFER_OFFSETS |
-         OFCCL__Q_NAME_PER_PROCESS | OFCCL__Q_NO_DC_ATOMIC | OFCCL__Q_AUTO,
+         OFCCL__Q_NAME_PER_PROCESS | OFCCL__Q_NO_DC_ATOMIC | OFCCL__Q_CPU_COPIES | OFCCL__Q_AUTO,
      "shared memory: reaches processes on this host only; native atomics in the target's "
      "progress; a non-fetching atomic with FI_DELIVERY_COMPLETE corrupts memory in 1.17 once "
      "3+ peers are active (its pending response is built from an unset result iov), so atomic "
@@ -30,7 +30,7 @@ const ofccl__quirk_t ofccl__quirks[] = {
      8, 20, 16},
     {"tcp;ofi_rxm", "tcp",
      OFCCL__Q_ATOMIC_EMULATED | OFCCL__Q_LOOPBACK_DOMAIN | OFCCL__Q_STRICT_CAPABLE |
-         OFCCL__Q_NO_CLOSE_MIDWRITE | OFCCL__Q_AUTO,
+         OFCCL__Q_NO_CLOSE_MIDWRITE | OFCCL__Q_CPU_COPIES | OFCCL__Q_AUTO,
      "RDM emulated by rxm over tcp MSG endpoints; rxm carries atomics as messages applied in "
      "software at the target; has an 'lo' domain; first ops return EAGAIN while connecting; "
      "closing an endpoint while a peer's RMA write into it is half received makes tcp report "
@@ -43,7 +43,8 @@ const ofccl__quirk_t ofccl__quirks[] = {
      "InfiniBand/RoCE: immediate data is 32 bits; write-with-immediate consumes a posted "
      "receive (FI_RX_CQ_DATA); verbs requires FI_MR_LOCAL; rxm applies atomics in software",
      0, 0, 0},
-    {"sockets", "sockets", OFCCL__Q_DEPRECATED | OFCCL__Q_LOOPBACK_DOMAIN | OFCCL__Q_STRICT_CAPABLE,
+    {"sockets", "sockets",
+     OFCCL__Q_DEPRECATED | OFCCL__Q_LOOPBACK_DOMAIN | OFCCL__Q_STRICT_CAPABLE | OFCCL__Q_CPU_COPIES,
      "deprecated by libfabric in favour of tcp; meant for development and debugging; has an "
      "'lo' domain",
      0, 0, 0},

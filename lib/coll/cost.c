@@ -9,14 +9,18 @@
  * the resources it loads:
  *   - a rank's local-transport copies: bytes / beta_local;
  *   - a rank's fabric endpoint with m streams at once: bytes / beta_fabric
- *     times kappa(m) = max(1, m / F): an endpoint keeps F = 7 peers' streams
- *     (8 ranks) at full rate, more share it (all-pairs traffic on tcp);
+ *     times kappa(m) = max(1, m / F): an endpoint keeps F = 13 peers' streams
+ *     (14 ranks) at full rate, more share it (all-pairs traffic; F from
+ *     loopback tcp at 16 ranks, where direct's all-gather runs at 0.85-0.94
+ *     of the ring's);
  *   - a host's link to the others, shared by its ranks: the bytes that leave
  *     the host / beta_fabric;
  *   - a rank's core, for the reduce-scatter's reductions: summing k inputs of
  *     b bytes reads each once and writes b, (k + 1) b / (2 beta_local) at the
  *     copy's rate of traffic (a copy reads and writes each byte); its local
- *     copies run on the same core, so the two add.
+ *     copies run on the same core, so the two add, and so does its fabric
+ *     time where the CPU copies the fabric's bytes too (OFCCL__Q_CPU_COPIES:
+ *     tcp, shm), where an RDMA NIC's overlaps.
  * Candidates (all-gather and reduce-scatter move the same bytes):
  *   direct  alpha + max(core, m_f b kappa(m_f) / beta_f, P m_r b / beta_f),
  *           m_f = the peers through the fabric, core = m_s b / beta_l (none
@@ -62,6 +66,7 @@ void ofccl__cost_topo_of(const ofccl_comm_t *comm, ofccl__cost_topo_t *t)
         t->local_peers =
             p != me && comm->node_of[p] == comm->node_of[me] && ofccl__comm_peer_local(comm, p);
     t->peer_map = ofccl__comm_caps(comm)->peer_map;
+    t->fabric_cpu = (ofccl__comm_caps(comm)->quirks & OFCCL__Q_CPU_COPIES) != 0;
     t->chunk = (size_t)ofccl__cfg_int(&comm->ctx->cfg, OFCCL__CFG_CHUNK_BYTES);
     for (int c = 0; c < OFCCL__LINK_CLASSES; c++) {
         t->alpha[c] = comm->link[c].alpha_ns * 1e-9;
@@ -144,10 +149,12 @@ static double direct_core(const ofccl__cost_topo_t *t, const shape_t *x, double 
 static double direct(const ofccl__cost_topo_t *t, const shape_t *x, double b, int coll)
 {
     double aF = t->alpha[OFCCL__LINK_FABRIC], bF = t->beta[OFCCL__LINK_FABRIC];
-    double busy = direct_core(t, x, b, coll);
+    double busy = direct_core(t, x, b, coll), ep = x->mf * b * kappa(x->mf) / bF;
 
+    if (t->fabric_cpu)
+        busy += ep;
     if (x->mf > 0)
-        busy = max2(busy, x->mf * b * kappa(x->mf) / bF);
+        busy = max2(busy, ep);
     if (coll != OFCCL__BC && x->h > 1)
         busy = max2(busy, (double)x->p * x->mr * b / bF);
     return (x->mf > 0 ? aF : t->alpha[OFCCL__LINK_LOCAL]) + busy;
@@ -155,7 +162,8 @@ static double direct(const ofccl__cost_topo_t *t, const shape_t *x, double b, in
 
 /* One step of the ring: a block on every hop; the reduce-scatter's rank also
  * adds its contribution to the partial it received (two inputs), on the same
- * core as its copy to a same-host right neighbour. */
+ * core as its copy to a same-host right neighbour, or as every hop where the
+ * fabric's bytes are copied on it too. */
 static double ring_step(const ofccl__cost_topo_t *t, const shape_t *x, double b, int coll)
 {
     double core;
@@ -163,6 +171,8 @@ static double ring_step(const ofccl__cost_topo_t *t, const shape_t *x, double b,
     if (coll != OFCCL__RS)
         return hop(t, x, b);
     core = reduce(t, 2, b);
+    if (t->fabric_cpu)
+        return hop(t, x, b) + core;
     if (t->local_peers && x->p > 1)
         core += t->alpha[OFCCL__LINK_LOCAL] + b / t->beta[OFCCL__LINK_LOCAL];
     return max2(hop(t, x, b), core);
@@ -170,20 +180,28 @@ static double ring_step(const ofccl__cost_topo_t *t, const shape_t *x, double b,
 
 static double hier(const ofccl__cost_topo_t *t, const shape_t *x, double b, int coll)
 {
-    double aF = t->alpha[OFCCL__LINK_FABRIC], bF = t->beta[OFCCL__LINK_FABRIC], t1, t2;
+    double aF = t->alpha[OFCCL__LINK_FABRIC], bF = t->beta[OFCCL__LINK_FABRIC];
+    double rail, t1, t2, host_sum = 0, rail_sum = 0, both;
 
     if (x->h < 2 || t->width < 2)
         return INFINITY;
     if (coll == OFCCL__BC)
         return aF + (x->h - 1) * b * kappa(x->h - 1) / bF + fan_out(t, x, b);
-    t1 = aF + max2((x->h - 1) * b * kappa(x->h - 1), (double)x->p * (x->h - 1) * b) / bF;
+    rail = (x->h - 1) * b * kappa(x->h - 1) / bF; /* this rank's streams between hosts */
+    t1 = aF + max2(rail, (double)x->p * (x->h - 1) * b / bF);
     t2 = fan_out(t, x, x->h * b);
     if (coll == OFCCL__RS) { /* the host's P inputs of H blocks, then H partials of one */
-        double host = reduce(t, x->p, x->h * b);
-        t1 = max2(t1, reduce(t, x->h, b));
-        t2 = t->local_peers ? t2 + host : max2(t2, host);
+        host_sum = reduce(t, x->p, x->h * b);
+        rail_sum = reduce(t, x->h, b);
     }
-    return max2(t1, t2) + fmin(t1, t2) * fmin(1.0, b > 0 ? (double)t->chunk / b : 1.0);
+    both = max2(t1, rail_sum);
+    t2 = t->local_peers ? t2 + host_sum : max2(t2, host_sum);
+    both = max2(both, t2) + fmin(both, t2) * fmin(1.0, b > 0 ? (double)t->chunk / b : 1.0);
+    /* The phases overlap, but where the fabric's bytes are copied on the core,
+     * that one core streams, copies and sums one thing after the other. */
+    if (t->fabric_cpu)
+        both = max2(both, aF + rail + fan_out(t, x, x->h * b) + host_sum + rail_sum);
+    return both;
 }
 
 double ofccl__cost_time(const ofccl__cost_topo_t *t, int coll, int cand, size_t bytes)

@@ -28,7 +28,9 @@ sm = load_model()
 
 
 def topo(n, hosts, width, local_peers, peer_map, beta_f=2.5e9):
-    return sm.CostTopo(n, hosts, width, local_peers, peer_map, 0.2e-6, 10e9, 13.5e-6, beta_f)
+    """tcp-like: the fabric's bytes are copied on the rank's core."""
+    return sm.CostTopo(n, hosts, width, local_peers, peer_map, 0.2e-6, 10e9, 13.5e-6, beta_f,
+                       fabric_cpu=True)
 
 
 def test_local_one_host_is_direct():
@@ -42,14 +44,19 @@ def test_local_one_host_is_direct():
 
 def test_tcp_one_host_ring_crossover():
     a, beta = 13.5e-6, 2.5e9
-    for n in range(2, 9):
+    for n in range(2, 15):
         t = topo(n, 1, n, False, False)
         assert all(sm.cost_pick(t, "ag", 2**k, AG) == "direct" for k in range(10, 31))
-    for n in range(9, 65):
+    for n in range(15, 65):
         t = topo(n, 1, n, False, False)
-        cross = 7.0 * (n - 2) * a * beta / ((n - 1) * (n - 8))
+        cross = 13.0 * (n - 2) * a * beta / ((n - 1) * (n - 14))
         assert sm.cost_pick(t, "ag", int(cross * 0.97), AG) == "direct"
-        assert sm.cost_pick(t, "rs", int(cross * 1.03), AG) == "ring"
+        assert sm.cost_pick(t, "ag", int(cross * 1.03), AG) == "ring"
+        # the sums add to tcp's copies: direct's one of n inputs wins up to 17 ranks
+        if n <= 17:
+            assert all(sm.cost_pick(t, "rs", 2**k, AG) == "direct" for k in range(10, 31))
+        else:
+            assert sm.cost_pick(t, "rs", 64 * M, AG) == "ring"
 
 
 def test_reduce_scatter_sums():
@@ -63,9 +70,12 @@ def test_reduce_scatter_sums():
         assert math.isclose(sm.cost_time(t, "rs", "ring", b),
                             (n - 1) * (0.2e-6 + 2.5 * b / 10e9), rel_tol=1e-9)
     t = topo(16, 1, 16, False, False)
+    assert math.isclose(sm.cost_time(t, "rs", "ring", M),
+                        15 * (13.5e-6 + M / 2.5e9 + 1.5 * M / 10e9), rel_tol=1e-9)
+    t.fabric_cpu = False  # a NIC moving tcp's 2.5 GB/s: the fabric bounds every step
     assert sm.cost_time(t, "rs", "ring", M) == sm.cost_time(t, "ag", "ring", M)
     t = sm.CostTopo(16, 1, 16, False, False, 0.2e-6, 10e9, 2e-6, 50e9)
-    cross = 14 * 2e-6 * 50e9 / (15 * (15 / 7 - 1))
+    cross = 14 * 2e-6 * 50e9 * 13 / (15 * 2)
     assert sm.cost_pick(t, "ag", int(cross * 0.97), AG) == "direct"
     assert sm.cost_pick(t, "ag", int(cross * 1.03), AG) == "ring"
     assert all(sm.cost_pick(t, "rs", 2**k, AG) == "direct" for k in range(10, 31))

@@ -16,7 +16,8 @@
 #define KIB 1024.0
 #define MIB (1024.0 * 1024.0)
 
-/* Local copies at 10 GB/s and 0.2 us; fabric tcp-like, 13.5 us and 2.5 GB/s. */
+/* Local copies at 10 GB/s and 0.2 us; fabric tcp-like, 13.5 us and 2.5 GB/s,
+ * its bytes copied on the rank's core. */
 static ofccl__cost_topo_t topo(int n, int hosts, int width, bool local_peers, bool peer_map)
 {
     ofccl__cost_topo_t t = {.n = n,
@@ -24,6 +25,7 @@ static ofccl__cost_topo_t topo(int n, int hosts, int width, bool local_peers, bo
                             .width = width,
                             .local_peers = local_peers,
                             .peer_map = peer_map,
+                            .fabric_cpu = true,
                             .chunk = 512 * 1024,
                             .alpha = {0.2e-6, 13.5e-6},
                             .beta = {10e9, 2.5e9}};
@@ -69,48 +71,62 @@ static void test_local_one_host(void)
 }
 
 /* One host over the fabric (tcp): direct with n-1 streams per endpoint,
- * slowed by (n-1)/7 past 7 of them; ring (n-1)(a + b/B). Up to 8 ranks
- * direct always; from 9 the ring wins above
- *   (n-2) a < (n-1) b/B ((n-1)/7 - 1)  <=>  b > 7 (n-2) a B / ((n-1)(n-8)). */
+ * slowed by (n-1)/13 past 13 of them; ring (n-1)(a + b/B). Up to 14 ranks
+ * direct always; from 15 the ring wins above
+ *   (n-2) a < (n-1) b/B ((n-1)/13 - 1)  <=>  b > 13 (n-2) a B / ((n-1)(n-14)).
+ * The reduce-scatter's sums add to tcp's copies on the same core: direct's one
+ * sum of n inputs against the ring's n - 1 of two keeps direct up to 17 ranks
+ * at every size; at 32 the ring's fewer streams win again for large blocks. */
 static void test_fabric_one_host_crossover(void)
 {
     const double a = 13.5e-6, B = 2.5e9;
 
-    for (int n = 2; n <= 8; n++) {
+    for (int n = 2; n <= 14; n++) {
         ofccl__cost_topo_t t = topo(n, 1, n, false, false);
         for (double b = 1024; b <= 1024 * MIB; b *= 2)
             CU_ASSERT_EQUAL(ofccl__cost_pick(&t, OFCCL__AG, (size_t)b, all_ag), OFCCL__CAND_DIRECT);
     }
-    for (int n = 9; n <= 64; n++) {
+    for (int n = 15; n <= 64; n++) {
         ofccl__cost_topo_t t = topo(n, 1, n, false, false);
-        double cross = 7.0 * (n - 2) * a * B / ((n - 1) * (double)(n - 8));
+        double cross = 13.0 * (n - 2) * a * B / ((n - 1) * (double)(n - 14));
         size_t b = 1 << 20;
         CU_ASSERT(near(ofccl__cost_time(&t, OFCCL__AG, OFCCL__CAND_DIRECT, b),
-                       a + (n - 1) * (double)b * ((n - 1) / 7.0) / B));
+                       a + (n - 1) * (double)b * ((n - 1) / 13.0) / B));
         CU_ASSERT(near(ofccl__cost_time(&t, OFCCL__AG, OFCCL__CAND_RING, b),
                        (n - 1) * (a + (double)b / B)));
+        CU_ASSERT(
+            near(ofccl__cost_time(&t, OFCCL__RS, OFCCL__CAND_DIRECT, b),
+                 a + (n - 1) * (double)b * ((n - 1) / 13.0) / B + (n + 1) * (double)b / 20e9));
+        CU_ASSERT(near(ofccl__cost_time(&t, OFCCL__RS, OFCCL__CAND_RING, b),
+                       (n - 1) * (a + (double)b / B + 1.5 * (double)b / 10e9)));
         CU_ASSERT_EQUAL(ofccl__cost_pick(&t, OFCCL__AG, (size_t)(cross * 0.97), all_ag),
                         OFCCL__CAND_DIRECT);
-        CU_ASSERT_EQUAL(ofccl__cost_pick(&t, OFCCL__RS, (size_t)(cross * 1.03), all_ag),
+        CU_ASSERT_EQUAL(ofccl__cost_pick(&t, OFCCL__AG, (size_t)(cross * 1.03), all_ag),
                         OFCCL__CAND_RING);
+        for (double bb = 1024; n <= 17 && bb <= 1024 * MIB; bb *= 2)
+            CU_ASSERT_EQUAL(ofccl__cost_pick(&t, OFCCL__RS, (size_t)bb, all_ag),
+                            OFCCL__CAND_DIRECT);
+        if (n >= 18)
+            CU_ASSERT_EQUAL(ofccl__cost_pick(&t, OFCCL__RS, 64 << 20, all_ag), OFCCL__CAND_RING);
     }
-    /* the figures: 9 ranks from about 202 KiB, 16 ranks from about 27 KiB */
-    CU_ASSERT(fabs(7.0 * 7 * a * B / (8 * 1.0) - 206719) < 1);
-    CU_ASSERT(fabs(7.0 * 14 * a * B / (15 * 8.0) - 27563) < 1);
+    /* the figure: 16 ranks from about 200 KiB per block */
+    CU_ASSERT(fabs(13.0 * 14 * a * B / (15 * 2.0) - 204750) < 1);
 }
 
-/* One host over a fast fabric (50 GB/s, 2 us): the reduce-scatter's sums, not
- * the fabric, bound the ring's steps (1.5 b at 10 GB/s against b at 50), so at
- * 16 ranks direct's one sum of 16 inputs (8.5 b) beats the ring's 15 sums of
- * two (22.5 b) at every size, while the all-gather, with nothing to sum, takes
- * the ring above 14 a / (b/B (15/7 - 1) 15) = 81.7 KB. Over loopback tcp
- * (2.5 GB/s) the fabric bounds every step and the reduce-scatter's ring costs
- * what the all-gather's does. */
+/* One host over a fast fabric whose NIC moves the bytes (50 GB/s, 2 us): the
+ * reduce-scatter's sums, not the fabric, bound the ring's steps (1.5 b at 10
+ * GB/s against b at 50), so at 16 ranks direct's one sum of 16 inputs (8.5 b)
+ * beats the ring's 15 sums of two (22.5 b) at every size, while the
+ * all-gather, with nothing to sum, takes the ring above
+ * 14 a / (b/B (15/13 - 1) 15) = 606.7 KB. At tcp's 2.5 GB/s such a fabric
+ * would bound every step, and the reduce-scatter's ring cost what the
+ * all-gather's does. */
 static void test_fabric_sums(void)
 {
     ofccl__cost_topo_t t = topo(16, 1, 16, false, false);
-    const double a = 2e-6, B = 50e9, cross = 14 * a * B / (15 * (15 / 7.0 - 1));
+    const double a = 2e-6, B = 50e9, cross = 14 * a * B * 13 / (15 * 2.0);
 
+    t.fabric_cpu = false;
     CU_ASSERT(near(ofccl__cost_time(&t, OFCCL__RS, OFCCL__CAND_RING, 1 << 20),
                    ofccl__cost_time(&t, OFCCL__AG, OFCCL__CAND_RING, 1 << 20)));
     t.alpha[OFCCL__LINK_FABRIC] = a;
@@ -119,7 +135,7 @@ static void test_fabric_sums(void)
         near(ofccl__cost_time(&t, OFCCL__RS, OFCCL__CAND_RING, 1 << 20), 15 * 1.5 * MIB / 10e9));
     CU_ASSERT(
         near(ofccl__cost_time(&t, OFCCL__RS, OFCCL__CAND_DIRECT, 1 << 20), a + 17 * MIB / 20e9));
-    CU_ASSERT(fabs(cross - 81667) < 1);
+    CU_ASSERT(fabs(cross - 606667) < 1);
     CU_ASSERT_EQUAL(ofccl__cost_pick(&t, OFCCL__AG, (size_t)(cross * 0.97), all_ag),
                     OFCCL__CAND_DIRECT);
     CU_ASSERT_EQUAL(ofccl__cost_pick(&t, OFCCL__AG, (size_t)(cross * 1.03), all_ag),
@@ -263,7 +279,7 @@ int main(void)
 {
     static const cu_test_t tests[] = {
         {"one host, local transport: direct at every size", test_local_one_host},
-        {"one host over tcp: ring crossover from 9 ranks", test_fabric_one_host_crossover},
+        {"one host over tcp: ring crossover from 15 ranks", test_fabric_one_host_crossover},
         {"one host, fast fabric: the ring's sums bound it", test_fabric_sums},
         {"2 x 4 behind a 117.5 MB/s link: hier, ratios", test_two_hosts_link_limited},
         {"2 x 2 over the fabric: direct/ring crossover", test_two_hosts_fabric_crossover},
