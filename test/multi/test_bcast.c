@@ -12,12 +12,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cu.h"
 #include "ofccl.h"
+#include "world.h"
 
-static ofccl_ctx_t *ctx;
-static ofccl_comm_t *comm;
-static int rank, size, big;
+static int big;
 
 /* Byte i of root `root`'s buffer for broadcast `salt` (any dtype: bytes). */
 static uint8_t byte_of(int root, size_t i, unsigned salt)
@@ -221,19 +219,13 @@ int main(int argc, char **argv)
         {"ranks disagreeing on root, count or dtype get MISMATCH", test_disagree},
         {NULL, NULL},
     };
-    char err[512];
-    ofccl_ctx_params_t p = {.size = sizeof(p), .errbuf = err, .errlen = sizeof(err)};
     int rc;
 
     big = argc > 1 && strcmp(argv[1], "big") == 0;
-    if (ofccl_ctx_create(&p, &ctx) != 0 || ofccl_comm_world(ctx, &comm) != 0) {
-        fprintf(stderr, "setup: %s\n", ctx ? ofccl_ctx_last_error(ctx) : err);
+    if (world_open(NULL) != 0)
         return 1;
-    }
-    ofccl_comm_rank(comm, &rank);
-    ofccl_comm_size(comm, &size);
     rc = cu_run("bcast", tests);
-    if (ofccl_comm_destroy(comm) != 0 || ofccl_ctx_destroy(ctx) != 0)
+    if (world_close(false) != 0)
         rc = 1;
     return rc;
 }

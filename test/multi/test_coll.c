@@ -11,13 +11,10 @@
 #include <string.h>
 
 #include "engine.h"
-#include "cu.h"
 #include "elements.h"
 #include "util.h"
+#include "world.h"
 
-static ofccl_ctx_t *ctx;
-static ofccl_comm_t *comm;
-static int rank, size;
 static unsigned seed = 1, rounds = 3;
 
 /* ---- a generator every rank runs identically ---- */
@@ -446,8 +443,6 @@ static void test_bad_arguments(void)
 
 int main(int argc, char **argv)
 {
-    char err[512] = "";
-    ofccl_ctx_params_t p = {.size = sizeof(p), .errbuf = err, .errlen = sizeof(err)};
     static const cu_test_t tests[] = {
         {"all-gather, every dtype, random shapes", test_allgather},
         {"reduce-scatter, every dtype and op, random shapes", test_reduce_scatter},
@@ -464,21 +459,13 @@ int main(int argc, char **argv)
         seed = (unsigned)strtoul(argv[1], NULL, 0);
     if (argc > 2)
         rounds = (unsigned)strtoul(argv[2], NULL, 0);
-    if ((rc = ofccl_ctx_create(&p, &ctx)) != 0) {
-        fprintf(stderr, "ofccl_ctx_create: %s: %s\n", ofccl_strerror(rc), err);
+    if (world_open(NULL) != 0)
         return 1;
-    }
-    if ((rc = ofccl_comm_world(ctx, &comm)) != 0) {
-        fprintf(stderr, "ofccl_comm_world: %s\n", ofccl_ctx_last_error(ctx));
-        return 1;
-    }
-    ofccl_comm_rank(comm, &rank);
-    ofccl_comm_size(comm, &size);
     if (rank == 0)
         printf("coll: %d ranks, %s, signals %s, seed %u\n", size, ofccl_ctx_provider(ctx),
                comm->signal_mode == OFCCL__SIGNAL_CQDATA ? "cqdata" : "atomic", seed);
     rc = cu_run("coll", tests);
-    if (ofccl_barrier(comm) || ofccl_comm_destroy(comm) || ofccl_ctx_destroy(ctx))
+    if (world_close(true) != 0)
         rc = 1;
     return rc;
 }

@@ -146,5 +146,5 @@ int main(void)
         {NULL, NULL},
     };
 
-    return away_run("gather-take", tests);
+    return world_run("gather-take", tests);
 }

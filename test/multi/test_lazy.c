@@ -31,14 +31,11 @@
 
 #include "comm_impl.h"
 #include "engine_impl.h"
-#include "cu.h"
 #include "util.h"
+#include "world.h"
 
 #define COUNT 1001 /* elements per rank: odd, so chunks align to nothing */
 
-static ofccl_ctx_t *ctx;
-static ofccl_comm_t *comm;
-static int rank, size;
 static bool want_lazy;   /* OFCCL_BOOT_EXCHANGE=lazy */
 static bool expect_lazy; /* lazy mode on a provider that adds peers one at a time */
 static bool host_first;  /* ... and that adds the host's peers at creation */
@@ -290,16 +287,10 @@ static int run_check(const char *mode)
         {"split communicator and barrier", test_split},
         {NULL, NULL},
     };
-    ofccl_ctx_params_t p = {.size = sizeof(p)};
     int rc;
 
-    if (ofccl_ctx_create(&p, &ctx) != 0 || ofccl_comm_world(ctx, &comm) != 0) {
-        fprintf(stderr, "rank %d: setup failed: %s\n", boot_rank(),
-                ctx ? ofccl_ctx_last_error(ctx) : "no context");
+    if (world_open(NULL) != 0)
         return 1;
-    }
-    ofccl_comm_rank(comm, &rank);
-    ofccl_comm_size(comm, &size);
     want_lazy = strcmp(mode, "lazy") == 0;
     expect_lazy = want_lazy && ofccl__prov_caps(ctx->prov)->add_peer;
     host_first = expect_lazy && ofccl__prov_caps(ctx->prov)->add_host_first;
@@ -311,7 +302,7 @@ static int run_check(const char *mode)
                : expect_lazy ? "on first use"
                              : "at creation");
     rc = cu_run("lazy", tests);
-    if (ofccl_barrier(comm) != 0 || ofccl_comm_destroy(comm) != 0 || ofccl_ctx_destroy(ctx) != 0)
+    if (world_close(true) != 0)
         rc = 1;
     return rc;
 }

@@ -17,8 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cu.h"
 #include "ofccl.h"
+#include "world.h"
 
 #define NT 7
 #define NSEND 2
@@ -26,9 +26,7 @@ static const size_t counts[NT] = {1000, 3, 70000, 1, 300000, 0, 5000};
 static const ofccl_dtype_t dtypes[NT] = {OFCCL_F32, OFCCL_U8,  OFCCL_BF16, OFCCL_F64,
                                          OFCCL_F32, OFCCL_F16, OFCCL_F64};
 
-static ofccl_ctx_t *ctx;
-static ofccl_comm_t *comm;
-static int rank, size, death;
+static int death;
 static int completed; /* buckets this rank saw complete (ofccl_wait returned 0) */
 static int senders[NSEND] = {0, 1}, receivers[64];
 
@@ -230,23 +228,17 @@ int main(int argc, char **argv)
         {"a plan that differs across ranks is a MISMATCH naming the field", test_plan_mismatch},
         {NULL, NULL},
     };
-    char err[512];
-    ofccl_ctx_params_t p = {.size = sizeof(p), .errbuf = err, .errlen = sizeof(err)};
     int rc;
 
     death = argc > 1 && strcmp(argv[1], "death") == 0;
-    if (ofccl_ctx_create(&p, &ctx) != 0 || ofccl_comm_world(ctx, &comm) != 0) {
-        fprintf(stderr, "setup: %s\n", ctx ? ofccl_ctx_last_error(ctx) : err);
+    if (world_open(NULL) != 0)
         return 1;
-    }
-    ofccl_comm_rank(comm, &rank);
-    ofccl_comm_size(comm, &size);
     if (size < NSEND + 1 || size > 64)
         return 1;
     for (int r = NSEND; r < size; r++)
         receivers[r - NSEND] = r;
     rc = death ? run_death() : cu_run("push", tests);
-    if (ofccl_comm_destroy(comm) != 0 || ofccl_ctx_destroy(ctx) != 0)
+    if (world_close(false) != 0) /* no barrier: in death, rank 1 is gone */
         rc = rc ? rc : 1;
     return rc;
 }

@@ -230,5 +230,5 @@ int main(void)
         {NULL, NULL},
     };
 
-    return away_run("take", tests);
+    return world_run("take", tests);
 }

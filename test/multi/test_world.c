@@ -8,15 +8,11 @@
 #include <string.h>
 
 #include "coll.h"
-#include "cu.h"
 #include "util.h"
+#include "world.h"
 
 #define WORDS 1003 /* odd on purpose: chunks are not aligned to anything */
 #define ITERS 3
-
-static ofccl_ctx_t *ctx;
-static ofccl_comm_t *comm;
-static int rank, size;
 
 static int env_int(const char *name, int dflt)
 {
@@ -245,8 +241,6 @@ static void test_two_contexts(void)
 
 int main(void)
 {
-    char err[512] = "";
-    ofccl_ctx_params_t p = {.size = sizeof(p), .errbuf = err, .errlen = sizeof(err)};
     static const cu_test_t tests[] = {
         {"world shape matches the launcher", test_world_shape},
         {"barrier and atomic adds", test_barrier_and_atomics},
@@ -255,22 +249,10 @@ int main(void)
         {"two contexts in one process", test_two_contexts},
         {NULL, NULL},
     };
-    int rc, rc2;
+    int rc;
 
-    rc = ofccl_ctx_create(&p, &ctx);
-    if (rc) {
-        fprintf(stderr, "ofccl_ctx_create: %s: %s\n", ofccl_strerror(rc), err);
+    if (world_open(NULL) != 0)
         return 1;
-    }
-    rc = ofccl_comm_world(ctx, &comm);
-    if (rc) {
-        fprintf(stderr, "ofccl_comm_world: %s: %s\n", ofccl_strerror(rc),
-                ofccl_ctx_last_error(ctx));
-        ofccl_ctx_destroy(ctx);
-        return 1;
-    }
-    ofccl_comm_rank(comm, &rank);
-    ofccl_comm_size(comm, &size);
     /* The tests below post to every peer through the endpoint itself, below
      * the collectives that resolve peers on first use (OFCCL_BOOT_EXCHANGE). */
     for (int peer = 0; peer < size; peer++)
@@ -283,8 +265,7 @@ int main(void)
         printf("world: %d ranks, provider %s, signals %s\n", size, ofccl_ctx_provider(ctx),
                comm->signal_mode == OFCCL__SIGNAL_CQDATA ? "cqdata" : "atomic");
     rc = cu_run("world", tests);
-    rc2 = ofccl_barrier(comm); /* nobody tears down while a peer still signals it */
-    if (ofccl_comm_destroy(comm) != 0 || ofccl_ctx_destroy(ctx) != 0 || rc2 != 0)
+    if (world_close(true) != 0)
         rc = 1;
     return rc;
 }
