@@ -188,7 +188,7 @@ def cost_pick(t, coll, nbytes, valid):
     for cand in CHOOSER_CANDS:
         if cand in valid:
             tc = cost_time(t, coll, cand, nbytes)
-            if best is None or tc < best_t:
+            if best is None or tc < best_t * (1 - 1e-9):  # ties, to rounding, go to the earlier
                 best, best_t = cand, tc
     return best
 

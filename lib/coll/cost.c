@@ -238,7 +238,9 @@ int ofccl__cost_pick(const ofccl__cost_topo_t *t, int coll, size_t bytes, unsign
         if (!(valid & (1u << c)))
             continue;
         tc = ofccl__cost_time(t, coll, c, bytes);
-        if (best == OFCCL__CAND_COUNT || tc < best_t)
+        /* Cheaper by more than rounding: candidates that tie exactly (direct
+         * and the ring at two ranks) can differ in their last bits. */
+        if (best == OFCCL__CAND_COUNT || tc < best_t * (1 - 1e-9))
             best = c, best_t = tc;
     }
     return best;

@@ -81,6 +81,18 @@ def test_reduce_scatter_sums():
     assert all(sm.cost_pick(t, "rs", 2**k, AG) == "direct" for k in range(10, 31))
 
 
+def test_two_ranks_tie():
+    """Direct and the ring tie at two ranks (one block, one sum); rounding must not break it."""
+    for local in (True, False):
+        for cpu in (True, False):
+            t = sm.CostTopo(2, 1, 2, local, local, 0.2e-6, 10e9, 13.5e-6, 2.5e9, fabric_cpu=cpu)
+            b = 8.0
+            while b <= 1024 * M:
+                assert sm.cost_pick(t, "ag", int(b), AG) == "direct"
+                assert sm.cost_pick(t, "rs", int(b), AG) == "direct"
+                b *= 1.37
+
+
 def test_two_hosts_link_limited():
     c, b = 117.5e6, 8 * M
     t = topo(8, 2, 4, True, False, beta_f=c)

@@ -195,6 +195,20 @@ static void test_two_hosts_fabric_crossover(void)
                     OFCCL__CAND_RING);
 }
 
+/* Two ranks: direct and the ring move the same block once and sum it once, so
+ * they tie at every size, on every kind of link, and ties go to direct. */
+static void test_two_ranks_tie(void)
+{
+    for (int k = 0; k < 4; k++) {
+        ofccl__cost_topo_t t = topo(2, 1, 2, k & 1, k & 1);
+        t.fabric_cpu = (k & 2) != 0;
+        for (double b = 8; b <= 1024 * MIB; b *= 1.37) {
+            CU_ASSERT_EQUAL(ofccl__cost_pick(&t, OFCCL__AG, (size_t)b, all_ag), OFCCL__CAND_DIRECT);
+            CU_ASSERT_EQUAL(ofccl__cost_pick(&t, OFCCL__RS, (size_t)b, all_ag), OFCCL__CAND_DIRECT);
+        }
+    }
+}
+
 /* Broadcast over tcp at 3 ranks: direct a + 2S/B, chain (k + 1)(a + c/B) with
  * c = min(512 KiB, S), k = S / c: a single chunk never pays, and from two
  * chunks on the chain wins once S/(2B) > 2a + ..., here at 1 MiB. */
@@ -283,6 +297,7 @@ int main(void)
         {"one host, fast fabric: the ring's sums bound it", test_fabric_sums},
         {"2 x 4 behind a 117.5 MB/s link: hier, ratios", test_two_hosts_link_limited},
         {"2 x 2 over the fabric: direct/ring crossover", test_two_hosts_fabric_crossover},
+        {"two ranks: direct and ring tie, direct wins", test_two_ranks_tie},
         {"broadcast: chain against direct", test_bcast_chain},
         {"OFCCL_LINK_* values", test_link_parse},
         {"ranks agree on the constants", test_links_agree},
