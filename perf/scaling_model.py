@@ -95,22 +95,24 @@ def lower_bound(c, s, coll):
 # Differences from the cluster tables above: one link per host (beta_fabric is the host's; with
 # one NIC per rail configure their sum); the copy rate is one rank's measured alone, and a
 # reduce-scatter's sums of k inputs cost (k + 1) b at twice that rate; no rail rings.
-COST_FLOWS = 13  # an endpoint keeps 13 peers' streams at full rate (14 ranks); more share it
+COST_FLOWS = 13  # OFCCL_LINK_STREAMS: an endpoint's full-rate streams (loopback tcp); more share
 CHOOSER_CANDS = ("direct", "ring", "hier", "chain")
 
 
 class CostTopo:
     def __init__(self, n, hosts, width, local_peers, peer_map, alpha_local, beta_local,
-                 alpha_fabric, beta_fabric, chunk=512 * 1024, fabric_cpu=False):
+                 alpha_fabric, beta_fabric, chunk=512 * 1024, fabric_cpu=False,
+                 streams=COST_FLOWS):
         self.n, self.hosts, self.width = n, hosts, width
         self.local_peers, self.peer_map, self.chunk = local_peers, peer_map, chunk
         self.fabric_cpu = fabric_cpu  # the fabric's bytes are copied on the rank's core (tcp)
+        self.streams = streams
         self.alpha = (alpha_local, alpha_fabric)
         self.beta = (beta_local, beta_fabric)
 
 
-def kappa(m):
-    return 1.0 if m <= COST_FLOWS else m / COST_FLOWS
+def kappa(m, streams=COST_FLOWS):
+    return 1.0 if m <= streams else m / streams
 
 
 def cost_time(t, coll, cand, nbytes):
@@ -131,7 +133,7 @@ def cost_time(t, coll, cand, nbytes):
         return max(step, a_f + x / b_f) if h > 1 else step
 
     def fan_out(x):
-        return t.alpha[s] + ms * x * (1.0 if t.local_peers else kappa(ms)) / t.beta[s]
+        return t.alpha[s] + ms * x * (1.0 if t.local_peers else kappa(ms, t.streams)) / t.beta[s]
 
     def reduce(inputs, x):  # read every input once, write the result, at the copy's traffic
         return (inputs + 1) * x / (2 * b_l)
@@ -142,7 +144,7 @@ def cost_time(t, coll, cand, nbytes):
             busy = b / b_l if bcast and t.peer_map else ms * b / b_l
         if coll == "rs":  # reading peers in place (peer_map) replaces the copies
             busy = (0.0 if t.peer_map else busy) + reduce(t.n, b)
-        ep = mf * b * kappa(mf) / b_f
+        ep = mf * b * kappa(mf, t.streams) / b_f
         if t.fabric_cpu:
             busy += ep
         if mf > 0:
@@ -163,8 +165,8 @@ def cost_time(t, coll, cand, nbytes):
         if h < 2 or t.width < 2:
             return math.inf
         if bcast:
-            return a_f + (h - 1) * b * kappa(h - 1) / b_f + fan_out(b)
-        rail = (h - 1) * b * kappa(h - 1) / b_f
+            return a_f + (h - 1) * b * kappa(h - 1, t.streams) / b_f + fan_out(b)
+        rail = (h - 1) * b * kappa(h - 1, t.streams) / b_f
         t1 = a_f + max(rail, p * (h - 1) * b / b_f)
         t2 = fan_out(h * b)
         host_sum = reduce(p, h * b) if coll == "rs" else 0.0  # the host's p inputs of h blocks

@@ -72,7 +72,7 @@ typedef enum ofccl__cfg_type {
       "place (pull); hier where it does not fit is direct")                                        \
     X(CHUNK_BYTES, SIZE, AGREE, "512K", "", 4096, 1073741824,                                      \
       "Pipeline chunk: a collective moves each rank's block in chunks of this size")               \
-    X(AG_TAKE, SIZE, AGREE, "1M", "0|<bytes>", 0, 1073741824,                                     \
+    X(AG_TAKE, SIZE, AGREE, "1M", "0|<bytes>", 0, 1073741824,                                      \
       "All-gather on the local transport (direct), blocks of at least this many bytes per rank: "  \
       "a rank done with its own writes copies, from the peer's buffer, each block that has not "   \
       "reached it yet (claimed in its control region, so each block is copied once), where the "   \
@@ -145,7 +145,11 @@ typedef enum ofccl__cfg_type {
     X(LINK_FABRIC, STRING, AGREE, "auto", "auto|<alpha_us>:<GB/s>", 0, 0,                          \
       "Cost model, peers through the fabric provider: latency (us) and bandwidth (GB/s) of a "     \
       "host's link; auto = 13.5 us and the NIC's link speed where the provider gives one, else "   \
-      "2.5 GB/s, the median over the communicator's ranks")
+      "2.5 GB/s, the median over the communicator's ranks")                                        \
+    X(LINK_STREAMS, INT, AGREE, "13", "", 1, 1000000,                                              \
+      "Cost model: fabric peers an endpoint writes to at once at its full rate; direct's "         \
+      "all-pairs traffic to m > this many runs m/this times slower (13: loopback tcp at 16 "       \
+      "ranks; on a NIC, compare ofccl_perf -a direct and -a ring)")
 
 enum ofccl__cfg_id {
 #define OFCCL__X_ID(id, type, scope, def, allowed, min, max, help) OFCCL__CFG_##id,

@@ -9,10 +9,10 @@
  * the resources it loads:
  *   - a rank's local-transport copies: bytes / beta_local;
  *   - a rank's fabric endpoint with m streams at once: bytes / beta_fabric
- *     times kappa(m) = max(1, m / F): an endpoint keeps F = 13 peers' streams
- *     (14 ranks) at full rate, more share it (all-pairs traffic; F from
- *     loopback tcp at 16 ranks, where direct's all-gather runs at 0.85-0.94
- *     of the ring's);
+ *     times kappa(m) = max(1, m / F): an endpoint keeps F peers' streams at
+ *     full rate, more share it (all-pairs traffic; F = OFCCL_LINK_STREAMS, 13
+ *     by default from loopback tcp at 16 ranks, where direct's all-gather
+ *     runs at 0.85-0.94 of the ring's);
  *   - a host's link to the others, shared by its ranks: the bytes that leave
  *     the host / beta_fabric;
  *   - a rank's core, for the reduce-scatter's reductions: summing k inputs of
@@ -68,15 +68,18 @@ void ofccl__cost_topo_of(const ofccl_comm_t *comm, ofccl__cost_topo_t *t)
     t->peer_map = ofccl__comm_caps(comm)->peer_map;
     t->fabric_cpu = (ofccl__comm_caps(comm)->quirks & OFCCL__Q_CPU_COPIES) != 0;
     t->chunk = (size_t)ofccl__cfg_int(&comm->ctx->cfg, OFCCL__CFG_CHUNK_BYTES);
+    t->streams = (int)ofccl__cfg_int(&comm->ctx->cfg, OFCCL__CFG_LINK_STREAMS);
     for (int c = 0; c < OFCCL__LINK_CLASSES; c++) {
         t->alpha[c] = comm->link[c].alpha_ns * 1e-9;
         t->beta[c] = comm->link[c].mbps * 1e6;
     }
 }
 
-static double kappa(int m)
+static double kappa(const ofccl__cost_topo_t *t, int m)
 {
-    return m <= OFCCL__COST_FLOWS ? 1.0 : (double)m / OFCCL__COST_FLOWS;
+    int f = t->streams > 0 ? t->streams : 1;
+
+    return m <= f ? 1.0 : (double)m / f;
 }
 
 static double max2(double a, double b)
@@ -118,7 +121,7 @@ static double hop(const ofccl__cost_topo_t *t, const shape_t *x, double bytes)
 /* Within a host, one rank sending `bytes` to each of its m_s peers. */
 static double fan_out(const ofccl__cost_topo_t *t, const shape_t *x, double bytes)
 {
-    double k = t->local_peers ? 1.0 : kappa(x->ms);
+    double k = t->local_peers ? 1.0 : kappa(t, x->ms);
 
     return t->alpha[x->s] + x->ms * bytes * k / t->beta[x->s];
 }
@@ -149,7 +152,7 @@ static double direct_core(const ofccl__cost_topo_t *t, const shape_t *x, double 
 static double direct(const ofccl__cost_topo_t *t, const shape_t *x, double b, int coll)
 {
     double aF = t->alpha[OFCCL__LINK_FABRIC], bF = t->beta[OFCCL__LINK_FABRIC];
-    double busy = direct_core(t, x, b, coll), ep = x->mf * b * kappa(x->mf) / bF;
+    double busy = direct_core(t, x, b, coll), ep = x->mf * b * kappa(t, x->mf) / bF;
 
     if (t->fabric_cpu)
         busy += ep;
@@ -186,8 +189,8 @@ static double hier(const ofccl__cost_topo_t *t, const shape_t *x, double b, int 
     if (x->h < 2 || t->width < 2)
         return INFINITY;
     if (coll == OFCCL__BC)
-        return aF + (x->h - 1) * b * kappa(x->h - 1) / bF + fan_out(t, x, b);
-    rail = (x->h - 1) * b * kappa(x->h - 1) / bF; /* this rank's streams between hosts */
+        return aF + (x->h - 1) * b * kappa(t, x->h - 1) / bF + fan_out(t, x, b);
+    rail = (x->h - 1) * b * kappa(t, x->h - 1) / bF; /* this rank's streams between hosts */
     t1 = aF + max2(rail, (double)x->p * (x->h - 1) * b / bF);
     t2 = fan_out(t, x, x->h * b);
     if (coll == OFCCL__RS) { /* the host's P inputs of H blocks, then H partials of one */
@@ -281,9 +284,10 @@ void ofccl__cost_describe(const ofccl_comm_t *comm, char *buf, size_t len)
 
     used = (size_t)snprintf(buf, len,
                             "cost model: local %.1f us %.2f GB/s (%s), fabric %.1f us %.2f GB/s "
-                            "(%s); auto beyond the eager size picks",
+                            "(%s), %d full-rate streams; auto beyond the eager size picks",
                             l[0].alpha_ns / 1e3, l[0].mbps / 1e3, source_word(l[0].source),
-                            l[1].alpha_ns / 1e3, l[1].mbps / 1e3, source_word(l[1].source));
+                            l[1].alpha_ns / 1e3, l[1].mbps / 1e3, source_word(l[1].source),
+                            (int)ofccl__cfg_int(&comm->ctx->cfg, OFCCL__CFG_LINK_STREAMS));
     for (int k = 0; k < 3 && used < len; k++) {
         int last = -1;
         used += (size_t)snprintf(buf + used, len - used, "%s %s", k ? ";" : "", names[k]);

@@ -22,10 +22,6 @@ enum ofccl__cost_cand {
     OFCCL__CAND_COUNT
 };
 
-/* An endpoint serves this many fabric peers' streams at its full rate; more
- * share it (the direct algorithms' all-pairs traffic): see cost.c. */
-#define OFCCL__COST_FLOWS 13
-
 typedef struct ofccl__cost_topo {
     int n;                             /* ranks */
     int hosts;                         /* hosts (the node table's nnodes) */
@@ -33,6 +29,7 @@ typedef struct ofccl__cost_topo {
     bool local_peers;                  /* same-host peers go through the local transport */
     bool peer_map;                     /* every peer's memory maps here (readers pull at once) */
     bool fabric_cpu;                   /* the fabric's bytes are copied on the rank's core */
+    int streams;                       /* OFCCL_LINK_STREAMS: an endpoint's full-rate streams */
     size_t chunk;                      /* OFCCL_CHUNK_BYTES: the chain's pipeline unit */
     double alpha[OFCCL__LINK_CLASSES]; /* seconds */
     double beta[OFCCL__LINK_CLASSES];  /* bytes per second */

@@ -104,6 +104,9 @@ static void print_cost(const ofccl_comm_t *comm)
     ofccl__cost_topo_of(comm, &t);
     printf("  shape: %d ranks, %d host%s of %d, same-host peers %s\n", t.n, t.hosts,
            t.hosts == 1 ? "" : "s", t.width, t.local_peers ? "local" : "through the fabric");
+    printf("  an endpoint's full-rate streams %d (OFCCL_LINK_STREAMS); fabric bytes copied by "
+           "the CPU: %s\n",
+           t.streams, t.fabric_cpu ? "yes" : "no");
     printf("  predicted us per candidate (- = cannot run here); bytes per rank, broadcast "
            "bytes in all:\n");
     printf("  %-15s %-10s", "collective", "bytes");

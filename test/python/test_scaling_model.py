@@ -81,6 +81,17 @@ def test_reduce_scatter_sums():
     assert all(sm.cost_pick(t, "rs", 2**k, AG) == "direct" for k in range(10, 31))
 
 
+def test_streams_setting():
+    """OFCCL_LINK_STREAMS=7: the all-gather's ring from 9 ranks above 7(n-2)aB/((n-1)(n-8))."""
+    a, beta = 13.5e-6, 2.5e9
+    for n in range(9, 65):
+        t = topo(n, 1, n, False, False)
+        t.streams = 7
+        cross = 7.0 * (n - 2) * a * beta / ((n - 1) * (n - 8))
+        assert sm.cost_pick(t, "ag", int(cross * 0.97), AG) == "direct"
+        assert sm.cost_pick(t, "ag", int(cross * 1.03), AG) == "ring"
+
+
 def test_two_ranks_tie():
     """Direct and the ring tie at two ranks (one block, one sum); rounding must not break it."""
     for local in (True, False):

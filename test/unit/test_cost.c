@@ -26,6 +26,7 @@ static ofccl__cost_topo_t topo(int n, int hosts, int width, bool local_peers, bo
                             .local_peers = local_peers,
                             .peer_map = peer_map,
                             .fabric_cpu = true,
+                            .streams = 13,
                             .chunk = 512 * 1024,
                             .alpha = {0.2e-6, 13.5e-6},
                             .beta = {10e9, 2.5e9}};
@@ -195,6 +196,28 @@ static void test_two_hosts_fabric_crossover(void)
                     OFCCL__CAND_RING);
 }
 
+/* OFCCL_LINK_STREAMS=7, an endpoint slowed past 7 streams: the all-gather's
+ * ring from 9 ranks above 7 (n-2) a B / ((n-1)(n-8)), 27 KiB per block at 16;
+ * 1000 streams: direct at every size up to 64 ranks. */
+static void test_streams_setting(void)
+{
+    const double a = 13.5e-6, B = 2.5e9;
+
+    for (int n = 9; n <= 64; n++) {
+        ofccl__cost_topo_t t = topo(n, 1, n, false, false);
+        double cross = 7.0 * (n - 2) * a * B / ((n - 1) * (double)(n - 8));
+        t.streams = 7;
+        CU_ASSERT_EQUAL(ofccl__cost_pick(&t, OFCCL__AG, (size_t)(cross * 0.97), all_ag),
+                        OFCCL__CAND_DIRECT);
+        CU_ASSERT_EQUAL(ofccl__cost_pick(&t, OFCCL__AG, (size_t)(cross * 1.03), all_ag),
+                        OFCCL__CAND_RING);
+        t.streams = 1000;
+        for (double b = 1024; b <= 1024 * MIB; b *= 4)
+            CU_ASSERT_EQUAL(ofccl__cost_pick(&t, OFCCL__AG, (size_t)b, all_ag), OFCCL__CAND_DIRECT);
+    }
+    CU_ASSERT(fabs(7.0 * 14 * a * B / (15 * 8.0) - 27563) < 1);
+}
+
 /* Two ranks: direct and the ring move the same block once and sum it once, so
  * they tie at every size, on every kind of link, and ties go to direct. */
 static void test_two_ranks_tie(void)
@@ -297,6 +320,7 @@ int main(void)
         {"one host, fast fabric: the ring's sums bound it", test_fabric_sums},
         {"2 x 4 behind a 117.5 MB/s link: hier, ratios", test_two_hosts_link_limited},
         {"2 x 2 over the fabric: direct/ring crossover", test_two_hosts_fabric_crossover},
+        {"OFCCL_LINK_STREAMS moves the crossover", test_streams_setting},
         {"two ranks: direct and ring tie, direct wins", test_two_ranks_tie},
         {"broadcast: chain against direct", test_bcast_chain},
         {"OFCCL_LINK_* values", test_link_parse},
