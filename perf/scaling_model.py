@@ -164,18 +164,17 @@ def cost_time(t, coll, cand, nbytes):
     if cand == "hier":
         if h < 2 or t.width < 2:
             return math.inf
+        rail = (h - 1) * b * kappa(h - 1, t.streams) / b_f  # this rank's streams between hosts
         if bcast:
-            return a_f + (h - 1) * b * kappa(h - 1, t.streams) / b_f + fan_out(b)
-        rail = (h - 1) * b * kappa(h - 1, t.streams) / b_f
-        t1 = a_f + max(rail, p * (h - 1) * b / b_f)
-        t2 = fan_out(h * b)
+            return a_f + rail + fan_out(b)
+        host = fan_out(h * b)  # the rails' blocks within the host
         host_sum = reduce(p, h * b) if coll == "rs" else 0.0  # the host's p inputs of h blocks
         rail_sum = reduce(h, b) if coll == "rs" else 0.0  # then h partials of one
-        t1 = max(t1, rail_sum)
-        t2 = t2 + host_sum if t.local_peers else max(t2, host_sum)
+        t1 = max(a_f + max(rail, p * (h - 1) * b / b_f), rail_sum)
+        t2 = host + host_sum if t.local_peers else max(host, host_sum)
         both = max(t1, t2) + min(t1, t2) * min(1.0, t.chunk / b if b > 0 else 1.0)
         if t.fabric_cpu:  # one core streams, copies and sums one thing after the other
-            both = max(both, a_f + rail + fan_out(h * b) + host_sum + rail_sum)
+            both = max(both, a_f + rail + host + host_sum + rail_sum)
         return both
     if cand == "chain":
         c = min(float(t.chunk), b)

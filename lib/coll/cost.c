@@ -184,26 +184,25 @@ static double ring_step(const ofccl__cost_topo_t *t, const shape_t *x, double b,
 static double hier(const ofccl__cost_topo_t *t, const shape_t *x, double b, int coll)
 {
     double aF = t->alpha[OFCCL__LINK_FABRIC], bF = t->beta[OFCCL__LINK_FABRIC];
-    double rail, t1, t2, host_sum = 0, rail_sum = 0, both;
+    double rail, host, t1, t2, host_sum = 0, rail_sum = 0, both;
 
     if (x->h < 2 || t->width < 2)
         return INFINITY;
-    if (coll == OFCCL__BC)
-        return aF + (x->h - 1) * b * kappa(t, x->h - 1) / bF + fan_out(t, x, b);
     rail = (x->h - 1) * b * kappa(t, x->h - 1) / bF; /* this rank's streams between hosts */
-    t1 = aF + max2(rail, (double)x->p * (x->h - 1) * b / bF);
-    t2 = fan_out(t, x, x->h * b);
-    if (coll == OFCCL__RS) { /* the host's P inputs of H blocks, then H partials of one */
+    if (coll == OFCCL__BC)
+        return aF + rail + fan_out(t, x, b);
+    host = fan_out(t, x, x->h * b); /* the rails' blocks within the host */
+    if (coll == OFCCL__RS) {        /* the host's P inputs of H blocks, then H partials of one */
         host_sum = reduce(t, x->p, x->h * b);
         rail_sum = reduce(t, x->h, b);
     }
-    both = max2(t1, rail_sum);
-    t2 = t->local_peers ? t2 + host_sum : max2(t2, host_sum);
-    both = max2(both, t2) + fmin(both, t2) * fmin(1.0, b > 0 ? (double)t->chunk / b : 1.0);
+    t1 = max2(aF + max2(rail, (double)x->p * (x->h - 1) * b / bF), rail_sum);
+    t2 = t->local_peers ? host + host_sum : max2(host, host_sum);
+    both = max2(t1, t2) + fmin(t1, t2) * fmin(1.0, b > 0 ? (double)t->chunk / b : 1.0);
     /* The phases overlap, but where the fabric's bytes are copied on the core,
      * that one core streams, copies and sums one thing after the other. */
     if (t->fabric_cpu)
-        both = max2(both, aF + rail + fan_out(t, x, x->h * b) + host_sum + rail_sum);
+        both = max2(both, aF + rail + host + host_sum + rail_sum);
     return both;
 }
 
