@@ -63,10 +63,12 @@
 #define CHUNK (512u << 10)
 #define ROUNDS 3
 #define MAXN 1024
-#define KINDS 6
 #define XCH_BYTES (512u << 20) /* copied per process per exchange round, at least 3 */
 #define TCP_BYTES (256u << 20) /* received per process per tcp round, at least 3 blocks */
 #define PIECE 2048             /* bytes read from one source before the next, as ofccl's kernel */
+
+/* The columns, in order; the first four are timed by one loop in child(). */
+enum { K_COPY, K_READ, K_PEER_READ, K_REDUCE, K_TCP, K_EXCHANGE, KINDS };
 
 typedef struct shared {
     pthread_barrier_t bar;
@@ -298,33 +300,34 @@ static void child(shared_t *sh, char *all, const ring_t *g, int n, int me, size_
         memcpy(mine + i, &v, sizeof(v));
     }
     volatile uint64_t sink = 0;
-    for (int kind = 0; kind < 4; kind++) {
+    for (int kind = K_COPY; kind <= K_REDUCE; kind++) {
         double best = 0;
         for (int r = 0; r < ROUNDS; r++) {
             pthread_barrier_wait(&sh->bar);
             double t0 = now(), t;
             long reps = 0;
             do {
-                if (kind == 0)
+                if (kind == K_COPY)
                     copy_block(dst, src, bytes);
-                else if (kind == 1)
+                else if (kind == K_READ)
                     sink += read_block((const uint64_t *)src, bytes / sizeof(uint64_t));
-                else if (kind == 2)
+                else if (kind == K_PEER_READ)
                     sink += read_peers(all, n, me, bytes);
                 else
                     reduce_peers(all, n, me, bytes, (float *)dst);
                 reps++;
                 t = now() - t0;
             } while (t < min_s && reps < 1000000);
-            double moved = kind >= 2 ? (double)(bytes / (size_t)n & ~(size_t)7) * n : (double)bytes;
+            double moved =
+                kind >= K_PEER_READ ? (double)(bytes / (size_t)n & ~(size_t)7) * n : (double)bytes;
             double rate = moved * reps / t;
             if (rate > best)
                 best = rate;
         }
         sh->rate[kind][me] = best;
     }
-    sh->rate[4][me] = tcp_best(sh, g, n, me, src, dst, bytes);
-    sh->rate[5][me] = n > 1 ? exchange_best(sh, all, n, me, src, bytes) : 0;
+    sh->rate[K_TCP][me] = tcp_best(sh, g, n, me, src, dst, bytes);
+    sh->rate[K_EXCHANGE][me] = n > 1 ? exchange_best(sh, all, n, me, src, bytes) : 0;
     (void)sink;
     free(src);
     free(dst);
@@ -446,7 +449,7 @@ int main(int argc, char **argv)
         for (int k = 0; k < KINDS; k++) {
             med[k] = median(sh->rate[k], n);
             low[k] = slowest(sh->rate[k], n);
-            bad |= low[k] <= 0 && !(k == 5 && n == 1); /* no exchange alone */
+            bad |= low[k] <= 0 && !(k == K_EXCHANGE && n == 1); /* no exchange alone */
         }
         if (bad) {
             fprintf(stderr, "ceiling_all: a process failed at %zu bytes\n", bytes);
