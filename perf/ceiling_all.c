@@ -23,6 +23,12 @@
  *     host, whose every byte goes through the kernel's copy out of the sender and its copy
  *     into the receiver, both on the ranks' own cores. Not a strict bound: a collective
  *     whose sends come from cache (a block sent to every peer) can pass it;
+ *   - tcp mesh: the direct all-gather's pattern over loopback TCP with no protocol: each
+ *     process sends its block (size/N) to every other over a connection of its own and
+ *     receives theirs, then all meet at a spinning barrier, round after round; the N - 1
+ *     blocks received per second per process, comparable with a tcp all-gather's bus
+ *     bandwidth: what the machine does with a collective's synchronised rounds, where the
+ *     ring streams (ceiling_tcp.c);
  *   - exchange: the direct all-gather's copies with no protocol: each process copies its
  *     block (size/N) into its place in every other process's buffer in shared memory and
  *     in its own (an out-of-place all-gather's), then all meet at a spinning barrier,
@@ -39,11 +45,7 @@
  *
  *   ceiling_all -n 16 [-b 1M] [-e 64M] [-f 4] [-t 100] [-C out.csv]
  */
-#include <arpa/inet.h>
 #include <errno.h>
-#include <fcntl.h>
-#include <netinet/in.h>
-#include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <sched.h>
@@ -52,28 +54,29 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "ceiling_tcp.h"
 #include "perfutil.h"
 #include "reduce.h"
 
 #define CHUNK (512u << 10)
 #define ROUNDS 3
-#define MAXN 1024
+#define MAXN CEIL_TCP_MAXN
 #define XCH_BYTES (512u << 20) /* copied per process per exchange round, at least 3 */
-#define TCP_BYTES (256u << 20) /* received per process per tcp round, at least 3 blocks */
+#define TCP_BYTES (256u << 20) /* received per process per tcp round (ring, mesh), at least 3 */
 #define PIECE 2048             /* bytes read from one source before the next, as ofccl's kernel */
 
 /* The columns, in order; the first four are timed by one loop in child(). */
-enum { K_COPY, K_READ, K_PEER_READ, K_REDUCE, K_TCP, K_EXCHANGE, KINDS };
+enum { K_COPY, K_READ, K_PEER_READ, K_REDUCE, K_TCP, K_MESH, K_EXCHANGE, KINDS };
 
 typedef struct shared {
     pthread_barrier_t bar;
-    _Atomic unsigned arrived, gen; /* the exchange's spinning barrier */
-    double rate[KINDS][MAXN];      /* per process: copy, read, peer read, reduce, tcp, exchange */
+    _Atomic unsigned arrived, gen; /* the spinning barrier of the exchange and the mesh */
+    int n;
+    double rate[KINDS][MAXN]; /* per process, one column per kind */
 } shared_t;
 
 static double now(void)
@@ -138,100 +141,6 @@ static void reduce_peers(const char *all, int n, int me, size_t bytes, float *ou
     }
 }
 
-/* The tcp ring: process i listens on lfd[i] (port[i]), made before the fork,
- * and connects to process i + 1's. */
-typedef struct ring {
-    int lfd[MAXN];
-    uint16_t port[MAXN];
-} ring_t;
-
-static int ring_listen(ring_t *g, int n)
-{
-    for (int i = 0; i < n; i++)
-        if ((g->lfd[i] = perf_tcp_listen(&g->port[i])) < 0) {
-            perror("ceiling_all: a loopback listener");
-            return -1;
-        }
-    return 0;
-}
-
-/* This process's two ends: *sfd to process me + 1, *rfd from process me - 1
- * (the listener's backlog completes the connect before anyone accepts). */
-static int ring_join(const ring_t *g, int n, int me, int *sfd, int *rfd)
-{
-    struct sockaddr_in a = {.sin_family = AF_INET,
-                            .sin_port = htons(g->port[(me + 1) % n]),
-                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    struct pollfd p = {g->lfd[me], POLLIN, 0};
-
-    *sfd = socket(AF_INET, SOCK_STREAM, 0);
-    if (*sfd < 0 || connect(*sfd, (struct sockaddr *)&a, sizeof(a)) != 0)
-        return -1;
-    *rfd = poll(&p, 1, 10000) == 1 ? accept(g->lfd[me], NULL, NULL) : -1;
-    if (*rfd < 0)
-        return -1;
-    fcntl(*sfd, F_SETFL, fcntl(*sfd, F_GETFL) | O_NONBLOCK);
-    fcntl(*rfd, F_SETFL, fcntl(*rfd, F_GETFL) | O_NONBLOCK);
-    return 0;
-}
-
-static int would_block(void)
-{
-    return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR;
-}
-
-/* `bytes` out on sfd while `bytes` come in on rfd, retrying both without
- * sleeping (yielding the cpu when neither moved), as ofccl's progress loop
- * does; -1 on an error, a closed peer or the deadline. */
-static int ring_round(int sfd, int rfd, const char *s, char *r, size_t bytes, double deadline)
-{
-    size_t sent = 0, got = 0;
-
-    while (sent < bytes || got < bytes) {
-        ssize_t ks = -1, kr = -1;
-        errno = EAGAIN;
-        if (sent < bytes && (ks = send(sfd, s + sent, bytes - sent, MSG_NOSIGNAL)) > 0)
-            sent += (size_t)ks;
-        if (ks < 0 && !would_block())
-            return -1;
-        errno = EAGAIN;
-        if (got < bytes && (kr = recv(rfd, r + got, bytes - got, 0)) > 0)
-            got += (size_t)kr;
-        if (kr == 0 || (kr < 0 && !would_block()))
-            return -1;
-        if (ks <= 0 && kr <= 0)
-            sched_yield(); /* free at one process per cpu; lets an oversubscribed one run */
-        if (now() > deadline)
-            return -1;
-    }
-    return 0;
-}
-
-/* Best of ROUNDS rounds of the tcp ring. Every process runs the same number
- * of blocks (a sender cannot stop before its receiver), at least 3 and
- * TCP_BYTES in all; -1 if the ring could not be made or a round failed. */
-static double tcp_best(shared_t *sh, const ring_t *g, int n, int me, const char *src, char *dst,
-                       size_t bytes)
-{
-    long reps = (long)(TCP_BYTES / bytes) < 3 ? 3 : (long)(TCP_BYTES / bytes);
-    int sfd = -1, rfd = -1, ok = ring_join(g, n, me, &sfd, &rfd) == 0;
-    double best = 0;
-
-    for (int r = 0; r < ROUNDS; r++) {
-        pthread_barrier_wait(&sh->bar);
-        double t0 = now(), deadline = t0 + 30;
-        for (long i = 0; ok && i < reps; i++)
-            ok = ring_round(sfd, rfd, src, dst, bytes, deadline) == 0;
-        double rate = (double)bytes * (double)reps / (now() - t0);
-        best = rate > best ? rate : best;
-    }
-    if (sfd >= 0)
-        close(sfd);
-    if (rfd >= 0)
-        close(rfd);
-    return ok ? best : -1;
-}
-
 /* All n processes meet; the last one in opens the next generation. -1 after
  * 10 s (a process that failed), never a hang. */
 static int spin_barrier(shared_t *sh, int n)
@@ -253,6 +162,12 @@ static int spin_barrier(shared_t *sh, int n)
                 return -1;
         }
     return 0;
+}
+
+static int meet(void *arg)
+{
+    shared_t *sh = arg;
+    return spin_barrier(sh, sh->n);
 }
 
 /* Best of ROUNDS rounds of the exchange; every process runs the same number
@@ -281,7 +196,7 @@ static double exchange_best(shared_t *sh, char *all, int n, int me, const char *
 /* One process's share: best of ROUNDS rounds of each kind, all processes
  * starting every round together. `all` holds every process's buffer for the
  * peer reads; this one writes its own first. */
-static void child(shared_t *sh, char *all, const ring_t *g, int n, int me, size_t bytes,
+static void child(shared_t *sh, char *all, const ceil_tcp_t *g, int n, int me, size_t bytes,
                   double min_s)
 {
     char *src = malloc(bytes), *dst = malloc(bytes), *mine = all + (size_t)me * bytes;
@@ -326,7 +241,9 @@ static void child(shared_t *sh, char *all, const ring_t *g, int n, int me, size_
         }
         sh->rate[kind][me] = best;
     }
-    sh->rate[K_TCP][me] = tcp_best(sh, g, n, me, src, dst, bytes);
+    ceil_sync_t sync = {&sh->bar, meet, sh, ROUNDS};
+    sh->rate[K_TCP][me] = ceil_tcp_ring(&sync, g, n, me, src, dst, bytes, TCP_BYTES);
+    sh->rate[K_MESH][me] = n > 1 ? ceil_tcp_mesh(&sync, g, n, me, src, dst, bytes, TCP_BYTES) : 0;
     sh->rate[K_EXCHANGE][me] = n > 1 ? exchange_best(sh, all, n, me, src, bytes) : 0;
     (void)sink;
     free(src);
@@ -388,12 +305,12 @@ int main(int argc, char **argv)
         }
     }
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    ring_t *ring = malloc(sizeof(*ring));
+    ceil_tcp_t *net = malloc(sizeof(*net));
     if (n < 1 || n > MAXN || factor <= 1 || lo == 0 || hi < lo) {
         fprintf(stderr, "ceiling_all: -n must be 1..%d, -f > 1, 0 < -b <= -e\n", MAXN);
         return 2;
     }
-    if (!ring || ring_listen(ring, n) != 0)
+    if (!net || ceil_tcp_listen(net, n) != 0)
         return 1;
     FILE *out = csv ? fopen(csv, "w") : NULL;
     if (csv && !out) {
@@ -401,14 +318,15 @@ int main(int argc, char **argv)
         return 1;
     }
     if (out)
-        fprintf(out, "procs,bytes,copy_Bps,read_Bps,peer_read_Bps,reduce_Bps,tcp_Bps,exchange_Bps,"
-                     "copy_min_Bps,read_min_Bps,peer_read_min_Bps,reduce_min_Bps,tcp_min_Bps,"
+        fprintf(out, "procs,bytes,copy_Bps,read_Bps,peer_read_Bps,reduce_Bps,tcp_Bps,tcp_mesh_Bps,"
+                     "exchange_Bps,copy_min_Bps,read_min_Bps,peer_read_min_Bps,reduce_min_Bps,"
+                     "tcp_min_Bps,tcp_mesh_min_Bps,"
                      "exchange_min_Bps\n");
     printf("# %d processes at once on %ld cpus: per-process rates in GB/s, median over "
            "processes (slowest process in brackets)\n",
            n, ncpu);
-    printf("%12s %18s %18s %18s %18s %18s %18s\n", "bytes", "copy", "read", "peer read", "reduce",
-           "tcp", "exchange");
+    printf("%12s %18s %18s %18s %18s %18s %18s %18s\n", "bytes", "copy", "read", "peer read",
+           "reduce", "tcp", "tcp mesh", "exchange");
     for (size_t bytes = lo; bytes <= hi; bytes = (size_t)(bytes * factor)) {
         shared_t *sh =
             mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
@@ -420,6 +338,7 @@ int main(int argc, char **argv)
         pthread_barrierattr_init(&ba);
         pthread_barrierattr_setpshared(&ba, PTHREAD_PROCESS_SHARED);
         pthread_barrier_init(&sh->bar, &ba, n);
+        sh->n = n;
         char *all = mmap(NULL, bytes * (size_t)n, PROT_READ | PROT_WRITE,
                          MAP_SHARED | MAP_ANONYMOUS, -1, 0);
         if (all == MAP_FAILED) {
@@ -437,7 +356,7 @@ int main(int argc, char **argv)
                 CPU_ZERO(&set);
                 CPU_SET(i % (ncpu > 0 ? ncpu : 1), &set);
                 sched_setaffinity(0, sizeof(set), &set);
-                child(sh, all, ring, n, i, bytes, min_ms / 1e3);
+                child(sh, all, net, n, i, bytes, min_ms / 1e3);
                 _exit(0);
             }
         }
@@ -449,7 +368,7 @@ int main(int argc, char **argv)
         for (int k = 0; k < KINDS; k++) {
             med[k] = median(sh->rate[k], n);
             low[k] = slowest(sh->rate[k], n);
-            bad |= low[k] <= 0 && !(k == K_EXCHANGE && n == 1); /* no exchange alone */
+            bad |= low[k] <= 0 && !((k == K_EXCHANGE || k == K_MESH) && n == 1); /* none alone */
         }
         if (bad) {
             fprintf(stderr, "ceiling_all: a process failed at %zu bytes\n", bytes);
@@ -472,8 +391,7 @@ int main(int argc, char **argv)
     }
     if (out)
         fclose(out);
-    for (int i = 0; i < n; i++)
-        close(ring->lfd[i]);
-    free(ring);
+    ceil_tcp_close(net, n);
+    free(net);
     return 0;
 }
