@@ -202,7 +202,7 @@ OFCCL__ALWAYS_INLINE void kern_d(int kind, int divide, double *d, double *acc, c
  * strip at a time, so all of them stream together. Summing each source over a
  * whole block before the next (the accumulator going through L1 once per
  * source) measured 2-5x slower at 8 and 16 sources with every core of a
- * 16-core host reducing at once (docs/performance.md). The values and their
+ * 16-core host reducing at once (`git log -S OFCCL__RED_STRIP`). The values and their
  * order are those of the block loops; f16 (conversion-bound) and f64 keep
  * them. GCC and clang vector extensions: 8 x f32, split into two SSE2
  * registers in the baseline table. */
