@@ -50,7 +50,8 @@ void ceil_tcp_close(ceil_tcp_t *g, int n)
             close(g->lfd[i]);
 }
 
-/* A connection to process `to`, non-blocking; -1 on failure. */
+/* A connection to process `to`, with TCP_NODELAY (a round or a block ends on
+ * a small segment: it goes at once); blocking until nonblock(); -1 on failure. */
 static int dial(const ceil_tcp_t *g, int to)
 {
     struct sockaddr_in a = {.sin_family = AF_INET,
@@ -167,7 +168,7 @@ typedef struct mesh {
 
 static void mesh_free(mesh_t *m, int n)
 {
-    for (int p = 0; p < n && m->sfd != NULL; p++) {
+    for (int p = 0; p < n && m->sfd != NULL && m->rfd != NULL; p++) {
         if (m->sfd[p] >= 0)
             close(m->sfd[p]);
         if (m->rfd[p] >= 0)
@@ -177,6 +178,7 @@ static void mesh_free(mesh_t *m, int n)
     free(m->rfd);
     free(m->sent);
     free(m->got);
+    *m = (mesh_t){0};
 }
 
 /* Connect to every other process, saying who this is in 4 bytes, then take
@@ -187,8 +189,10 @@ static int mesh_join(mesh_t *m, const ceil_tcp_t *g, int n, int me)
     m->rfd = malloc(n * sizeof(int));
     m->sent = calloc(n, sizeof(size_t));
     m->got = calloc(n, sizeof(size_t));
-    if (!m->sfd || !m->rfd || !m->sent || !m->got)
+    if (!m->sfd || !m->rfd || !m->sent || !m->got) {
+        mesh_free(m, n);
         return -1;
+    }
     for (int p = 0; p < n; p++)
         m->sfd[p] = m->rfd[p] = -1;
     for (int p = 0; p < n; p++) {
