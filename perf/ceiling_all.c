@@ -17,6 +17,9 @@
  *     of its own, input bytes per second: not a property of the machine but of the kernel
  *     on it, so a reduce-scatter's ratio to it is the share the rest of the engine
  *     (meeting the peers, taking grains, the synchronisation) leaves;
+ *   - reduce sync: the same, with a spinning barrier after each pass, round after round:
+ *     every pass ends when the slowest process is through, as a collective does (its
+ *     median is every process's rate, the slowest one's);
  *   - tcp: loopback TCP in a ring, each process sending a block of the size to the next
  *     while it receives one from the previous (non-blocking, spinning), bytes received per
  *     second per process: the reference for a collective over the tcp provider on one
@@ -70,7 +73,7 @@
 #define PIECE 2048             /* bytes read from one source before the next, as ofccl's kernel */
 
 /* The columns, in order; the first four are timed by one loop in child(). */
-enum { K_COPY, K_READ, K_PEER_READ, K_REDUCE, K_TCP, K_MESH, K_EXCHANGE, KINDS };
+enum { K_COPY, K_READ, K_PEER_READ, K_REDUCE, K_REDUCE_SYNC, K_TCP, K_MESH, K_EXCHANGE, KINDS };
 
 typedef struct shared {
     pthread_barrier_t bar;
@@ -170,6 +173,30 @@ static int meet(void *arg)
     return spin_barrier(sh, sh->n);
 }
 
+/* Best of ROUNDS rounds of `reduce` with a barrier after each: every round
+ * ends when the slowest process is through, as a collective does; input bytes
+ * per second per process. -1 on a failed barrier. */
+static double reduce_sync_best(shared_t *sh, const char *all, int n, int me, size_t bytes,
+                               float *out)
+{
+    size_t moved = (bytes / (size_t)n & ~(size_t)7) * (size_t)n;
+    long reps = moved == 0 || XCH_BYTES / moved < 3 ? 3 : (long)(XCH_BYTES / moved);
+    double best = 0;
+    int ok = 1;
+
+    for (int r = 0; r < ROUNDS; r++) {
+        pthread_barrier_wait(&sh->bar);
+        double t0 = now();
+        for (long i = 0; ok && i < reps; i++) {
+            reduce_peers(all, n, me, bytes, out);
+            ok = spin_barrier(sh, n) == 0;
+        }
+        double rate = (double)moved * (double)reps / (now() - t0);
+        best = rate > best ? rate : best;
+    }
+    return ok && moved > 0 ? best : -1;
+}
+
 /* Best of ROUNDS rounds of the exchange; every process runs the same number
  * of rounds of copies (each ends at the barrier). -1 on a failed barrier. */
 static double exchange_best(shared_t *sh, char *all, int n, int me, const char *src, size_t bytes)
@@ -241,6 +268,7 @@ static void child(shared_t *sh, char *all, const ceil_tcp_t *g, int n, int me, s
         }
         sh->rate[kind][me] = best;
     }
+    sh->rate[K_REDUCE_SYNC][me] = reduce_sync_best(sh, all, n, me, bytes, (float *)dst);
     ceil_sync_t sync = {&sh->bar, meet, sh, ROUNDS};
     sh->rate[K_TCP][me] = ceil_tcp_ring(&sync, g, n, me, src, dst, bytes, TCP_BYTES);
     sh->rate[K_MESH][me] = n > 1 ? ceil_tcp_mesh(&sync, g, n, me, src, dst, bytes, TCP_BYTES) : 0;
@@ -318,15 +346,15 @@ int main(int argc, char **argv)
         return 1;
     }
     if (out)
-        fprintf(out, "procs,bytes,copy_Bps,read_Bps,peer_read_Bps,reduce_Bps,tcp_Bps,tcp_mesh_Bps,"
-                     "exchange_Bps,copy_min_Bps,read_min_Bps,peer_read_min_Bps,reduce_min_Bps,"
-                     "tcp_min_Bps,tcp_mesh_min_Bps,"
-                     "exchange_min_Bps\n");
+        fprintf(out, "procs,bytes,copy_Bps,read_Bps,peer_read_Bps,reduce_Bps,reduce_sync_Bps,"
+                     "tcp_Bps,tcp_mesh_Bps,exchange_Bps,copy_min_Bps,read_min_Bps,"
+                     "peer_read_min_Bps,reduce_min_Bps,reduce_sync_min_Bps,tcp_min_Bps,"
+                     "tcp_mesh_min_Bps,exchange_min_Bps\n");
     printf("# %d processes at once on %ld cpus: per-process rates in GB/s, median over "
            "processes (slowest process in brackets)\n",
            n, ncpu);
-    printf("%12s %18s %18s %18s %18s %18s %18s %18s\n", "bytes", "copy", "read", "peer read",
-           "reduce", "tcp", "tcp mesh", "exchange");
+    printf("%12s %18s %18s %18s %18s %18s %18s %18s %18s\n", "bytes", "copy", "read", "peer read",
+           "reduce", "reduce sync", "tcp", "tcp mesh", "exchange");
     for (size_t bytes = lo; bytes <= hi; bytes = (size_t)(bytes * factor)) {
         shared_t *sh =
             mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
