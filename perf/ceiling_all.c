@@ -173,51 +173,37 @@ static int meet(void *arg)
     return spin_barrier(sh, sh->n);
 }
 
-/* Best of ROUNDS rounds of `reduce` with a barrier after each: every round
- * ends when the slowest process is through, as a collective does; input bytes
- * per second per process. -1 on a failed barrier. */
-static double reduce_sync_best(shared_t *sh, const char *all, int n, int me, size_t bytes,
-                               float *out)
-{
-    size_t moved = (bytes / (size_t)n & ~(size_t)7) * (size_t)n;
-    long reps = moved == 0 || XCH_BYTES / moved < 3 ? 3 : (long)(XCH_BYTES / moved);
-    double best = 0;
-    int ok = 1;
+/* What a synchronised column's steps work on. */
+typedef struct step_of {
+    char *all;
+    const char *src;
+    int n, me;
+    size_t bytes, blk;
+    float *out;
+} step_of_t;
 
-    for (int r = 0; r < ROUNDS; r++) {
-        pthread_barrier_wait(&sh->bar);
-        double t0 = now();
-        for (long i = 0; ok && i < reps; i++) {
-            reduce_peers(all, n, me, bytes, out);
-            ok = spin_barrier(sh, n) == 0;
-        }
-        double rate = (double)moved * (double)reps / (now() - t0);
-        best = rate > best ? rate : best;
-    }
-    return ok && moved > 0 ? best : -1;
+/* `reduce`, each pass ending at a barrier: every pass ends when the slowest
+ * process is through, as a collective's does. */
+static int reduce_step(void *arg, double deadline)
+{
+    step_of_t *x = arg;
+
+    (void)deadline;
+    reduce_peers(x->all, x->n, x->me, x->bytes, x->out);
+    return 0;
 }
 
-/* Best of ROUNDS rounds of the exchange; every process runs the same number
- * of rounds of copies (each ends at the barrier). -1 on a failed barrier. */
-static double exchange_best(shared_t *sh, char *all, int n, int me, const char *src, size_t bytes)
+/* The exchange: this process's block into the others' places, then its own
+ * (an out-of-place all-gather's). */
+static int exchange_step(void *arg, double deadline)
 {
-    size_t blk = bytes / (size_t)n & ~(size_t)63, per = blk * (size_t)(n - 1);
-    long reps = per == 0 || XCH_BYTES / per < 3 ? 3 : (long)(XCH_BYTES / per);
-    double best = 0;
-    int ok = 1;
+    step_of_t *x = arg;
 
-    for (int r = 0; r < ROUNDS; r++) {
-        pthread_barrier_wait(&sh->bar);
-        double t0 = now();
-        for (long i = 0; ok && i < reps; i++) {
-            for (int k = 1; k <= n; k++) /* the others, then its own place (out of place) */
-                copy_block(all + (size_t)((me + k) % n) * bytes + (size_t)me * blk, src, blk);
-            ok = spin_barrier(sh, n) == 0;
-        }
-        double rate = (double)per * (double)reps / (now() - t0);
-        best = rate > best ? rate : best;
-    }
-    return ok && per > 0 ? best : -1;
+    (void)deadline;
+    for (int k = 1; k <= x->n; k++)
+        copy_block(x->all + (size_t)((x->me + k) % x->n) * x->bytes + (size_t)x->me * x->blk,
+                   x->src, x->blk);
+    return 0;
 }
 
 /* One process's share: best of ROUNDS rounds of each kind, all processes
@@ -268,11 +254,14 @@ static void child(shared_t *sh, char *all, const ceil_tcp_t *g, int n, int me, s
         }
         sh->rate[kind][me] = best;
     }
-    sh->rate[K_REDUCE_SYNC][me] = reduce_sync_best(sh, all, n, me, bytes, (float *)dst);
     ceil_sync_t sync = {&sh->bar, meet, sh, ROUNDS};
+    step_of_t x = {all, src, n, me, bytes, bytes / (size_t)n & ~(size_t)63, (float *)dst};
+    size_t moved = (bytes / (size_t)n & ~(size_t)7) * (size_t)n; /* as `reduce` reads */
+    sh->rate[K_REDUCE_SYNC][me] = ceil_best(&sync, 1, XCH_BYTES, moved, 1, reduce_step, &x);
     sh->rate[K_TCP][me] = ceil_tcp_ring(&sync, g, n, me, src, dst, bytes, TCP_BYTES);
     sh->rate[K_MESH][me] = n > 1 ? ceil_tcp_mesh(&sync, g, n, me, src, dst, bytes, TCP_BYTES) : 0;
-    sh->rate[K_EXCHANGE][me] = n > 1 ? exchange_best(sh, all, n, me, src, bytes) : 0;
+    sh->rate[K_EXCHANGE][me] =
+        n > 1 ? ceil_best(&sync, 1, XCH_BYTES, x.blk * (size_t)(n - 1), 1, exchange_step, &x) : 0;
     (void)sink;
     free(src);
     free(dst);

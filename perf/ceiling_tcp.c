@@ -106,6 +106,24 @@ static int pump(int sfd, int rfd, const char *s, char *r, size_t want, size_t *s
     return moved;
 }
 
+double ceil_best(const ceil_sync_t *s, int ok, size_t total, size_t per, int meet,
+                 int (*step)(void *arg, double deadline), void *arg)
+{
+    long reps = per == 0 || total / per < 3 ? 3 : (long)(total / per);
+    double best = 0;
+
+    ok = ok && per > 0;
+    for (int r = 0; r < s->rounds; r++) {
+        pthread_barrier_wait(s->bar);
+        double t0 = now(), deadline = t0 + 30;
+        for (long i = 0; ok && i < reps; i++)
+            ok = step(arg, deadline) == 0 && (!meet || s->meet(s->arg) == 0);
+        double rate = (double)per * (double)reps / (now() - t0);
+        best = rate > best ? rate : best;
+    }
+    return ok ? best : -1;
+}
+
 /* ---- the ring ---- */
 
 /* Process me's two ends: *sfd to me + 1, *rfd from me - 1 (the listener's
@@ -121,12 +139,22 @@ static int ring_join(const ceil_tcp_t *g, int n, int me, int *sfd, int *rfd)
     return 0;
 }
 
-static int ring_round(int sfd, int rfd, const char *s, char *r, size_t bytes, double deadline)
+/* One step of the ring (ceil_best's step): the block out to the next process
+ * while one comes in from the previous. */
+typedef struct ring_step {
+    int sfd, rfd;
+    const char *src;
+    char *dst;
+    size_t bytes;
+} ring_step_t;
+
+static int ring_round(void *arg, double deadline)
 {
+    ring_step_t *x = arg;
     size_t sent = 0, got = 0;
 
-    while (sent < bytes || got < bytes) {
-        int moved = pump(sfd, rfd, s, r, bytes, &sent, &got);
+    while (sent < x->bytes || got < x->bytes) {
+        int moved = pump(x->sfd, x->rfd, x->src, x->dst, x->bytes, &sent, &got);
         if (moved < 0)
             return -1;
         if (moved == 0)
@@ -140,23 +168,15 @@ static int ring_round(int sfd, int rfd, const char *s, char *r, size_t bytes, do
 double ceil_tcp_ring(const ceil_sync_t *s, const ceil_tcp_t *g, int n, int me, const char *src,
                      char *dst, size_t bytes, size_t total)
 {
-    long reps = (long)(total / bytes) < 3 ? 3 : (long)(total / bytes);
-    int sfd = -1, rfd = -1, ok = ring_join(g, n, me, &sfd, &rfd) == 0;
-    double best = 0;
+    ring_step_t x = {-1, -1, src, dst, bytes};
+    int ok = ring_join(g, n, me, &x.sfd, &x.rfd) == 0;
+    double best = ceil_best(s, ok, total, bytes, 0, ring_round, &x);
 
-    for (int r = 0; r < s->rounds; r++) {
-        pthread_barrier_wait(s->bar);
-        double t0 = now(), deadline = t0 + 30;
-        for (long i = 0; ok && i < reps; i++)
-            ok = ring_round(sfd, rfd, src, dst, bytes, deadline) == 0;
-        double rate = (double)bytes * (double)reps / (now() - t0);
-        best = rate > best ? rate : best;
-    }
-    if (sfd >= 0)
-        close(sfd);
-    if (rfd >= 0)
-        close(rfd);
-    return ok ? best : -1;
+    if (x.sfd >= 0)
+        close(x.sfd);
+    if (x.rfd >= 0)
+        close(x.rfd);
+    return best;
 }
 
 /* ---- the mesh ---- */
@@ -164,6 +184,10 @@ double ceil_tcp_ring(const ceil_sync_t *s, const ceil_tcp_t *g, int n, int me, c
 typedef struct mesh {
     int *sfd, *rfd;     /* to and from each process (-1: none, or itself) */
     size_t *sent, *got; /* this round's progress per peer */
+    int n, me;
+    const char *src; /* this process's block of blk bytes */
+    char *dst;       /* every process's block at its place */
+    size_t blk;
 } mesh_t;
 
 static void mesh_free(mesh_t *m, int n)
@@ -222,12 +246,14 @@ static int mesh_join(mesh_t *m, const ceil_tcp_t *g, int n, int me)
     return 0;
 }
 
-/* This process's block of `blk` bytes to every other while theirs arrive at
- * their places in dst; the peers in the direct all-gather's order. */
-static int mesh_round(mesh_t *m, int n, int me, const char *src, char *dst, size_t blk,
-                      double deadline)
+/* One step of the mesh (ceil_best's step): this process's block to every
+ * other while theirs arrive at their places; the peers in the direct
+ * all-gather's order. */
+static int mesh_round(void *arg, double deadline)
 {
-    int left = n - 1;
+    mesh_t *m = arg;
+    int n = m->n, me = m->me, left = n - 1;
+    size_t blk = m->blk;
 
     memset(m->sent, 0, n * sizeof(size_t));
     memset(m->got, 0, n * sizeof(size_t));
@@ -235,8 +261,8 @@ static int mesh_round(mesh_t *m, int n, int me, const char *src, char *dst, size
         int moved = 0;
         for (int k = 1; k < n; k++) {
             int to = (me + k) % n, from = (me - k + n) % n;
-            int a = pump(m->sfd[to], -1, src, NULL, blk, &m->sent[to], &(size_t){blk});
-            int b = pump(-1, m->rfd[from], NULL, dst + (size_t)from * blk, blk, &(size_t){blk},
+            int a = pump(m->sfd[to], -1, m->src, NULL, blk, &m->sent[to], &(size_t){blk});
+            int b = pump(-1, m->rfd[from], NULL, m->dst + (size_t)from * blk, blk, &(size_t){blk},
                          &m->got[from]);
             if (a < 0 || b < 0)
                 return -1;
@@ -257,19 +283,12 @@ double ceil_tcp_mesh(const ceil_sync_t *s, const ceil_tcp_t *g, int n, int me, c
                      char *dst, size_t bytes, size_t total)
 {
     size_t blk = bytes / (size_t)n & ~(size_t)63, per = blk * (size_t)(n - 1);
-    long reps = per == 0 || total / per < 3 ? 3 : (long)(total / per);
     mesh_t m = {0};
     int ok = per > 0 && mesh_join(&m, g, n, me) == 0;
-    double best = 0;
+    double best;
 
-    for (int r = 0; r < s->rounds; r++) {
-        pthread_barrier_wait(s->bar);
-        double t0 = now(), deadline = t0 + 30;
-        for (long i = 0; ok && i < reps; i++)
-            ok = mesh_round(&m, n, me, src, dst, blk, deadline) == 0 && s->meet(s->arg) == 0;
-        double rate = (double)per * (double)reps / (now() - t0);
-        best = rate > best ? rate : best;
-    }
+    m.n = n, m.me = me, m.src = src, m.dst = dst, m.blk = blk;
+    best = ceil_best(s, ok, total, per, 1, mesh_round, &m);
     mesh_free(&m, n);
-    return ok ? best : -1;
+    return best;
 }

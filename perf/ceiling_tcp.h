@@ -8,7 +8,8 @@
  *     and receives theirs, then all meet at a barrier, round after round.
  * Both send and receive without sleeping, as ofccl's progress loop does, and
  * report bytes received per second per process (best of `rounds` rounds, all
- * processes starting every round together).
+ * processes starting every round together). ceil_best, the timing of those
+ * rounds, also times ceiling_all's other synchronised columns.
  */
 #ifndef OFCCL_PERF_CEILING_TCP_H
 #define OFCCL_PERF_CEILING_TCP_H
@@ -25,14 +26,24 @@ typedef struct ceil_tcp {
     uint16_t port[CEIL_TCP_MAXN];
 } ceil_tcp_t;
 
-/* How processes meet: every round starts at `bar`; the mesh's rounds end at
- * `meet(arg)` (0, or -1 after a timeout: a process failed). */
+/* How processes meet: every round starts at `bar`; the steps of a
+ * synchronised pattern end at `meet(arg)` (0, or -1 after a timeout: a process
+ * failed). */
 typedef struct ceil_sync {
     pthread_barrier_t *bar;
     int (*meet)(void *arg);
     void *arg;
     int rounds;
 } ceil_sync_t;
+
+/* Best of s->rounds rounds, every process starting each at s->bar: a round
+ * runs step(arg, deadline) max(3, total / per) times, each followed by
+ * s->meet when `meet` is set, and is rated at `per` bytes a step per second;
+ * deadline is 30 s after the round's start. `ok` 0 (a set-up that failed) or a
+ * failed step or meeting still takes part in every round's start, and gives
+ * -1, as does per == 0. */
+double ceil_best(const ceil_sync_t *s, int ok, size_t total, size_t per, int meet,
+                 int (*step)(void *arg, double deadline), void *arg);
 
 /* Listeners for n processes, each taking up to n connections; -1 on failure. */
 int ceil_tcp_listen(ceil_tcp_t *g, int n);
