@@ -52,6 +52,10 @@ int ofccl__eager_land(ofccl__req_t *r)
         if (p == comm->rank || !r->writes_to_me[p])
             continue;
         rc = ofccl__eager_check(h, &x, why, sizeof(why), &field); /* a message only on failure */
+        /* The others are told: one that pairs only with the root (a
+         * broadcast) never sees this header. */
+        if (rc == OFCCL_ERR_MISMATCH)
+            ofccl__notice_mismatch(comm, r->seq, p, field);
         if (rc)
             return ofccl__coll_fail(r, rc, "%s", why);
     }

@@ -37,35 +37,47 @@ static void on_error(void *arg, void *op_ctx, int peer, int status, const char *
 {
     ofccl_comm_t *comm = arg;
     ofccl__op_t *op = op_ctx;
+    bool lost =
+        status == OFCCL_ERR_REMOTE_ERROR && peer >= 0 && peer < comm->size && peer != comm->rank;
 
     comm->ops_pending--;
     ofccl__ctx_moved(comm->ctx);
     /* A peer that has left makes our ops to it fail; a notice that another
-     * rank failed first names the real culprit, so it is read first. */
+     * rank failed first names the real cause, so it is read first. */
     ofccl__notice_check(comm);
-    if (comm->notice_in != 0)
-        ofccl__notice_fail(comm);
     if (op != NULL && op->quiet) {
         /* its caller handles the failure */
+    } else if (lost) {
+        /* The peer is gone or its endpoint closed. That fails what still
+         * needs something from it (engine.c), not what it had delivered
+         * before it went, and every collective this rank posts from now on.
+         * Unless a peer's notice or an earlier failure explains it, say so,
+         * and tell the others before they blame this rank's departure. */
+        bool first = ofccl__comm_gone(comm, peer) == 0;
+        bool explained = comm->notice_in != 0 || comm->sticky != 0;
+
+        ofccl__comm_set_gone(comm, peer, OFCCL__GONE_UNREACHABLE);
+        if (first && comm->gone_msg[0] == '\0') {
+            ofccl__strlcpy(comm->gone_msg, msg, sizeof(comm->gone_msg));
+            comm->gone_msg_of = peer;
+        }
+        if (first && !explained)
+            ofccl__notice_send(comm, ofccl__comm_next_seq(comm), OFCCL__NOTICE_EXITED, peer, -1);
+        if (first)
+            OFCCL__INFO(&comm->ctx->log, OFCCL__SUB_CORE,
+                        "rank %d: communicator %u: rank %d on %s can no longer be reached (it has "
+                        "exited or closed its endpoint): %s",
+                        comm->rank, comm->id, peer, ofccl__comm_host(comm, peer), msg);
     } else if (comm->sticky != 0) {
         /* Already failed (a notice, a dead peer, a timeout): an op failing
          * now is a consequence. A peer that saw the failure may have left
-         * since; blaming it (or telling the others it left) would hide the
-         * cause, so the first one stays the communicator's error. */
+         * since; blaming it would hide the cause, so the first one stays the
+         * communicator's error. */
         OFCCL__DEBUG(&comm->ctx->log, OFCCL__SUB_CORE,
                      "rank %d: after the communicator failed (%s): %s", comm->rank,
                      comm->sticky_msg, msg);
         ofccl__strlcpy(comm->err.msg, comm->sticky_msg, sizeof(comm->err.msg));
         comm->err.code = comm->sticky;
-    } else if (status == OFCCL_ERR_REMOTE_ERROR && peer >= 0 && peer < comm->size &&
-               peer != comm->rank) {
-        /* The peer is gone or its endpoint closed: say so, and tell the others
-         * before they blame this rank's departure. */
-        ofccl__notice_send(comm, OFCCL__NOTICE_EXITED, peer, -1);
-        ofccl__comm_fail(comm, status,
-                         "rank %d on %s can no longer be reached (it has exited or closed its "
-                         "endpoint): %s",
-                         peer, ofccl__comm_host(comm, peer), msg);
     } else {
         ofccl__comm_fail(comm, status, "%s", msg);
     }
@@ -221,24 +233,39 @@ const char *ofccl_comm_last_error(const ofccl_comm_t *comm)
     return comm->err.msg;
 }
 
-int ofccl__comm_fail(ofccl_comm_t *comm, int code, const char *fmt, ...)
+uint64_t ofccl__comm_next_seq(const ofccl_comm_t *comm)
+{
+    return comm->coll != NULL ? comm->coll->next_seq : 0;
+}
+
+uint64_t ofccl__comm_pos_now(const ofccl_comm_t *comm)
+{
+    return 2 * ofccl__comm_next_seq(comm);
+}
+
+/* Errors that leave the protocol out of step with the peers (a timeout or a
+ * mismatch inside a collective leaves sequence numbers and buffers so) are
+ * sticky: every call and request from their position on reports them. */
+static bool is_sticky(int code)
+{
+    return code == OFCCL_ERR_REMOTE_ERROR || code == OFCCL_ERR_PROVIDER ||
+           code == OFCCL_ERR_ABORTED || code == OFCCL_ERR_CORRUPT || code == OFCCL_ERR_TIMEOUT ||
+           code == OFCCL_ERR_MISMATCH;
+}
+
+static int fail_v(ofccl_comm_t *comm, uint64_t pos, int code, const char *fmt, va_list ap)
 {
     char msg[OFCCL__ERRMSG_LEN];
     int first = 0;
-    va_list ap;
 
-    va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
-    va_end(ap);
-    /* Errors that leave the communicator unusable are sticky. */
-    /* A timeout or a mismatch inside a collective leaves sequence numbers and
-     * buffers out of step with the peers: sticky too. */
-    if (code == OFCCL_ERR_REMOTE_ERROR || code == OFCCL_ERR_PROVIDER || code == OFCCL_ERR_ABORTED ||
-        code == OFCCL_ERR_CORRUPT || code == OFCCL_ERR_TIMEOUT || code == OFCCL_ERR_MISMATCH)
-        if (comm->sticky == 0) {
+    if (is_sticky(code)) {
+        first = comm->sticky == 0;
+        if (first)
             comm->sticky = code;
-            first = 1;
-        }
+        if (pos < comm->fail_pos)
+            comm->fail_pos = pos;
+    }
     /* Lower layers often name the rank already; say it once. */
     if (strncmp(msg, "rank ", 5) == 0)
         code = ofccl__fail(&comm->ctx->log, OFCCL__SUB_CORE, &comm->err, code, "%s", msg);
@@ -250,21 +277,64 @@ int ofccl__comm_fail(ofccl_comm_t *comm, int code, const char *fmt, ...)
     return code;
 }
 
-int ofccl__comm_check(ofccl_comm_t *comm, const char *what)
+int ofccl__comm_fail(ofccl_comm_t *comm, int code, const char *fmt, ...)
+{
+    va_list ap;
+    int rc;
+
+    va_start(ap, fmt);
+    rc = fail_v(comm, 0, code, fmt, ap);
+    va_end(ap);
+    return rc;
+}
+
+int ofccl__comm_fail_at(ofccl_comm_t *comm, uint64_t pos, int code, const char *fmt, ...)
+{
+    va_list ap;
+    int rc;
+
+    va_start(ap, fmt);
+    rc = fail_v(comm, pos, code, fmt, ap);
+    va_end(ap);
+    return rc;
+}
+
+int ofccl__comm_failed_at(ofccl_comm_t *comm, uint64_t pos)
+{
+    ofccl__comm_usable(comm);
+    return ofccl__comm_covers(comm, pos);
+}
+
+void ofccl__comm_set_gone(ofccl_comm_t *comm, int p, int why)
+{
+    if (comm->gone != NULL && p >= 0 && p < comm->size && p != comm->rank && comm->gone[p] == 0) {
+        comm->gone[p] = (uint8_t)why;
+        comm->ngone++;
+    }
+}
+
+int ofccl__comm_check_at(ofccl_comm_t *comm, const char *what, uint64_t pos)
 {
     ofccl__notice_fail(comm); /* a peer's failure notice makes this one fail too */
-    ofccl__dead_fail(comm);   /* and so does a member the launcher reports gone */
-    if (ofccl__comm_usable(comm) == 0)
+    if (ofccl__comm_failed_at(comm, pos) == 0)
         return 0;
     if (comm->sticky == OFCCL_ERR_ABORTED)
         return ofccl__comm_fail(comm, OFCCL_ERR_ABORTED,
                                 "%s: communicator %u was aborted (ofccl_comm_abort); only "
                                 "ofccl_comm_destroy is useful now",
                                 what, comm->id);
-    return ofccl__comm_fail(comm, comm->sticky,
-                            "%s: communicator %u is unusable since an earlier error (%s): %s; "
-                            "destroy it and create a new one",
-                            what, comm->id, ofccl_strerror(comm->sticky), comm->sticky_msg);
+    return ofccl__comm_fail_at(comm, pos, comm->sticky,
+                               "%s: communicator %u is unusable since an earlier error (%s): %s; "
+                               "destroy it and create a new one",
+                               what, comm->id, ofccl_strerror(comm->sticky), comm->sticky_msg);
+}
+
+int ofccl__comm_check(ofccl_comm_t *comm, const char *what)
+{
+    uint64_t pos = ofccl__comm_pos_now(comm);
+
+    ofccl__dead_fail(comm, pos); /* a member the launcher reports gone cannot take part */
+    return ofccl__comm_check_at(comm, what, pos);
 }
 
 int ofccl__comm_progress(ofccl_comm_t *comm)
@@ -276,10 +346,10 @@ int ofccl__comm_progress(ofccl_comm_t *comm)
     if (atomic_load_explicit(&comm->aborted, memory_order_acquire))
         return ofccl__comm_usable(comm);
     rc = ofccl__ep_progress(comm->ep, &comm->handlers, 64, &e);
-
     if (rc < 0)
         return ofccl__comm_fail(comm, rc, "%s", e.msg);
-    return ofccl__notice_check(comm);
+    ofccl__notice_check(comm);
+    return ofccl__comm_usable(comm);
 }
 
 void ofccl__comm_set_sink(ofccl_comm_t *comm, unsigned kind, ofccl__sig_sink_fn fn, void *arg)
@@ -301,10 +371,11 @@ int ofccl__comm_usable(ofccl_comm_t *comm)
 {
     /* The flag is all ofccl_comm_abort touches; the message is written here,
      * by the thread that holds the lock. */
-    if (atomic_load_explicit(&comm->aborted, memory_order_acquire) && comm->sticky == 0)
+    if (atomic_load_explicit(&comm->aborted, memory_order_acquire) &&
+        (comm->sticky == 0 || comm->fail_pos > 0))
         ofccl__comm_fail(comm, OFCCL_ERR_ABORTED, "communicator %u aborted by ofccl_comm_abort",
                          comm->id);
-    return comm->sticky;
+    return comm->sticky != 0 && comm->fail_pos == 0 ? comm->sticky : 0;
 }
 
 int ofccl_comm_abort(ofccl_comm_t *comm)
@@ -358,6 +429,26 @@ int ofccl__comm_signal(ofccl_comm_t *comm, int peer, unsigned kind, uint32_t pay
                                     "deadline",
                                     peer);
     }
+}
+
+int ofccl__comm_put_word(ofccl_comm_t *comm, int peer, unsigned src_word, unsigned dst_word,
+                         ofccl__op_t *op)
+{
+    uint64_t v = atomic_load_explicit(&comm->ctrl[src_word], memory_order_relaxed);
+    ofccl__err_t e;
+
+    if (!ofccl__comm_resolved(comm, peer))
+        return OFCCL_ERR_STATE;
+    if (comm->peer_ctrl_at != NULL && comm->peer_ctrl_at[peer] != NULL) {
+        atomic_store_explicit(&comm->peer_ctrl_at[peer][dst_word], v, memory_order_release);
+        return 0;
+    }
+    if (ofccl__ep_write(comm->ep, peer, (const void *)&comm->ctrl[src_word], sizeof(uint64_t),
+                        comm->ctrl_mr, &comm->peer_ctrl[peer], dst_word * sizeof(uint64_t), op,
+                        &e) != 0)
+        return e.code;
+    comm->ops_pending++;
+    return 1;
 }
 
 int ofccl__comm_quiesce(ofccl_comm_t *comm, uint64_t deadline_ns, const char *what)

@@ -108,10 +108,12 @@ typedef void (*ofccl__sig_sink_fn)(void *arg, uint32_t payload);
 /* The control region of a communicator: words peers add to or write into.
  * After the fixed part come the collective engine's words (coll.h): outgoing
  * descriptors, incoming descriptors per slot and rank, and counters. */
-#define OFCCL__CTRL_BARRIER 0     /* 32 words: arrivals per dissemination round (atomic path) */
-#define OFCCL__CTRL_TEST 32       /* 32 words for internal tests */
-#define OFCCL__CTRL_NOTICE_IN 64  /* a peer's failure notice (notice.c) */
-#define OFCCL__CTRL_NOTICE_OUT 65 /* ours, the source of the writes that carry it */
+#define OFCCL__CTRL_BARRIER 0       /* 32 words: arrivals per dissemination round (atomic path) */
+#define OFCCL__CTRL_TEST 32         /* 32 words for internal tests */
+#define OFCCL__CTRL_NOTICE_IN 64    /* a peer's failure notice (notice.c) */
+#define OFCCL__CTRL_NOTICE_OUT 65   /* ours, the source of the writes that carry it */
+#define OFCCL__CTRL_BAR_FAIL_IN 66  /* the number of a barrier a peer failed (barrier.c) */
+#define OFCCL__CTRL_BAR_FAIL_OUT 67 /* ours, the source of the writes that carry it */
 #define OFCCL__CTRL_FIXED 72
 
 enum ofccl__signal_mode { OFCCL__SIGNAL_CQDATA = 1, OFCCL__SIGNAL_ATOMIC = 2 };
@@ -131,8 +133,20 @@ struct ofccl_comm {
     uint32_t id;
     int signal_mode; /* enum ofccl__signal_mode */
     ofccl__err_t err;
-    int sticky;                             /* first fatal error: every later call reports it */
+    int sticky;                             /* first fatal error: what later calls report */
     char sticky_msg[OFCCL__ERRMSG_LEN / 2]; /* its message */
+    /* Where the failures so far begin (comm.c, positions): every call and
+     * request at or after it fails with `sticky`; one before it runs on and
+     * fails only for what it needs itself. 0 when a failure concerns
+     * everything (an abort, a broken endpoint); UINT64_MAX while none. */
+    uint64_t fail_pos;
+    /* Peers this rank knows are gone (enum ofccl__gone), from a peer's
+     * notice or the transport: a request fails for one only while it still
+     * needs something from it. */
+    uint8_t *gone;                        /* [size] */
+    int ngone;                            /* how many are marked */
+    char gone_msg[OFCCL__ERRMSG_LEN / 4]; /* the transport's words for the first one, */
+    int gone_msg_of;                      /* which is this peer */
 
     ofccl__ep_t *ep;
     ofccl__ep_handlers_t handlers;
@@ -179,12 +193,15 @@ struct ofccl_comm {
     uint64_t barrier_arrived[32];
     unsigned ops_pending; /* our ops accepted and not completed */
 
-    atomic_int aborted;    /* set by ofccl_comm_abort from any thread */
-    ofccl__op_t notice_op; /* failure notices (notice.c) */
+    atomic_int aborted;     /* set by ofccl_comm_abort from any thread */
+    ofccl__op_t barrier_op; /* a failed barrier's words to its peers (barrier.c) */
+    ofccl__op_t notice_op;  /* failure notices (notice.c) */
     unsigned notices_out;
-    int notice_sent;
+    uint64_t notice_sent_seq;      /* the collective our last notice was about */
     int notice_in, notice_culprit; /* a peer's notice, once read */
     int notice_field;              /* a mismatch notice's field (enum ofccl__field), 0: none */
+    uint64_t notice_seq;           /* the collective it is about (the lowest of those read) */
+    uint64_t notice_word;          /* the word last read, so a changed one is read again */
     int notice_first;              /* the communicator failed first on that notice */
     uint64_t notice_ns;            /* when it was read */
     uint64_t timeout_ms;           /* 0 = none */
@@ -314,20 +331,61 @@ static inline bool ofccl__comm_resolved(const ofccl_comm_t *comm, int peer)
 }
 /* Name of the host rank `rank` runs on, for messages ("?" if unknown). */
 const char *ofccl__comm_host(const ofccl_comm_t *comm, int rank);
-/* Record a fatal error: the communicator reports it from every later call. */
+/* ---- positions: the order of a communicator's calls (comm.c) ----
+ * Collective s is at 2s + 1. A call that is not a collective (a barrier, a
+ * pool allocation, a window) made while s is the next collective to be posted
+ * is at 2s: after s - 1, before s. A failure at a position covers it and every
+ * later one, so a collective every rank completed before another failed is
+ * never reported failed (docs/reliability.md). */
+static inline uint64_t ofccl__pos_coll(uint64_t seq)
+{
+    return 2 * seq + 1;
+}
+/* The sequence number the next collective posted will take. */
+uint64_t ofccl__comm_next_seq(const ofccl_comm_t *comm);
+/* The position of a call made now (not a collective). */
+uint64_t ofccl__comm_pos_now(const ofccl_comm_t *comm);
+/* Record a fatal error that concerns everything: the communicator reports it
+ * from every later call, and every request still running fails with it.
+ * Other codes (INVALID_ARG, ...) are only this call's error. */
 int ofccl__comm_fail(ofccl_comm_t *comm, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* The same for a failure at position `pos`: what comes before it runs on. */
+int ofccl__comm_fail_at(ofccl_comm_t *comm, uint64_t pos, int code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* The sticky error if the failures so far cover position `pos` (an abort
+ * request becomes one here), else 0. */
+int ofccl__comm_failed_at(ofccl_comm_t *comm, uint64_t pos);
+/* The same without looking at the abort flag (the progress loop's check). */
+static inline int ofccl__comm_covers(const ofccl_comm_t *comm, uint64_t pos)
+{
+    return comm->sticky != 0 && pos >= comm->fail_pos ? comm->sticky : 0;
+}
+/* Peers found gone without a launcher's word: a peer's notice named them, or
+ * the transport can no longer reach them (enum ofccl__gone). */
+enum ofccl__gone { OFCCL__GONE_EXITED = 1, OFCCL__GONE_SILENT = 2, OFCCL__GONE_UNREACHABLE = 3 };
+static inline int ofccl__comm_gone(const ofccl_comm_t *comm, int p)
+{
+    return comm->gone != NULL ? comm->gone[p] : 0;
+}
+void ofccl__comm_set_gone(ofccl_comm_t *comm, int p, int why);
 /* Fail creation with MISMATCH: setting `id` (a row of the settings table) is
  * `theirs` on rank r and `mine` here, both formatted as the user writes them. */
 int ofccl__comm_setting_differs(ofccl_comm_t *comm, int id, int r, const char *theirs,
                                 const char *mine);
-/* Start of a call that needs a usable communicator: 0, or its sticky error
- * with a message naming `what`, the communicator and the first error (or the
- * abort). */
+/* Start of a call that needs a usable communicator, at position `pos`
+ * (ofccl__comm_pos_now, or a collective's): 0, or its sticky error with a
+ * message naming `what`, the communicator and the first error (or the abort).
+ * A peer's notice read earlier is taken into account first. */
+int ofccl__comm_check_at(ofccl_comm_t *comm, const char *what, uint64_t pos);
+/* The same for a call made now that needs every member (a barrier, an
+ * exchange): a member the launcher reports gone fails it too. */
 int ofccl__comm_check(ofccl_comm_t *comm, const char *what);
-/* 0, or the sticky error (an abort request becomes one here). */
+/* 0, or the sticky error where it covers everything (an abort request
+ * becomes one here). */
 int ofccl__comm_usable(ofccl_comm_t *comm);
-/* Drive the endpoint once (bounded); returns <0 on a fatal error. */
+/* Drive the endpoint once (bounded); returns <0 on an error that concerns
+ * everything (a broken endpoint, an abort). A peer's notice is only read. */
 int ofccl__comm_progress(ofccl_comm_t *comm);
 void ofccl__comm_set_sink(ofccl_comm_t *comm, unsigned kind, ofccl__sig_sink_fn fn, void *arg);
 /* Send a signal to `peer`: remote CQ data, or an atomic add of 1 to the peer's
@@ -337,6 +395,13 @@ int ofccl__comm_signal(ofccl_comm_t *comm, int peer, unsigned kind, uint32_t pay
                        unsigned ctrl_word, uint64_t deadline_ns);
 /* Deadline for a call started at `now_ns` (UINT64_MAX when OFCCL_TIMEOUT_MS = 0). */
 uint64_t ofccl__comm_deadline(const ofccl_comm_t *comm, uint64_t now_ns);
+/* Write this rank's control word `src_word` into peer's word `dst_word`
+ * (best effort, for failure words): a store where the peer's region is
+ * mapped here (0), else an RMA write whose completion goes to `op` (1, the
+ * write is in flight), or an error (the peer is not resolved, or the write
+ * could not be posted). */
+int ofccl__comm_put_word(ofccl_comm_t *comm, int peer, unsigned src_word, unsigned dst_word,
+                         ofccl__op_t *op);
 /* Wait until every op this communicator posted has completed. */
 int ofccl__comm_quiesce(ofccl_comm_t *comm, uint64_t deadline_ns, const char *what);
 /* The op context of ops whose completion needs no action. */
@@ -368,22 +433,33 @@ enum ofccl__field {
 };
 const char *ofccl__field_name(int field);
 /* Tell every rank but `culprit` and `skip` (-1: none) that `culprit` failed
- * for `reason` (once per communicator; best effort). */
-void ofccl__notice_send(ofccl_comm_t *comm, int reason, int culprit, int skip);
-/* The same for a mismatch: `culprit` posted a collective whose `field` differs. */
-void ofccl__notice_mismatch(ofccl_comm_t *comm, int culprit, int field);
+ * for `reason` in collective `seq` (best effort; again only for an earlier
+ * collective than the last notice sent or read). */
+void ofccl__notice_send(ofccl_comm_t *comm, uint64_t seq, int reason, int culprit, int skip);
+/* The same for a mismatch: `culprit` posted collective `seq` with a `field`
+ * that differs. */
+void ofccl__notice_mismatch(ofccl_comm_t *comm, uint64_t seq, int culprit, int field);
 /* Notices of ours still in flight. */
 bool ofccl__notice_busy(const ofccl_comm_t *comm);
-/* A peer's notice arrived: with collectives running, note it (they fail from
- * their own progress, see ofccl__notice_cause); otherwise fail the communicator
- * naming the culprit. Returns the sticky error, 0 when none. */
-int ofccl__notice_check(ofccl_comm_t *comm);
-/* Fail the communicator for a notice read earlier (once nothing runs, or a
- * call starts): the sticky error, 0 when there is no notice. */
+/* Read a peer's notice, if one arrived (or changed): only recorded here.
+ * Running requests decide from it (ofccl__notice_concerns), calls when they
+ * start (ofccl__notice_fail). */
+void ofccl__notice_check(ofccl_comm_t *comm);
+/* Fail the communicator at the notice's collective, for a notice read
+ * earlier: the sticky error, 0 when there is no notice. */
 int ofccl__notice_fail(ofccl_comm_t *comm);
-/* The notice a running request must fail for (0: none): EXITED sets *culprit
- * (the rank whose exit is the cause), SILENT means "stop waiting now"; `buf`
- * gets the words that begin its message. */
+/* Has a notice about collective `seq` or an earlier one gone out from here,
+ * or a mismatch notice come in (so every rank has been told)? */
+bool ofccl__notice_told(const ofccl_comm_t *comm, uint64_t seq);
+/* The rank a notice read here names, or -1. */
+int ofccl__notice_culprit(const ofccl_comm_t *comm);
+/* Does the notice concern collective `seq`: it is about `seq` or an earlier
+ * one, or (a rank that exited or went silent) `seq` still needs something
+ * from its culprit (`owes_culprit`, the caller's account)? */
+bool ofccl__notice_concerns(const ofccl_comm_t *comm, uint64_t seq, bool owes_culprit);
+/* The notice a running request it concerns must fail for (0: none): EXITED
+ * sets *culprit (the rank whose exit is the cause), SILENT means "stop
+ * waiting now"; `buf` gets the words that begin its message. */
 int ofccl__notice_cause(const ofccl_comm_t *comm, int *culprit, char *buf, size_t len);
 /* ---- ranks the launcher reports gone (dead.c) ---- */
 /* Follow the bootstrap's failure events (where it has them) / stop. */
@@ -393,11 +469,17 @@ void ofccl__dead_stop(ofccl_ctx_t *ctx);
 const char *ofccl__dead_source(const ofccl_comm_t *comm, int p);
 /* "rank p (world rank w) on host has exited, reported by the launcher (source)". */
 void ofccl__dead_name(const ofccl_comm_t *comm, int p, const char *source, char *buf, size_t len);
-/* At the start of a call: a member reported gone fails the communicator
- * (sticky REMOTE_ERROR naming it). Returns the sticky error, 0 when none. */
-int ofccl__dead_fail(ofccl_comm_t *comm);
-
-/* Collectives of the communicator posted and not yet completed. */
-int ofccl__comm_active_requests(const ofccl_comm_t *comm);
+/* "rank p on host has exited (a peer saw it go and told this rank)", or
+ * another account of why p is marked gone (ofccl__comm_gone). */
+void ofccl__dead_gone_name(const ofccl_comm_t *comm, int p, char *buf, size_t len);
+/* Is member p known gone (the launcher, a peer's notice, the transport, the
+ * process watch)? Then `buf` says so, and *code is the error to report
+ * (TIMEOUT for a rank that went silent, else REMOTE_ERROR). */
+bool ofccl__dead_known(const ofccl_comm_t *comm, int p, int *code, char *buf, size_t len);
+/* At the start of a call that needs every member: a member known gone (the
+ * launcher, a notice, the transport, the process watch) fails the
+ * communicator from position `pos` on (sticky REMOTE_ERROR, or TIMEOUT for
+ * one that went silent, naming it). Returns the sticky error, 0 when none. */
+int ofccl__dead_fail(ofccl_comm_t *comm, uint64_t pos);
 
 #endif

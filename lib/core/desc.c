@@ -284,6 +284,9 @@ int ofccl__desc_take(ofccl__req_t *r)
             i++;
             continue;
         }
+        /* Consumed, whatever it says: a failure below must not wait for it
+         * again (flush_descriptors in engine.c). */
+        r->awaiting[i] = r->awaiting[--r->nawait];
         x = (ofccl__desc_expect_t){.seq = r->seq,
                                    .fingerprint = r->fingerprint,
                                    .count = r->count,
@@ -299,7 +302,7 @@ int ofccl__desc_take(ofccl__req_t *r)
         if (rc == OFCCL__LAYOUT_DIFFERS || rc == OFCCL_ERR_MISMATCH) {
             /* p finds the difference itself from our descriptor; the others
              * are told which field (notice.c). */
-            ofccl__notice_mismatch(comm, p, field);
+            ofccl__notice_mismatch(comm, r->seq, p, field);
             if (rc == OFCCL__LAYOUT_DIFFERS)
                 ofccl__layout_diff(r, p, d, why, sizeof(why));
             return ofccl__coll_fail(r, OFCCL_ERR_MISMATCH, "%s", why);
@@ -309,7 +312,6 @@ int ofccl__desc_take(ofccl__req_t *r)
         r->peer_rk[p] = (ofccl__rkey_t){d[3], d[4], d[5]};
         r->peer_off[p] = d[6];
         r->peer_ready[p] = 1;
-        r->awaiting[i] = r->awaiting[--r->nawait];
         if (comm->ctx->trace != NULL)
             ofccl__trace_req_ready(r, p);
         ofccl__ctx_moved(comm->ctx);

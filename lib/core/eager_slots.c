@@ -113,7 +113,7 @@ int ofccl__eager_arrived(ofccl__req_t *r)
             continue;
         /* A descriptor for this collective means that peer chose the other path. */
         if (ofccl__desc_landed(r, p)) {
-            ofccl__notice_mismatch(comm, p, OFCCL__FIELD_PATH);
+            ofccl__notice_mismatch(comm, r->seq, p, OFCCL__FIELD_PATH);
             return ofccl__coll_fail(r, OFCCL_ERR_MISMATCH,
                                     "rank %d posted it on the descriptor path, rank %d on the "
                                     "eager one: the count (or OFCCL_EAGER_BYTES) differs",
@@ -131,7 +131,7 @@ int ofccl__eager_arrived(ofccl__req_t *r)
                                       .me = comm->rank};
             char why[256] = "";
             int field, rc = ofccl__eager_check(h, &x, why, sizeof(why), &field);
-            ofccl__notice_mismatch(comm, p, field);
+            ofccl__notice_mismatch(comm, r->seq, p, field);
             return ofccl__coll_fail(r, rc ? rc : OFCCL_ERR_MISMATCH, "%s",
                                     rc ? why
                                        : "a rank this collective expects nothing from "

@@ -32,8 +32,10 @@ int ofccl__coll_fail(ofccl__req_t *r, int code, const char *fmt, ...)
     va_end(ap);
     if (r->status == 0)
         r->status = code;
-    return ofccl__comm_fail(r->comm, code, "%s #%llu (%s): %s", ofccl__coll_name(r->coll),
-                            (unsigned long long)r->seq, r->algo ? r->algo->name : "?", msg);
+    /* The failure is this collective's: the ones before it run on. */
+    return ofccl__comm_fail_at(r->comm, ofccl__pos_coll(r->seq), code, "%s #%llu (%s): %s",
+                               ofccl__coll_name(r->coll), (unsigned long long)r->seq,
+                               r->algo ? r->algo->name : "?", msg);
 }
 
 /* ---- init ---- */
@@ -156,7 +158,7 @@ int ofccl__coll_begin(ofccl_comm_t *comm, int coll, ofccl__req_t **out)
     ofccl__coll_state_t *cs = comm->coll;
     ofccl__req_t *r = &cs->reqs[cs->next_seq % OFCCL__SLOTS];
 
-    int rc = ofccl__comm_check(comm, ofccl__coll_name(coll));
+    int rc = ofccl__comm_check_at(comm, ofccl__coll_name(coll), ofccl__pos_coll(cs->next_seq));
 
     if (rc)
         return rc;
@@ -167,6 +169,7 @@ int ofccl__coll_begin(ofccl_comm_t *comm, int coll, ofccl__req_t **out)
                                 ofccl__coll_name(coll), OFCCL__SLOTS, (unsigned long long)r->seq);
     req_reset(r);
     r->coll = coll;
+    r->seq = cs->next_seq;
     *out = r;
     return 0;
 }
@@ -293,13 +296,26 @@ static int signals_owed(const ofccl__req_t *r)
 {
     if (r->nawait > 0)
         return 1;
+    /* Nothing is owed to a peer that is gone (its writes failed). */
     for (unsigned i = 0; i < r->nto; i++)
-        if (r->sig_mask[r->to[i]])
+        if (r->sig_mask[r->to[i]] && !ofccl__comm_gone(r->comm, r->to[i]))
             return 1;
     for (unsigned i = 0; i < r->nfrom; i++)
-        if (r->sig_mask[r->from[i]])
+        if (r->sig_mask[r->from[i]] && !ofccl__comm_gone(r->comm, r->from[i]))
             return 1;
     return 0;
+}
+
+/* A peer known gone (a notice, the transport) that r still needs something
+ * from, or -1. */
+static int gone_owed(const ofccl__req_t *r)
+{
+    const ofccl_comm_t *comm = r->comm;
+
+    for (int p = 0; comm->ngone > 0 && p < comm->size; p++)
+        if (ofccl__comm_gone(comm, p) && ofccl__coll_owes(r, p))
+            return p;
+    return -1;
 }
 
 /* After a mismatch the peers are alive and wait for our descriptors: deliver
@@ -315,10 +331,14 @@ static bool flush_descriptors(ofccl__req_t *r)
 
     /* A peer that has not posted yet writes its descriptor here when it does:
      * leaving before would fail that write ("peer gone") instead of letting it
-     * find the difference in ours. */
+     * find the difference in ours. Not once a mismatch notice about this
+     * collective went out or came in: every rank knows, and one that had not
+     * posted yet refuses to (it would be waited for in vain). */
     for (unsigned i = 0; i < r->nfrom && !pending && r->status == OFCCL_ERR_MISMATCH; i++)
         pending = (r->sig_mask[r->from[i]] >> 63) != 0;
-    for (unsigned i = 0; i < r->nawait && !pending && r->status == OFCCL_ERR_MISMATCH; i++)
+    for (unsigned i = 0; i < r->nawait && !pending && r->status == OFCCL_ERR_MISMATCH &&
+                         !ofccl__notice_told(comm, r->seq);
+         i++)
         pending = ofccl__desc_owed(r, r->awaiting[i]);
     /* Failure notices to the other ranks go out before we may leave. */
     pending |= ofccl__notice_busy(comm);
@@ -343,12 +363,14 @@ static int req_progress(ofccl__req_t *r, bool check_clock)
 
     if (r->state != OFCCL__REQ_ACTIVE)
         return 0;
-    if (r->status == 0 && comm->sticky)
+    /* A failure at this collective or an earlier one: this one cannot
+     * complete on every rank. One after it does not concern it. */
+    if (r->status == 0 && ofccl__comm_covers(comm, ofccl__pos_coll(r->seq)))
         r->status = comm->sticky;
     if (r->status == 0 && !(r->algo->flags & OFCCL__ALGO_EAGER) && comm->size > 1) {
         int from = ofccl__eager_sender(comm, r->seq);
         if (from >= 0)
-            ofccl__notice_mismatch(comm, from, OFCCL__FIELD_PATH);
+            ofccl__notice_mismatch(comm, r->seq, from, OFCCL__FIELD_PATH);
         if (from >= 0)
             ofccl__coll_fail(r, OFCCL_ERR_MISMATCH,
                              "rank %d posted it on the eager path, rank %d on the descriptor one: "
@@ -383,12 +405,22 @@ static int req_progress(ofccl__req_t *r, bool check_clock)
     if (check_clock && r->status == 0) {
         char cause[320] = "", who[OFCCL__ERRMSG_LEN / 2];
         const char *reported = NULL;
-        int pid = -1, told_gone = -1, told = 0, gone;
+        int pid = -1, told_gone = -1, told = 0, gone, culprit = ofccl__notice_culprit(comm);
+        bool named = false; /* cause says why `gone` is gone */
         /* The launcher's word first: first-hand, and every rank hears it. */
         gone = ofccl__dead_needed(r, &reported);
-        if (gone < 0)
+        /* Then a peer's notice, where it concerns this collective: it is
+         * about this one or an earlier one, or about a rank this one still
+         * needs something from. */
+        bool concerns = gone < 0 && culprit >= 0 &&
+                        ofccl__notice_concerns(
+                            comm, r->seq, culprit != comm->rank && ofccl__coll_owes(r, culprit));
+        if (concerns)
             told = ofccl__notice_cause(comm, &told_gone, cause, sizeof(cause));
-        if (gone < 0)
+        /* A mismatch notice in its grace (notice.c): the difference, not a
+         * peer that left after it failed, is the cause. */
+        bool hold = concerns && !told;
+        if (gone < 0 && !hold)
             gone = told                    ? told_gone
                    : comm->ctx->peer_watch ? ofccl__ep_peer_gone(comm->ep, &pid)
                                            : -1;
@@ -397,13 +429,19 @@ static int req_progress(ofccl__req_t *r, bool check_clock)
          * leaves before data from other hosts has come). */
         if (!told && !reported && gone >= 0 && !ofccl__coll_owes(r, gone))
             gone = -1;
+        /* Then peers known gone otherwise (another notice, the transport). */
+        if (!told && !hold && gone < 0 && (gone = gone_owed(r)) >= 0) {
+            ofccl__dead_gone_name(comm, gone, cause, sizeof(cause) - 2);
+            strcat(cause, "; ");
+            named = true;
+        }
         /* A gone peer's writes, if any, were read above: what is still
          * missing will never come, so it fails now rather than at the deadline. */
         if (told || gone >= 0 || ofccl__coarse_ns() > r->deadline_ns) {
             if (reported != NULL) {
                 ofccl__dead_name(comm, gone, reported, cause, sizeof(cause) - 2);
                 strcat(cause, "; ");
-            } else if (gone >= 0 && !told) {
+            } else if (gone >= 0 && !told && !named) {
                 snprintf(cause, sizeof(cause), "rank %d (pid %d) has exited; ", gone, pid);
             }
             /* A peer's exit is the cause: what the others still owe is on its way. */
@@ -411,12 +449,19 @@ static int req_progress(ofccl__req_t *r, bool check_clock)
             /* Tell the others first: they would blame this rank's departure
              * (not needed when the launcher told everyone). */
             if (reported == NULL)
-                ofccl__notice_send(comm, gone >= 0 ? OFCCL__NOTICE_EXITED : OFCCL__NOTICE_SILENT,
-                                   gone >= 0 ? gone : ofccl__coll_first_owing(r), -1);
+                ofccl__notice_send(comm, r->seq,
+                                   gone >= 0 ? OFCCL__NOTICE_EXITED : OFCCL__NOTICE_SILENT,
+                                   gone >= 0 ? gone
+                                   : told    ? culprit
+                                             : ofccl__coll_first_owing(r),
+                                   -1);
             ofccl__coll_fail(r,
                              told == OFCCL__NOTICE_MISMATCH ? OFCCL_ERR_MISMATCH
-                             : gone >= 0                    ? OFCCL_ERR_REMOTE_ERROR
-                                                            : OFCCL_ERR_TIMEOUT,
+                             : told == OFCCL__NOTICE_SILENT ? OFCCL_ERR_TIMEOUT
+                             : gone >= 0 && ofccl__comm_gone(comm, gone) == OFCCL__GONE_SILENT
+                                 ? OFCCL_ERR_TIMEOUT
+                             : gone >= 0 ? OFCCL_ERR_REMOTE_ERROR
+                                         : OFCCL_ERR_TIMEOUT,
                              "%snot complete after %llu ms; waiting for %s", cause,
                              (unsigned long long)((ofccl__coarse_ns() - r->start_ns) / 1000000),
                              who);
@@ -562,15 +607,6 @@ bool ofccl__comm_note_once(ofccl_comm_t *comm, unsigned bit)
 
     comm->coll->notes |= 1u << bit;
     return first;
-}
-
-int ofccl__comm_active_requests(const ofccl_comm_t *comm)
-{
-    int n = 0;
-
-    for (int s = 0; comm->coll != NULL && s < OFCCL__SLOTS; s++)
-        n += comm->coll->reqs[s].state == OFCCL__REQ_ACTIVE;
-    return n;
 }
 
 bool ofccl__coll_uses(const ofccl_comm_t *comm, const void *algo_state)

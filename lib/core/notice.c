@@ -3,13 +3,20 @@
  * (the peer exited, stopped responding, or posted something else) would leave
  * the other ranks to find out at their own deadline, or from its departure,
  * which they would then blame on it. So it first writes one word into every
- * other rank's control region: {field, reason, culprit}. Each rank reads that word
- * on every progress pass and fails the communicator naming the culprit, unless
- * it has already failed for its own reasons (the first failure is the one a
- * communicator reports). A notice is best effort: a rank it cannot reach will
- * learn at its deadline, as before. A mismatch notice says which argument
- * differs (the field), so that every rank's message names it, also on ranks
- * that never see the differing descriptor themselves.
+ * other rank's control region: {collective, field, reason, culprit}. Each rank
+ * reads that word on every progress pass and records it; the engine and the
+ * calls decide from it (docs/reliability.md): a notice about collective k
+ * fails the requests at or after k, and those that still wait for a culprit
+ * that exited or went silent, never an earlier request whose data is all
+ * here. A notice is best effort: a rank it cannot reach learns at its
+ * deadline, as before. A mismatch notice says which argument differs (the
+ * field), so that every rank's message names it, also on ranks that never see
+ * the differing descriptor themselves.
+ *
+ * The word: culprit + 1 in bits 0-31, the reason in 32-35, the field in
+ * 36-39, the collective's sequence number modulo 2^24 in 40-63 (ranks are
+ * never that far apart: a rank is at most a few collectives ahead of one it
+ * waits for).
  */
 #include <stdio.h>
 
@@ -17,6 +24,8 @@
 #include "util.h"
 
 #define NOTICE_CULPRIT_MASK 0xffffffffull
+#define NOTICE_SEQ_BITS 24
+#define NOTICE_SEQ_MASK ((1ull << NOTICE_SEQ_BITS) - 1)
 #define MISMATCH_GRACE_NS 100000000ull /* 100 ms */
 
 static void notice_done(ofccl__op_t *op, int status, const char *msg)
@@ -50,14 +59,19 @@ const char *ofccl__field_name(int field)
     return field > 0 && field < OFCCL__FIELDS ? names[field] : names[0];
 }
 
-static void send_word(ofccl_comm_t *comm, int reason, int culprit, int skip, int field)
+static void send_word(ofccl_comm_t *comm, uint64_t seq, int reason, int culprit, int skip,
+                      int field)
 {
-    uint64_t word = (uint64_t)field << 40 | (uint64_t)reason << 32 | ((uint64_t)culprit + 1);
-    ofccl__err_t e;
+    uint64_t word = (seq & NOTICE_SEQ_MASK) << 40 | (uint64_t)field << 36 | (uint64_t)reason << 32 |
+                    ((uint64_t)culprit + 1);
 
-    if (comm->notice_sent || culprit < 0 || (comm->size < 3 && reason != OFCCL__NOTICE_MISMATCH))
-        return; /* once; with two ranks only a mismatch has somebody to tell */
-    comm->notice_sent = 1;
+    /* Once per collective, and again only for an earlier one: a notice
+     * about seq or later reached (or came from) the others already. With two
+     * ranks only a mismatch has somebody to tell. */
+    if (culprit < 0 || (comm->size < 3 && reason != OFCCL__NOTICE_MISMATCH) ||
+        seq >= comm->notice_sent_seq || (comm->notice_in != 0 && seq >= comm->notice_seq))
+        return;
+    comm->notice_sent_seq = seq;
     atomic_store_explicit(&comm->ctrl[OFCCL__CTRL_NOTICE_OUT], word, memory_order_relaxed);
     comm->notice_op = (ofccl__op_t){.cb = notice_done, .quiet = 1};
     for (int p = 0; p < comm->size; p++) {
@@ -65,35 +79,27 @@ static void send_word(ofccl_comm_t *comm, int reason, int culprit, int skip, int
          * that will never come): it is told too. */
         if (p == comm->rank || p == skip || (p == culprit && reason != OFCCL__NOTICE_MISMATCH))
             continue;
-        /* Lazily created: only the peers this rank works with hear it
-         * directly; resolving all others on a failure path would stall. */
-        if (!ofccl__comm_resolved(comm, p))
-            continue;
-        if (comm->peer_ctrl_at != NULL && comm->peer_ctrl_at[p] != NULL) {
-            atomic_store_explicit(&comm->peer_ctrl_at[p][OFCCL__CTRL_NOTICE_IN], word,
-                                  memory_order_release);
-            continue;
-        }
-        if (ofccl__ep_write(comm->ep, p, (const void *)&comm->ctrl[OFCCL__CTRL_NOTICE_OUT],
-                            sizeof(uint64_t), comm->ctrl_mr, &comm->peer_ctrl[p],
-                            OFCCL__CTRL_NOTICE_IN * sizeof(uint64_t), &comm->notice_op, &e) == 0) {
-            comm->ops_pending++;
+        /* Lazily created: only the peers this rank works with (resolved)
+         * hear it directly; resolving all others on a failure path would
+         * stall. */
+        if (ofccl__comm_put_word(comm, p, OFCCL__CTRL_NOTICE_OUT, OFCCL__CTRL_NOTICE_IN,
+                                 &comm->notice_op) == 1)
             comm->notices_out++;
-        }
     }
     OFCCL__INFO(&comm->ctx->log, OFCCL__SUB_CORE,
-                "rank %d: told the other ranks of communicator %u that rank %d failed (reason %d)",
-                comm->rank, comm->id, culprit, reason);
+                "rank %d: told the other ranks of communicator %u that rank %d failed collective "
+                "#%llu (reason %d)",
+                comm->rank, comm->id, culprit, (unsigned long long)seq, reason);
 }
 
-void ofccl__notice_send(ofccl_comm_t *comm, int reason, int culprit, int skip)
+void ofccl__notice_send(ofccl_comm_t *comm, uint64_t seq, int reason, int culprit, int skip)
 {
-    send_word(comm, reason, culprit, skip, OFCCL__FIELD_NONE);
+    send_word(comm, seq, reason, culprit, skip, OFCCL__FIELD_NONE);
 }
 
-void ofccl__notice_mismatch(ofccl_comm_t *comm, int culprit, int field)
+void ofccl__notice_mismatch(ofccl_comm_t *comm, uint64_t seq, int culprit, int field)
 {
-    send_word(comm, OFCCL__NOTICE_MISMATCH, culprit, -1, field);
+    send_word(comm, seq, OFCCL__NOTICE_MISMATCH, culprit, -1, field);
 }
 
 bool ofccl__notice_busy(const ofccl_comm_t *comm)
@@ -101,39 +107,73 @@ bool ofccl__notice_busy(const ofccl_comm_t *comm)
     return comm->notices_out > 0;
 }
 
-/* A communicator with no collective running fails at once; otherwise each
- * running request fails from its own progress, with its own account of what
- * it waits for (ofccl__notice_cause). */
-static bool any_running(const ofccl_comm_t *comm)
+/* The full sequence number of a notice's 24 bits: the one nearest to this
+ * rank's next collective. */
+static uint64_t notice_seq_of(const ofccl_comm_t *comm, uint64_t bits)
 {
-    return ofccl__comm_active_requests(comm) > 0;
+    uint64_t next = ofccl__comm_next_seq(comm);
+    uint64_t delta = (bits - next) & NOTICE_SEQ_MASK;
+
+    if (delta < (1ull << (NOTICE_SEQ_BITS - 1)))
+        return next + delta;
+    delta = (1ull << NOTICE_SEQ_BITS) - delta; /* behind this rank */
+    return delta <= next ? next - delta : 0;
 }
 
-int ofccl__notice_check(ofccl_comm_t *comm)
+void ofccl__notice_check(ofccl_comm_t *comm)
 {
     uint64_t word = atomic_load_explicit(&comm->ctrl[OFCCL__CTRL_NOTICE_IN], memory_order_acquire);
-    int culprit = (int)(word & NOTICE_CULPRIT_MASK) - 1, reason = (int)(word >> 32 & 0xff);
-    int field = (int)(word >> 40 & 0xff);
+    int culprit = (int)(word & NOTICE_CULPRIT_MASK) - 1, reason = (int)(word >> 32 & 0xf);
+    int field = (int)(word >> 36 & 0xf);
+    uint64_t seq;
 
-    if (word == 0 || comm->sticky || comm->notice_in != 0)
-        return comm->sticky;
+    if (word == 0 || word == comm->notice_word)
+        return;
+    comm->notice_word = word;
     /* Untrusted: a word that names no rank, or no reason or field we know, is
      * ignored (and counted). */
     if (culprit < 0 || culprit >= comm->size || reason < OFCCL__NOTICE_EXITED ||
-        reason > OFCCL__NOTICE_MISMATCH || field >= OFCCL__FIELDS || word >> 48 != 0 ||
+        reason > OFCCL__NOTICE_MISMATCH || field >= OFCCL__FIELDS ||
         (field != 0 && reason != OFCCL__NOTICE_MISMATCH)) {
         comm->corrupt_signals++;
-        atomic_store_explicit(&comm->ctrl[OFCCL__CTRL_NOTICE_IN], 0, memory_order_relaxed);
-        return 0;
+        return;
     }
+    seq = notice_seq_of(comm, word >> 40);
+    if (reason != OFCCL__NOTICE_MISMATCH)
+        ofccl__comm_set_gone(comm, culprit,
+                             reason == OFCCL__NOTICE_EXITED ? OFCCL__GONE_EXITED
+                                                            : OFCCL__GONE_SILENT);
+    /* The notice that names the cause is the one about the earliest
+     * collective: a later word about an earlier one replaces it. */
+    if (comm->notice_in != 0 && seq >= comm->notice_seq)
+        return;
     comm->notice_in = reason;
     comm->notice_culprit = culprit;
     comm->notice_field = field;
+    comm->notice_seq = seq;
     comm->notice_ns = ofccl__coarse_ns();
-    comm->notice_sent = 1; /* the rank that saw it first told everyone */
-    if (any_running(comm))
-        return 0;
-    return ofccl__notice_fail(comm);
+    OFCCL__INFO(&comm->ctx->log, OFCCL__SUB_CORE,
+                "rank %d: communicator %u: a peer says rank %d failed collective #%llu (reason "
+                "%d)",
+                comm->rank, comm->id, culprit, (unsigned long long)seq, reason);
+}
+
+bool ofccl__notice_told(const ofccl_comm_t *comm, uint64_t seq)
+{
+    return comm->notice_sent_seq <= seq ||
+           (comm->notice_in == OFCCL__NOTICE_MISMATCH && comm->notice_seq <= seq);
+}
+
+int ofccl__notice_culprit(const ofccl_comm_t *comm)
+{
+    return comm->notice_in != 0 ? comm->notice_culprit : -1;
+}
+
+bool ofccl__notice_concerns(const ofccl_comm_t *comm, uint64_t seq, bool owes_culprit)
+{
+    if (comm->notice_in == 0)
+        return false;
+    return seq >= comm->notice_seq || (comm->notice_in != OFCCL__NOTICE_MISMATCH && owes_culprit);
 }
 
 int ofccl__notice_fail(ofccl_comm_t *comm)
@@ -141,36 +181,40 @@ int ofccl__notice_fail(ofccl_comm_t *comm)
     int culprit = comm->notice_culprit, reason = comm->notice_in;
     char who[96];
 
-    if (reason == 0 || comm->sticky)
+    uint64_t pos = ofccl__pos_coll(comm->notice_seq);
+
+    if (reason == 0 || (comm->sticky != 0 && comm->fail_pos <= pos))
         return comm->sticky;
-    comm->notice_first = 1;
+    comm->notice_first = comm->sticky == 0;
     if (culprit == comm->rank)
         snprintf(who, sizeof(who), "this rank");
     else
         snprintf(who, sizeof(who), "rank %d on %s", culprit, ofccl__comm_host(comm, culprit));
     switch (reason) {
     case OFCCL__NOTICE_EXITED:
-        return ofccl__comm_fail(comm, OFCCL_ERR_REMOTE_ERROR,
-                                "communicator %u: %s has exited (a peer saw it go and told this "
-                                "rank); the communicator is unusable",
-                                comm->id, who);
+        return ofccl__comm_fail_at(comm, pos, OFCCL_ERR_REMOTE_ERROR,
+                                   "communicator %u: %s has exited (a peer saw it go and told "
+                                   "this rank); the communicator is unusable",
+                                   comm->id, who);
     case OFCCL__NOTICE_SILENT:
-        return ofccl__comm_fail(comm, OFCCL_ERR_TIMEOUT,
-                                "communicator %u: %s stopped responding (a peer timed out "
-                                "waiting for it and told this rank); the communicator is unusable",
-                                comm->id, who);
+        return ofccl__comm_fail_at(comm, pos, OFCCL_ERR_TIMEOUT,
+                                   "communicator %u: %s stopped responding (a peer timed out "
+                                   "waiting for it and told this rank); the communicator is "
+                                   "unusable",
+                                   comm->id, who);
     default:
         if (comm->notice_field != OFCCL__FIELD_NONE)
-            return ofccl__comm_fail(comm, OFCCL_ERR_MISMATCH,
-                                    "communicator %u: %s posted a collective with a different %s "
-                                    "than a peer (that peer's message names both ranks); the "
-                                    "communicator is unusable",
-                                    comm->id, who, ofccl__field_name(comm->notice_field));
-        return ofccl__comm_fail(comm, OFCCL_ERR_MISMATCH,
-                                "communicator %u: %s posted a collective whose arguments differ "
-                                "from a peer's (that peer's message names the field); the "
-                                "communicator is unusable",
-                                comm->id, who);
+            return ofccl__comm_fail_at(comm, pos, OFCCL_ERR_MISMATCH,
+                                       "communicator %u: %s posted collective #%llu with a "
+                                       "different %s than a peer (that peer's message names both "
+                                       "ranks); the communicator is unusable",
+                                       comm->id, who, (unsigned long long)comm->notice_seq,
+                                       ofccl__field_name(comm->notice_field));
+        return ofccl__comm_fail_at(comm, pos, OFCCL_ERR_MISMATCH,
+                                   "communicator %u: %s posted collective #%llu with arguments "
+                                   "that differ from a peer's (that peer's message names the "
+                                   "field); the communicator is unusable",
+                                   comm->id, who, (unsigned long long)comm->notice_seq);
     }
 }
 

@@ -66,7 +66,7 @@ int ofccl__comm_resolve(ofccl_comm_t *comm, int p)
 
     if (comm->resolved == NULL || comm->resolved[p])
         return 0;
-    if (comm->sticky)
+    if (ofccl__comm_usable(comm))
         return comm->sticky;
     t0 = ofccl__now_ns();
     rc = resolve_rec(comm, p, &rec);

@@ -440,12 +440,15 @@ int ofccl__comm_create(ofccl_ctx_t *ctx, const ofccl__comm_init_t *init, const o
     comm->local_rank = init->local_rank;
     comm->local_size = init->local_size;
     comm->timeout_ms = (uint64_t)ofccl__cfg_int(&ctx->cfg, OFCCL__CFG_TIMEOUT_MS);
+    comm->fail_pos = UINT64_MAX;
+    comm->notice_sent_seq = UINT64_MAX;
+    comm->gone = calloc((size_t)comm->size, 1);
     ofccl__comm_handlers(comm);
     if (x->publish == NULL) { /* the lazy path reads records one at a time */
         all = malloc(slot * (size_t)comm->size);
         lens = calloc((size_t)comm->size, sizeof(*lens));
     }
-    rc = x->publish != NULL || (all && lens)
+    rc = comm->gone != NULL && (x->publish != NULL || (all && lens))
              ? setup_local(comm, &mine, blob, sizeof(blob), &blen)
              : ofccl__comm_fail(comm, OFCCL_ERR_NO_MEMORY, "%s: out of memory", init->what);
     if (rc == 0 && (comm->setup_mine = malloc(sizeof(mine))) == NULL)
@@ -543,6 +546,7 @@ void ofccl__comm_free(ofccl_comm_t *comm)
     free(comm->peer_ctrl);
     free(comm->peer_ctrl_at);
     free(comm->resolved);
+    free(comm->gone);
     free(comm->setup_mine);
     ofccl__boot_pub_free(comm->pub);
     free(comm->host_of);

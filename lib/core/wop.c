@@ -102,6 +102,14 @@ static void wop_done(ofccl__op_t *op, int status, const char *msg)
     r->ops_out--;
     wop_put(w);
     if (status) {
+        /* A write to a peer that is gone (comm.c on_error marked it): the
+         * request fails only if it still needs something from that peer
+         * (engine.c); what this rank received before it went stands. */
+        if (status == OFCCL_ERR_REMOTE_ERROR && ofccl__comm_gone(r->comm, done.peer)) {
+            if (!done.atomic && done.unit != UINT32_MAX)
+                r->inflight[done.peer]--;
+            return;
+        }
         /* The communicator already holds the message: its first cause where
          * it had failed before (comm.c on_error), and the code goes with it. */
         if (r->status == 0)

@@ -151,7 +151,10 @@ OFCCL_API int ofccl_comm_abort(ofccl_comm_t *comm);
 OFCCL_API int ofccl_comm_set_timeout(ofccl_comm_t *comm, uint64_t timeout_ms);
 
 /* Block until every rank of the communicator has entered the barrier. Goes over
- * the fabric (not the bootstrap); fails with OFCCL_ERR_TIMEOUT after OFCCL_TIMEOUT_MS. */
+ * the fabric (not the bootstrap); fails with OFCCL_ERR_TIMEOUT after OFCCL_TIMEOUT_MS.
+ * It succeeds once every rank's arrival is here, whatever is heard meanwhile of a
+ * collective posted after it; it fails for a failure before it, and when a rank it
+ * still waits for is gone or failed the barrier (ofccl_wait says the rule). */
 OFCCL_API int ofccl_barrier(ofccl_comm_t *comm);
 
 /* ---------------------------------------------------------------------------
@@ -180,7 +183,13 @@ OFCCL_API int ofccl_broadcast(ofccl_comm_t *comm, void *buf, size_t count, ofccl
 
 /* *done = 1 once the request completed; returns its error if it failed. */
 OFCCL_API int ofccl_test(ofccl_req_t *req, int *done);
-/* Progress until the request completes (bounded by OFCCL_TIMEOUT_MS). */
+/* Progress until the request completes (bounded by OFCCL_TIMEOUT_MS).
+ * A request completes with success once everything it needs has arrived,
+ * whatever failure is heard of after that: a failure of collective k (a peer's
+ * mismatch, deadline or departure) fails the requests at or after k on every
+ * rank, and an earlier request only while it still waits for a rank that
+ * exited or stopped responding; a barrier only fails for a failure before it.
+ * So ranks agree on every collective all of them completed. */
 OFCCL_API int ofccl_wait(ofccl_req_t *req);
 /* Advance every communicator of the context once; never blocks. Returns 0 (or
  * an argument error): a communicator's failure reaches the caller through its
