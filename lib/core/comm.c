@@ -50,9 +50,9 @@ static void on_error(void *arg, void *op_ctx, int peer, int status, const char *
     } else if (lost) {
         /* The peer is gone or its endpoint closed. That fails what still
          * needs something from it (engine.c), not what it had delivered
-         * before it went, and every collective this rank posts from now on.
-         * Unless a peer's notice or an earlier failure explains it, say so,
-         * and tell the others before they blame this rank's departure. */
+         * before it went, and every call from now on (its position). Unless
+         * a peer's notice or an earlier failure explains it, tell the others
+         * first, before they blame this rank's departure. */
         bool first = ofccl__comm_gone(comm, peer) == 0;
         bool explained = comm->notice_in != 0 || comm->sticky != 0;
 
@@ -61,13 +61,22 @@ static void on_error(void *arg, void *op_ctx, int peer, int status, const char *
             ofccl__strlcpy(comm->gone_msg, msg, sizeof(comm->gone_msg));
             comm->gone_msg_of = peer;
         }
-        if (first && !explained)
+        if (first && !explained) {
             ofccl__notice_send(comm, ofccl__comm_next_seq(comm), OFCCL__NOTICE_EXITED, peer, -1);
-        if (first)
-            OFCCL__INFO(&comm->ctx->log, OFCCL__SUB_CORE,
-                        "rank %d: communicator %u: rank %d on %s can no longer be reached (it has "
-                        "exited or closed its endpoint): %s",
-                        comm->rank, comm->id, peer, ofccl__comm_host(comm, peer), msg);
+            ofccl__comm_fail_at(comm, ofccl__comm_pos_now(comm), OFCCL_ERR_REMOTE_ERROR,
+                                "rank %d on %s can no longer be reached (it has exited or closed "
+                                "its endpoint): %s",
+                                peer, ofccl__comm_host(comm, peer), msg);
+        } else if (first) {
+            /* A consequence: the earlier cause stays the message (and the
+             * last error), but no later call may start either. */
+            OFCCL__DEBUG(&comm->ctx->log, OFCCL__SUB_CORE,
+                         "rank %d: rank %d can no longer be reached, after a failure: %s",
+                         comm->rank, peer, msg);
+            ofccl__notice_fail(comm);
+            if (comm->sticky != 0 && ofccl__comm_pos_now(comm) < comm->fail_pos)
+                comm->fail_pos = ofccl__comm_pos_now(comm);
+        }
     } else if (comm->sticky != 0) {
         /* Already failed (a notice, a dead peer, a timeout): an op failing
          * now is a consequence. A peer that saw the failure may have left

@@ -284,6 +284,7 @@ static int kill_round(ofccl_ctx_t *ctx, ofccl_comm_t *c, int rank, unsigned roun
 {
     int size, victim, fast, after_gather, rc, bad = 0;
     bool stop = strcmp(ofccl_ctx_provider(ctx), "local") == 0;
+    ofccl_comm_t *alive = NULL;
     ofccl_req_t *ag = NULL, *late = NULL;
     int64_t pid = getpid(), pids[MAXR];
 
@@ -291,6 +292,10 @@ static int kill_round(ofccl_ctx_t *ctx, ofccl_comm_t *c, int rank, unsigned roun
     victim = (int)(shared(round, 5) % (uint64_t)size);
     fast = victim == 0 ? 1 : 0;
     after_gather = (int)(shared(round, 6) % 2);
+    /* The survivors' own communicator: none leaves before all are through
+     * (one that left would be a second departure for the others). */
+    if (ofccl_comm_split(c, rank == victim ? OFCCL_UNDEFINED : 0, rank, &alive) != 0)
+        return 1;
     ofccl_comm_set_timeout(c, LATE_MS);
     if (ofccl_allgather(c, &pid, pids, sizeof(pid), OFCCL_U8, &ag) != 0 || ofccl_wait(ag) != 0)
         return 1;
@@ -350,6 +355,13 @@ static int kill_round(ofccl_ctx_t *ctx, ofccl_comm_t *c, int rank, unsigned roun
                ofccl_strerror(rc), ofccl_comm_last_error(c));
         bad = 1;
     }
+    if ((rc = ofccl_barrier(alive)) != 0) {
+        printf("rank %d round %u: the survivors' barrier: %s: %s\n", rank, round,
+               ofccl_strerror(rc), ofccl_comm_last_error(alive));
+        bad = 1;
+    }
+    if (ofccl_comm_destroy(alive) != 0)
+        bad = 1;
     printf("rank %d round %u: rank %d killed after its %s; %s\n", rank, round, victim,
            after_gather ? "all-gather" : "barrier", bad ? "FAILED" : "as expected");
     return bad;
