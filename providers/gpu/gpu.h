@@ -1,0 +1,134 @@
+/*
+ * The one home of CUDA in ofccl (providers/gpu/). Everything above sees these
+ * calls and opaque handles only: no CUDA header is included outside this
+ * directory. The driver API is loaded at run time (dlopen of libcuda.so.1), so
+ * a library built with CUDA runs on a machine without a GPU or driver (every
+ * call then says why not); a library built without CUDA (no nvcc at build
+ * time) has the same calls, each failing with OFCCL_ERR_NOT_SUPPORTED.
+ *
+ * Memory kinds: a pointer is host memory or memory of CUDA device N, as the
+ * driver says (ofccl__gpu_ptr_kind), never as a caller says.
+ *
+ * Streams and events are the caller's CUDA handles (CUstream / CUevent, the
+ * same values as cudaStream_t / cudaEvent_t), passed as opaque pointers.
+ * Every stream operation here is enqueued and returns at once: copies (by
+ * the copy engines or by ofccl's copy kernel), 64-bit flag writes and waits
+ * (stream memory operations), events.
+ */
+#ifndef OFCCL_PROVIDERS_GPU_H
+#define OFCCL_PROVIDERS_GPU_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "err.h"
+#include "log.h"
+
+#define OFCCL__GPU_MAX_DEVICES 64
+#define OFCCL__GPU_IPC_BYTES 64 /* a CUDA IPC memory handle (CUipcMemHandle) */
+#define OFCCL__GPU_COPY_DSTS 8  /* destinations of one copy-kernel launch */
+
+typedef struct ofccl__gpu ofccl__gpu_t;
+typedef void *ofccl__gpu_stream_t; /* CUstream */
+typedef void *ofccl__gpu_event_t;  /* CUevent */
+
+/* What this process's driver offers, for ofccl_info and the logs. */
+typedef struct ofccl__gpu_dev_info {
+    char name[96];
+    char bus_id[32]; /* "0000:1b:00.0" */
+    int sms;
+    int cc_major, cc_minor;
+    size_t total_mem;
+    bool mem_ops_64;    /* 64-bit stream waits and writes */
+    bool flush_remote;  /* CU_STREAM_WAIT_VALUE_FLUSH */
+    bool host_register; /* host memory can be registered for device access */
+} ofccl__gpu_dev_info_t;
+
+/* The driver, loaded once per process and shared (refcounted). NOT_SUPPORTED
+ * with the reason in `e` when this build has no CUDA, no driver library is
+ * found, or it reports no device. */
+int ofccl__gpu_open(const ofccl__log_t *log, ofccl__gpu_t **out, ofccl__err_t *e);
+void ofccl__gpu_close(ofccl__gpu_t *g);
+/* Compiled in (nvcc was found at build time)? */
+bool ofccl__gpu_built(void);
+int ofccl__gpu_device_count(const ofccl__gpu_t *g);
+int ofccl__gpu_device_info(ofccl__gpu_t *g, int dev, ofccl__gpu_dev_info_t *info, ofccl__err_t *e);
+/* The driver's version as "13.0". */
+void ofccl__gpu_driver_version(const ofccl__gpu_t *g, char *buf, size_t len);
+/* This process's device for a collective: the device of the calling thread's
+ * current CUDA context (as torch.cuda.set_device leaves it), else
+ * `fallback` modulo the device count. */
+int ofccl__gpu_current_device(ofccl__gpu_t *g, int fallback);
+/* The local ordinal of the device with this PCI bus id, or -1 (not visible
+ * in this process: CUDA_VISIBLE_DEVICES). */
+int ofccl__gpu_device_by_bus(ofccl__gpu_t *g, const char *bus_id);
+/* Can device `dev` access device `peer`'s memory directly (P2P)? When not,
+ * `why` says so. */
+bool ofccl__gpu_can_access(ofccl__gpu_t *g, int dev, int peer, char *why, size_t len);
+
+/* ---- memory kinds ---- */
+/* -1: host memory (or unknown to CUDA); else the ordinal of the device the
+ * memory lives on. `base`/`len` (may be NULL) get the allocation holding
+ * `p` (device memory only). A build without CUDA, or a process without a
+ * driver, says host. */
+int ofccl__gpu_ptr_kind(ofccl__gpu_t *g, const void *p, uintptr_t *base, size_t *len);
+
+/* ---- device memory and CUDA IPC ---- */
+/* `len` bytes on device `dev`, shareable with other processes of this host
+ * (ofccl__gpu_ipc_export). */
+int ofccl__gpu_mem_alloc(ofccl__gpu_t *g, int dev, size_t len, void **ptr, ofccl__err_t *e);
+void ofccl__gpu_mem_free(ofccl__gpu_t *g, int dev, void *ptr);
+/* The handle another process opens to map the allocation holding `ptr`
+ * (its base), and `ptr`'s offset in it. */
+int ofccl__gpu_ipc_export(ofccl__gpu_t *g, int dev, const void *ptr,
+                          uint8_t handle[OFCCL__GPU_IPC_BYTES], size_t *offset, ofccl__err_t *e);
+/* Map a peer's allocation into this process, for device `dev`'s access. */
+int ofccl__gpu_ipc_open(ofccl__gpu_t *g, int dev, const uint8_t handle[OFCCL__GPU_IPC_BYTES],
+                        void **ptr, ofccl__err_t *e);
+void ofccl__gpu_ipc_close(ofccl__gpu_t *g, int dev, void *ptr);
+/* Make [p, p + len) of host memory (page-aligned, e.g. a peer's shared
+ * memory mapped here) accessible to device `dev`: *devptr is its address
+ * for stream operations and kernels. */
+int ofccl__gpu_host_register(ofccl__gpu_t *g, int dev, void *p, size_t len, void **devptr,
+                             ofccl__err_t *e);
+void ofccl__gpu_host_unregister(ofccl__gpu_t *g, int dev, void *p);
+
+/* ---- streams, events, flags, copies (all enqueued, none waits) ---- */
+/* A stream of ofccl's own on `dev` that does not wait for the legacy default
+ * stream. */
+int ofccl__gpu_stream_create(ofccl__gpu_t *g, int dev, ofccl__gpu_stream_t *s, ofccl__err_t *e);
+void ofccl__gpu_stream_destroy(ofccl__gpu_t *g, int dev, ofccl__gpu_stream_t s);
+/* Events without timing (cheap); `timing` for benchmarks. */
+int ofccl__gpu_event_create(ofccl__gpu_t *g, int dev, bool timing, ofccl__gpu_event_t *ev,
+                            ofccl__err_t *e);
+void ofccl__gpu_event_destroy(ofccl__gpu_t *g, int dev, ofccl__gpu_event_t ev);
+int ofccl__gpu_event_record(ofccl__gpu_t *g, int dev, ofccl__gpu_event_t ev, ofccl__gpu_stream_t s,
+                            ofccl__err_t *e);
+/* 1 done, 0 not yet, or an error. */
+int ofccl__gpu_event_query(ofccl__gpu_t *g, int dev, ofccl__gpu_event_t ev, ofccl__err_t *e);
+/* Block the host until the event completes (tests and benchmarks only). */
+int ofccl__gpu_event_sync(ofccl__gpu_t *g, int dev, ofccl__gpu_event_t ev, ofccl__err_t *e);
+float ofccl__gpu_event_ms(ofccl__gpu_t *g, int dev, ofccl__gpu_event_t a, ofccl__gpu_event_t b);
+/* Work enqueued on `s` after this waits for `ev`. */
+int ofccl__gpu_stream_wait_event(ofccl__gpu_t *g, int dev, ofccl__gpu_stream_t s,
+                                 ofccl__gpu_event_t ev, ofccl__err_t *e);
+/* Stream waits until the 64-bit word at device address `flag` is >= value. */
+int ofccl__gpu_wait_flag(ofccl__gpu_t *g, int dev, ofccl__gpu_stream_t s, void *flag,
+                         uint64_t value, ofccl__err_t *e);
+/* Stream writes `value` into the 64-bit word at device address `flag`, after
+ * every earlier write of the stream (a memory fence first). */
+int ofccl__gpu_write_flag(ofccl__gpu_t *g, int dev, ofccl__gpu_stream_t s, void *flag,
+                          uint64_t value, ofccl__err_t *e);
+/* Copy by a copy engine (no SM taken). */
+int ofccl__gpu_copy(ofccl__gpu_t *g, int dev, ofccl__gpu_stream_t s, void *dst, const void *src,
+                    size_t len, ofccl__err_t *e);
+/* Copy `len` bytes from `src` to each of `dsts[0..ndst)` (ndst <=
+ * OFCCL__GPU_COPY_DSTS) with ofccl's copy kernel on at most `sms` SMs. */
+int ofccl__gpu_copy_kernel(ofccl__gpu_t *g, int dev, ofccl__gpu_stream_t s, void *const *dsts,
+                           int ndst, const void *src, size_t len, int sms, ofccl__err_t *e);
+/* Copies between host and device memory, blocking the host (staging and tests). */
+int ofccl__gpu_copy_sync(ofccl__gpu_t *g, int dev, void *dst, const void *src, size_t len,
+                         ofccl__err_t *e);
+
+#endif
