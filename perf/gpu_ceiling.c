@@ -206,7 +206,7 @@ static int child(int me)
                         if (p != me)
                             d[nd++] = (char *)peer[p] + (size_t)me * block;
                     CHECK(
-                        ofccl__gpu_copy_kernel(g, me, st[0], d, nd, mine, block, sms_list[c], &e));
+                        ofccl__gpu_copy_kernel(g, me, st[0], d, nd, mine, block, sms_list[c], NULL, &e));
                 }
                 CHECK(ofccl__gpu_event_record(g, me, e1, st[0], &e));
                 CHECK(ofccl__gpu_event_sync(g, me, e1, &e));

@@ -98,6 +98,9 @@ static int allgather_unlocked(ofccl_comm_t *comm, const void *sendbuf, void *rec
     int rc =
         ofccl__check_args(comm, "ofccl_allgather", sendbuf, recvbuf, count, dtype, req, &block);
 
+    if (rc == 0 && ofccl__gpu_route(comm, "ofccl_allgather", OFCCL__AG, sendbuf, recvbuf, count,
+                                    dtype, (ofccl_redop_t){OFCCL_OP_SUM, 1}, -1, block, req, &rc))
+        return rc;
     if (rc == 0)
         rc = ofccl__check_room(comm, "ofccl_allgather", "sendbuf", sendbuf, block);
     if (rc == 0)

@@ -114,6 +114,9 @@ static int broadcast_locked(ofccl_comm_t *comm, void *buf, size_t count, ofccl_d
 
     if (rc == 0)
         rc = check_root(comm, "ofccl_broadcast", root);
+    if (rc == 0 && ofccl__gpu_route(comm, "ofccl_broadcast", OFCCL__BC, NULL, buf, count, dtype,
+                                    (ofccl_redop_t){OFCCL_OP_SUM, 1}, root, block, req, &rc))
+        return rc;
     if (rc == 0)
         rc = ofccl__check_room(comm, "ofccl_broadcast", "buf", buf, block);
     if (rc == 0)

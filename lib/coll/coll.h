@@ -18,6 +18,7 @@ enum ofccl__algo_wire_id {
     OFCCL__WIRE_PUSH = 6,
     OFCCL__WIRE_HIER = 7,
     OFCCL__WIRE_TAKE = 8,
+    OFCCL__WIRE_GPU = 9,
 };
 
 extern const ofccl__algo_t ofccl__ag_direct, ofccl__ag_ring, ofccl__ag_eager;
@@ -52,6 +53,13 @@ extern const ofccl__algo_t ofccl__bc_eager, ofccl__bc_direct, ofccl__bc_chain, o
 /* Broadcast across hosts (broadcast/hier.c): slices along rails from the
  * root's host, then within each host; only where ofccl__ag_hier_fits. */
 extern const ofccl__algo_t ofccl__bc_hier;
+
+/* A collective whose buffers the driver says are GPU memory (gpu/gapi.c):
+ * posted there (1, its result in *rc: the GPU peer class, or staged through
+ * host memory), or 0 for host memory, where the caller goes on. */
+int ofccl__gpu_route(ofccl_comm_t *comm, const char *what, int coll, const void *sendbuf,
+                     void *recvbuf, size_t count, ofccl_dtype_t dtype, ofccl_redop_t op, int root,
+                     size_t block, ofccl_req_t **req, int *rc);
 
 /* The one place an algorithm is chosen (select.c): OFCCL_ALGO_* first, then
  * size and rank count, then what the memory and provider allow (eager slots

@@ -143,6 +143,9 @@ static int reduce_scatter_unlocked(ofccl_comm_t *comm, const void *sendbuf, void
 
     if (rc == 0)
         rc = ofccl__check_redop(comm, "ofccl_reduce_scatter", dtype, op);
+    if (rc == 0 && ofccl__gpu_route(comm, "ofccl_reduce_scatter", OFCCL__RS, sendbuf, recvbuf,
+                                    recvcount, dtype, op, -1, block, req, &rc))
+        return rc;
     if (rc == 0)
         rc = ofccl__check_room(comm, "ofccl_reduce_scatter", "sendbuf", sendbuf,
                                block * (size_t)comm->size);

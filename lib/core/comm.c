@@ -207,6 +207,8 @@ static int comm_destroy_locked(ofccl_comm_t *comm)
     /* Local: give our own ops a moment to finish, but never wait on dead peers. */
     if (comm->ops_pending > 0 && !comm->sticky)
         ofccl__comm_quiesce(comm, ofccl__now_ns() + 1000000000ull, "destroy");
+    if (comm->gpu_free != NULL) /* lib/coll/gpu: its streams released first */
+        comm->gpu_free(comm);
     ofccl__handle_remove(comm);
     comm->ctx->ncomms--;
     for (ofccl_comm_t **pp = &comm->ctx->comms; *pp != NULL; pp = &(*pp)->next)

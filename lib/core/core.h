@@ -207,6 +207,10 @@ struct ofccl_comm {
     uint64_t timeout_ms;           /* 0 = none */
 
     struct ofccl__coll_state *coll; /* the collective engine (coll.h) */
+    /* GPU state (lib/coll/gpu), set up on first GPU use, and what tears it
+     * down when the communicator is destroyed. */
+    struct ofccl__gcomm *gpu;
+    void (*gpu_free)(ofccl_comm_t *comm);
     struct ofccl__pool *pool;       /* staging and user pool buffers (pool.c) */
     ofccl_comm_t *next;             /* the context's list of communicators */
 };

@@ -174,6 +174,24 @@ int ofccl__coll_begin(ofccl_comm_t *comm, int coll, ofccl__req_t **out)
     return 0;
 }
 
+/* A stream-ordered request: no plan, descriptors or units; its algorithm
+ * enqueues it whole, and a failure to do so releases what it enqueued. */
+static int stream_start(ofccl__req_t *r)
+{
+    ofccl_comm_t *comm = r->comm;
+    int rc;
+
+    r->start_ns = ofccl__coarse_ns();
+    r->deadline_ns = ofccl__comm_deadline(comm, r->start_ns);
+    r->state = OFCCL__REQ_ACTIVE;
+    ofccl__coll_history(r, 0);
+    comm->coll->all_pairs[r->seq % OFCCL__SLOTS] = false;
+    comm->coll->next_seq++;
+    if ((rc = r->algo->start(r)) != 0 && r->algo->abort != NULL)
+        r->algo->abort(r);
+    return rc;
+}
+
 /* Plan, announce and activate a prepared request. */
 int ofccl__coll_start(ofccl__req_t *r)
 {
@@ -191,6 +209,8 @@ int ofccl__coll_start(ofccl__req_t *r)
         raise(SIGKILL);
     }
 #endif
+    if (r->algo->flags & OFCCL__ALGO_STREAM)
+        return stream_start(r);
     r->dst_need = (uint64_t)comm->size * r->block;
     if (r->algo->flags & OFCCL__ALGO_EAGER) {
         /* One {header, block} per writer, counted per ring slot, not per unit. */
@@ -279,6 +299,8 @@ static void complete(ofccl__req_t *r)
             finish_ns = ofccl__now_ns();
         r->finish(r);
     }
+    if (r->status != 0 && r->algo != NULL && r->algo->abort != NULL)
+        r->algo->abort(r);
     if (r->comm->ctx->trace != NULL)
         ofccl__trace_req_done(r, finish_ns);
     if (r->staging_idx >= 0) {
@@ -367,7 +389,8 @@ static int req_progress(ofccl__req_t *r, bool check_clock)
      * complete on every rank. One after it does not concern it. */
     if (r->status == 0 && ofccl__comm_covers(comm, ofccl__pos_coll(r->seq)))
         r->status = comm->sticky;
-    if (r->status == 0 && !(r->algo->flags & OFCCL__ALGO_EAGER) && comm->size > 1) {
+    if (r->status == 0 && !(r->algo->flags & (OFCCL__ALGO_EAGER | OFCCL__ALGO_STREAM)) &&
+        comm->size > 1) {
         int from = ofccl__eager_sender(comm, r->seq);
         if (from >= 0)
             ofccl__notice_mismatch(comm, r->seq, from, OFCCL__FIELD_PATH);
@@ -377,7 +400,12 @@ static int req_progress(ofccl__req_t *r, bool check_clock)
                              "the count (or OFCCL_EAGER_BYTES) differs",
                              from, comm->rank);
     }
-    if (r->status == 0) {
+    if (r->status == 0 && (r->algo->flags & OFCCL__ALGO_STREAM)) {
+        /* Its algorithm polls the stream's end (and the peers' arguments). */
+        if (!r->finished && (rc = r->algo->progress(r)) != 0 && rc != OFCCL_ERR_AGAIN &&
+            r->status == 0)
+            r->status = rc;
+    } else if (r->status == 0) {
         rc = 0;
         if (!(r->algo->flags & OFCCL__ALGO_EAGER)) { /* eager: no descriptors (coll_start) */
             rc = ofccl__desc_send(r);

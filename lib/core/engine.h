@@ -65,6 +65,10 @@ enum ofccl__algo_flag {
     /* Data goes into the peers' eager slots: no descriptors; one {header,
      * data} per writer, counted per ring slot. */
     OFCCL__ALGO_EAGER = 1u << 1,
+    /* Stream-ordered (GPU): start enqueues the whole collective on a stream;
+     * no plan, descriptors or units; progress polls its end; abort releases
+     * the stream when the request fails. */
+    OFCCL__ALGO_STREAM = 1u << 2,
 };
 
 typedef struct ofccl__algo {
@@ -97,6 +101,9 @@ typedef struct ofccl__algo {
     /* What else this rank waits for from peer p, for reports and when p
      * exits: a phrase, or NULL for nothing (may be NULL: only units). */
     const char *(*waits_on)(const ofccl__req_t *r, int p);
+    /* The request failed: undo what would otherwise wait for it (a
+     * stream-ordered request's stream). May be NULL. */
+    void (*abort)(ofccl__req_t *r);
 } ofccl__algo_t;
 
 struct ofccl_req {

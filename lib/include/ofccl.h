@@ -291,6 +291,34 @@ OFCCL_API int ofccl_mem_deregister(ofccl_mem_t *mh);
 OFCCL_API int ofccl_mem_alloc(ofccl_ctx_t *ctx, size_t bytes, void **ptr);
 OFCCL_API int ofccl_mem_free(ofccl_ctx_t *ctx, void *ptr);
 
+/* ---- GPU memory (CUDA; docs/gpu.md) ----
+ * Collectives take GPU memory wherever they take host memory: the driver is
+ * asked which kind a buffer is. Where every rank of the communicator is on
+ * one host and every pair of GPUs reaches each other (P2P), all-gather and
+ * broadcast on GPU memory are stream-ordered: enqueued on the communicator's
+ * stream and returning at once, the data moved GPU to GPU (a copy kernel on
+ * OFCCL_GPU_SMS SMs, or the copy engines); elsewhere GPU memory is staged
+ * through host memory (said once in the log, with why). */
+typedef void *ofccl_stream_t; /* a CUstream / cudaStream_t; NULL: the legacy default stream */
+/* The stream later GPU collectives of `comm` are enqueued on (each waits for
+ * the previous one of the communicator first, whatever its stream). */
+OFCCL_API int ofccl_comm_set_stream(ofccl_comm_t *comm, ofccl_stream_t stream);
+/* Symmetric GPU memory on this rank's GPU (the current device at the
+ * communicator's first GPU call): every rank calls it with the same sizes in
+ * the same order (collective only when the pool grows) and gets a buffer at
+ * the same offset of a pool segment mapped into every same-host peer, so a
+ * collective on it moves data with no staging and no exchange. The pool
+ * grows within OFCCL_GPU_POOL_BYTES; a freed buffer is reused by the next
+ * request of its size. */
+OFCCL_API int ofccl_gpu_buffer_alloc(ofccl_comm_t *comm, size_t bytes, void **ptr);
+OFCCL_API int ofccl_gpu_buffer_free(ofccl_comm_t *comm, void *ptr);
+/* Make `stream` wait for the request (work enqueued on it later runs after
+ * the collective), without blocking the host; a request that is not
+ * stream-ordered is waited for on the host, as by ofccl_wait. The request is
+ * still completed and freed as any other (ofccl_test / ofccl_wait,
+ * ofccl_req_free). */
+OFCCL_API int ofccl_req_stream_wait(ofccl_req_t *req, ofccl_stream_t stream);
+
 /* Counters for tests and tuning (bytes and counts since context creation). */
 typedef struct ofccl_stats {
     size_t size;               /* sizeof(ofccl_stats_t) */

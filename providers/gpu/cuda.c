@@ -49,6 +49,7 @@ static const struct {
     SYM(cuCtxGetDevice),
     SYM(cuPointerGetAttribute),
     SYM(cuMemAlloc),
+    SYM(cuMemGetInfo),
     SYM(cuMemFree),
     SYM(cuMemGetAddressRange),
     SYM(cuIpcGetMemHandle),
@@ -60,6 +61,7 @@ static const struct {
     SYM(cuStreamCreate),
     SYM(cuStreamDestroy),
     SYM(cuStreamWaitEvent),
+    SYM(cuStreamSynchronize),
     SYM(cuStreamWaitValue64),
     SYM(cuStreamWriteValue64),
     SYM(cuEventCreate),
@@ -186,6 +188,31 @@ void ofccl__gpu_close(ofccl__gpu_t *g)
     pthread_mutex_destroy(&g->lock);
     free(g);
     pthread_mutex_unlock(&open_lock);
+}
+
+ofccl__gpu_t *ofccl__gpu_process(const ofccl__log_t *log, bool load)
+{
+    static pthread_mutex_t once_lock = PTHREAD_MUTEX_INITIALIZER;
+    static ofccl__gpu_t *kept;
+    static int tried;
+    ofccl__err_t e = {0};
+
+    if (!load && !tried) {
+        void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+        if (h == NULL)
+            return NULL;
+        dlclose(h);
+    }
+    pthread_mutex_lock(&once_lock);
+    if (!tried) {
+        tried = 1;
+        if (ofccl__gpu_open(NULL, &kept, &e) != 0) {
+            kept = NULL;
+            OFCCL__INFO(log, OFCCL__SUB_PROV, "%s", e.msg);
+        }
+    }
+    pthread_mutex_unlock(&once_lock);
+    return kept;
 }
 
 int ofccl__gpu_device_count(const ofccl__gpu_t *g)

@@ -50,6 +50,12 @@ typedef struct ofccl__gpu_dev_info {
  * found, or it reports no device. */
 int ofccl__gpu_open(const ofccl__log_t *log, ofccl__gpu_t **out, ofccl__err_t *e);
 void ofccl__gpu_close(ofccl__gpu_t *g);
+/* The process's driver, opened on first use and kept for the process's
+ * life; NULL where there is none (no GPU, no driver, a build without CUDA).
+ * Without `load`, NULL while nothing in the process has loaded libcuda yet:
+ * no pointer can be device memory then, and a host-only program never
+ * initializes CUDA because of ofccl (nor pays for it). */
+ofccl__gpu_t *ofccl__gpu_process(const ofccl__log_t *log, bool load);
 /* Compiled in (nvcc was found at build time)? */
 bool ofccl__gpu_built(void);
 int ofccl__gpu_device_count(const ofccl__gpu_t *g);
@@ -124,9 +130,17 @@ int ofccl__gpu_write_flag(ofccl__gpu_t *g, int dev, ofccl__gpu_stream_t s, void 
 int ofccl__gpu_copy(ofccl__gpu_t *g, int dev, ofccl__gpu_stream_t s, void *dst, const void *src,
                     size_t len, ofccl__err_t *e);
 /* Copy `len` bytes from `src` to each of `dsts[0..ndst)` (ndst <=
- * OFCCL__GPU_COPY_DSTS) with ofccl's copy kernel on at most `sms` SMs. */
+ * OFCCL__GPU_COPY_DSTS) with ofccl's copy kernel on at most `sms` SMs;
+ * nothing where the 64-bit word at device address `abort` (may be NULL) is
+ * nonzero when the kernel starts. */
 int ofccl__gpu_copy_kernel(ofccl__gpu_t *g, int dev, ofccl__gpu_stream_t s, void *const *dsts,
-                           int ndst, const void *src, size_t len, int sms, ofccl__err_t *e);
+                           int ndst, const void *src, size_t len, int sms, const void *abort,
+                           ofccl__err_t *e);
+/* Device memory free and in all on `dev` (leak checks). */
+int ofccl__gpu_mem_info(ofccl__gpu_t *g, int dev, size_t *free_bytes, size_t *total,
+                        ofccl__err_t *e);
+/* Block the host until everything enqueued on the stream so far is done. */
+int ofccl__gpu_stream_sync(ofccl__gpu_t *g, int dev, ofccl__gpu_stream_t s, ofccl__err_t *e);
 /* Copies between host and device memory, blocking the host (staging and tests). */
 int ofccl__gpu_copy_sync(ofccl__gpu_t *g, int dev, void *dst, const void *src, size_t len,
                          ofccl__err_t *e);

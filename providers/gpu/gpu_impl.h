@@ -31,6 +31,7 @@ struct ofccl__gpu_fns {
     FN(cuCtxGetDevice);
     FN(cuPointerGetAttribute);
     FN(cuMemAlloc);
+    FN(cuMemGetInfo);
     FN(cuMemFree);
     FN(cuMemGetAddressRange);
     FN(cuIpcGetMemHandle);
@@ -42,6 +43,7 @@ struct ofccl__gpu_fns {
     FN(cuStreamCreate);
     FN(cuStreamDestroy);
     FN(cuStreamWaitEvent);
+    FN(cuStreamSynchronize);
     FN(cuStreamWaitValue64);
     FN(cuStreamWriteValue64);
     FN(cuEventCreate);

@@ -14,6 +14,7 @@ struct copy_args {
     void *dst[OFCCL__GPU_COPY_DSTS];
     const void *src;
     unsigned long long len;
+    const void *abort;
     int ndst;
 };
 
@@ -48,7 +49,8 @@ static int copy_fn(ofccl__gpu_t *g, int dev, CUfunction *fn, ofccl__err_t *e)
 }
 
 int ofccl__gpu_copy_kernel(ofccl__gpu_t *g, int dev, ofccl__gpu_stream_t s, void *const *dsts,
-                           int ndst, const void *src, size_t len, int sms, ofccl__err_t *e)
+                           int ndst, const void *src, size_t len, int sms, const void *abort,
+                           ofccl__err_t *e)
 {
     struct copy_args a;
     void *params[] = {&a};
@@ -74,6 +76,7 @@ int ofccl__gpu_copy_kernel(ofccl__gpu_t *g, int dev, ofccl__gpu_stream_t s, void
     memcpy(a.dst, dsts, (size_t)ndst * sizeof(*dsts));
     a.src = src;
     a.len = len;
+    a.abort = abort;
     a.ndst = ndst;
     /* Two vectors per thread per pass; no more blocks than the SMs granted. */
     vecs = (len + 15) / 16;

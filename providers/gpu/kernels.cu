@@ -10,15 +10,26 @@ struct ofccl_copy_args {
     void *dst[8];
     const void *src;
     unsigned long long len;
+    const volatile unsigned long long *abort; /* nonzero there: copy nothing (may be NULL) */
     int ndst;
 };
 
 /* Copy `len` bytes from src to every destination: each 16-byte vector of the
  * source is read once and stored to all destinations, so a push to n peers
  * reads local memory once. Blocks stride over the vectors; the tail and
- * misaligned buffers go byte by byte. */
+ * misaligned buffers go byte by byte. A rank that gave up (its abort word
+ * set by the host: a peer died, a deadline passed) writes nothing into the
+ * peers' memory. */
 extern "C" __global__ void __launch_bounds__(512) ofccl_copy(struct ofccl_copy_args a)
 {
+    __shared__ int quit;
+
+    /* One read of the abort word (host memory, over PCIe) per block. */
+    if (threadIdx.x == 0)
+        quit = a.abort != nullptr && *a.abort != 0;
+    __syncthreads();
+    if (quit)
+        return;
     const size_t tid = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     const size_t stride = (size_t)gridDim.x * blockDim.x;
     uintptr_t align = (uintptr_t)a.src;

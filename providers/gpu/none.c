@@ -24,6 +24,13 @@ void ofccl__gpu_close(ofccl__gpu_t *g)
     (void)g;
 }
 
+ofccl__gpu_t *ofccl__gpu_process(const ofccl__log_t *log, bool load)
+{
+    (void)log;
+    (void)load;
+    return NULL;
+}
+
 int ofccl__gpu_device_count(const ofccl__gpu_t *g)
 {
     (void)g;
@@ -153,7 +160,19 @@ int ofccl__gpu_copy(ofccl__gpu_t *g, int dev, ofccl__gpu_stream_t s, void *dst, 
 }
 
 int ofccl__gpu_copy_kernel(ofccl__gpu_t *g, int dev, ofccl__gpu_stream_t s, void *const *dsts,
-                           int ndst, const void *src, size_t len, int sms, ofccl__err_t *e)
+                           int ndst, const void *src, size_t len, int sms, const void *abort,
+                           ofccl__err_t *e)
+{
+    UNSUPPORTED;
+}
+
+int ofccl__gpu_mem_info(ofccl__gpu_t *g, int dev, size_t *free_bytes, size_t *total,
+                        ofccl__err_t *e)
+{
+    UNSUPPORTED;
+}
+
+int ofccl__gpu_stream_sync(ofccl__gpu_t *g, int dev, ofccl__gpu_stream_t s, ofccl__err_t *e)
 {
     UNSUPPORTED;
 }

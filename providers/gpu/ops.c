@@ -210,6 +210,17 @@ int ofccl__gpu_copy(ofccl__gpu_t *g, int dev, ofccl__gpu_stream_t s, void *dst, 
            ofccl__gpu_fn.cuMemcpyAsync(dptr(dst), dptr(src), len, (CUstream)s));
 }
 
+int ofccl__gpu_mem_info(ofccl__gpu_t *g, int dev, size_t *free_bytes, size_t *total,
+                        ofccl__err_t *e)
+{
+    IN_DEV(g, dev, e, "cuMemGetInfo", ofccl__gpu_fn.cuMemGetInfo(free_bytes, total));
+}
+
+int ofccl__gpu_stream_sync(ofccl__gpu_t *g, int dev, ofccl__gpu_stream_t s, ofccl__err_t *e)
+{
+    IN_DEV(g, dev, e, "waiting for a CUDA stream", ofccl__gpu_fn.cuStreamSynchronize((CUstream)s));
+}
+
 int ofccl__gpu_copy_sync(ofccl__gpu_t *g, int dev, void *dst, const void *src, size_t len,
                          ofccl__err_t *e)
 {

@@ -1,0 +1,155 @@
+/*
+ * GPU memory in the public API: the symmetric pool (ofccl_gpu_buffer_alloc),
+ * the caller's stream (ofccl_comm_set_stream), stream waits on a request
+ * (ofccl_req_stream_wait), and the routing of a collective whose buffers the
+ * driver says are GPU memory: to the GPU peer class where it fits (all-gather,
+ * broadcast), else through host memory (gstage.c).
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "gcomm.h"
+#include "util.h"
+
+#define NOTE_STAGED 7 /* ofccl__comm_note_once bit: staging said once */
+
+int ofccl__gpu_route(ofccl_comm_t *comm, const char *what, int coll, const void *sendbuf,
+                     void *recvbuf, size_t count, ofccl_dtype_t dtype, ofccl_redop_t op, int root,
+                     size_t block, ofccl_req_t **req, int *rc)
+{
+    int ks = sendbuf != NULL ? ofccl__gpu_kind_of(comm, sendbuf) : -1;
+    int kr = recvbuf != NULL ? ofccl__gpu_kind_of(comm, recvbuf) : -1;
+    ofccl__gcomm_t *gc;
+    ofccl__gwhere_t where;
+    ofccl__req_t *r;
+    size_t out;
+
+    if (ks < 0 && kr < 0)
+        return 0;
+    if (ks != kr && sendbuf != NULL && recvbuf != NULL) {
+        *rc = ofccl__comm_fail(comm, OFCCL_ERR_INVALID_ARG,
+                               "%s: sendbuf is %s%d, recvbuf %s%d: both must be host memory or "
+                               "both memory of this rank's GPU",
+                               what, ks < 0 ? "host memory" : "on GPU ", ks < 0 ? 0 : ks,
+                               kr < 0 ? "host memory" : "on GPU ", kr < 0 ? 0 : kr);
+        return 1;
+    }
+    if ((*rc = ofccl__gcomm_get(comm, &gc)) != 0)
+        return 1;
+    if (kr != gc->dev && ks != gc->dev) {
+        *rc = ofccl__comm_fail(comm, OFCCL_ERR_INVALID_ARG,
+                               "%s: the buffers are on GPU %d, this communicator's GPU is %d (the "
+                               "current device at its first GPU call)",
+                               what, kr >= 0 ? kr : ks, gc->dev);
+        return 1;
+    }
+    if (gc->path != OFCCL__GPATH_P2P || coll == OFCCL__RS || comm->size == 1) {
+        if (gc->path != OFCCL__GPATH_P2P && ofccl__comm_note_once(comm, NOTE_STAGED))
+            OFCCL__INFO(&comm->ctx->log, OFCCL__SUB_COLL, "rank %d: communicator %u: %s",
+                        comm->rank, comm->id, gc->why);
+        *rc = ofccl__gpu_stage(gc, coll, sendbuf, recvbuf, count, dtype, op, root, block, req);
+        return 1;
+    }
+    out = coll == OFCCL__AG ? block * (size_t)comm->size : block;
+    if ((*rc = ofccl__gpu_locate(gc, recvbuf, out, &where)) != 0 ||
+        (*rc = ofccl__coll_begin(comm, coll, &r)) != 0)
+        return 1;
+    r->sendbuf = coll == OFCCL__BC ? recvbuf : sendbuf;
+    r->recvbuf = recvbuf;
+    r->count = count;
+    r->dtype = dtype;
+    r->esize = ofccl_dtype_size(dtype);
+    r->block = block;
+    r->op = op;
+    r->root = root;
+    r->algo = coll == OFCCL__AG ? &ofccl__gpu_ag : &ofccl__gpu_bc;
+    ofccl__gpu_prepare(r, gc, &where);
+    *rc = ofccl__coll_start(r);
+    if (*rc) {
+        r->state = OFCCL__REQ_FREE;
+        return 1;
+    }
+    *req = r;
+    return 1;
+}
+
+static int set_stream_locked(ofccl_comm_t *comm, ofccl_stream_t stream)
+{
+    ofccl__gcomm_t *gc;
+    int rc = ofccl__gcomm_lazy(comm, &gc);
+
+    if (rc == 0)
+        gc->stream = stream;
+    return rc;
+}
+
+static int buffer_alloc_locked(ofccl_comm_t *comm, size_t bytes, void **ptr)
+{
+    ofccl__gcomm_t *gc;
+    int rc;
+
+    if (ptr == NULL)
+        return ofccl__comm_fail(comm, OFCCL_ERR_INVALID_ARG, "ofccl_gpu_buffer_alloc: ptr is NULL");
+    if ((rc = ofccl__comm_check(comm, "ofccl_gpu_buffer_alloc")) != 0 ||
+        (rc = ofccl__gcomm_get(comm, &gc)) != 0)
+        return rc;
+    if (gc->g == NULL)
+        return ofccl__comm_fail(comm, OFCCL_ERR_NOT_SUPPORTED, "ofccl_gpu_buffer_alloc: %s",
+                                gc->why);
+    return ofccl__gpool_alloc(gc, bytes, ptr);
+}
+
+static int buffer_free_locked(ofccl_comm_t *comm, void *ptr)
+{
+    ofccl__gcomm_t *gc = ofccl__gcomm_of(comm);
+
+    if (gc == NULL)
+        return ofccl__comm_fail(comm, OFCCL_ERR_INVALID_ARG,
+                                "ofccl_gpu_buffer_free: communicator %u has no GPU pool", comm->id);
+    return ofccl__gpool_free(gc, ptr);
+}
+
+static int stream_wait_locked(ofccl_req_t *req, ofccl_stream_t stream)
+{
+    ofccl__gcomm_t *gc = ofccl__gcomm_of(req->comm);
+    ofccl__err_t e = {0};
+    int rc;
+
+    if (req->state == OFCCL__REQ_FREE)
+        return OFCCL_ERR_INVALID_ARG;
+    /* A host collective (or staged GPU memory) completes on the host. */
+    if (req->algo == NULL || !(req->algo->flags & OFCCL__ALGO_STREAM) || gc == NULL)
+        return ofccl_wait(req);
+    if (req->state != OFCCL__REQ_ACTIVE)
+        return req->status;
+    rc = ofccl__gpu_stream_wait_event(gc->g, gc->dev, stream, gc->done[req->slot], &e);
+    if (rc)
+        return ofccl__comm_fail(req->comm, rc, "ofccl_req_stream_wait: %s", e.msg);
+    return 0;
+}
+
+/* Public entry points: the same calls under the context lock (progress.c). */
+int ofccl_comm_set_stream(ofccl_comm_t *comm, ofccl_stream_t stream)
+{
+    OFCCL__CHECK_HANDLE(comm);
+    OFCCL__LOCKED(comm->ctx, set_stream_locked(comm, stream));
+}
+
+int ofccl_gpu_buffer_alloc(ofccl_comm_t *comm, size_t bytes, void **ptr)
+{
+    OFCCL__CHECK_HANDLE(comm);
+    OFCCL__LOCKED(comm->ctx, buffer_alloc_locked(comm, bytes, ptr));
+}
+
+int ofccl_gpu_buffer_free(ofccl_comm_t *comm, void *ptr)
+{
+    OFCCL__CHECK_HANDLE(comm);
+    OFCCL__LOCKED(comm->ctx, buffer_free_locked(comm, ptr));
+}
+
+int ofccl_req_stream_wait(ofccl_req_t *req, ofccl_stream_t stream)
+{
+    if (req == NULL)
+        return OFCCL_ERR_INVALID_ARG;
+    OFCCL__LOCKED(req->comm->ctx, stream_wait_locked(req, stream));
+}

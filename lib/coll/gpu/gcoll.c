@@ -1,0 +1,415 @@
+/*
+ * Stream-ordered collectives of the GPU peer class, as engine requests whose
+ * algorithm enqueues the whole collective at once (OFCCL__ALGO_STREAM):
+ *
+ *   wait for this communicator's previous GPU collective (its end event);
+ *   copy this rank's block into place (all-gather out of place);
+ *   READY: tell each peer its output takes writes for collective v (a
+ *     stream write of v into READY[me] of the peer's flag region);
+ *   for each peer: wait until READY[peer] >= v here, then push this rank's
+ *     block into the peer's output (the copy kernel, one launch for all
+ *     peers, or one copy-engine stream per peer), then DONE[me] = v there;
+ *   wait until DONE[peer] >= v here for every peer that writes here;
+ *   copy a staged output out of the pool; record the end event.
+ *
+ * v is the request's sequence number + 1, the same on every rank. The host
+ * takes no part: it only polls the end event (ofccl_test, ofccl_wait), checks
+ * the arguments the peers published for the same collective (MISMATCH), and
+ * on a failure (deadline, dead peer, abort) writes the abort value into its
+ * own region, which releases its stream: the kernel then copies nothing, and
+ * the copy-engine streams, still waiting for a READY that never came, never
+ * write into a peer that may be gone.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gcomm.h"
+#include "util.h"
+
+enum fp_field { FP_SEQ, FP_COLL, FP_BYTES, FP_OFF, FP_ROOT, FP_DTYPE, FP_WORDS };
+
+static ofccl__gcomm_t *gc_of(const ofccl__req_t *r)
+{
+    return r->comm->gpu;
+}
+
+static struct ofccl__grq *q_of(const ofccl__req_t *r)
+{
+    return &gc_of(r)->rq[r->slot];
+}
+
+static uint64_t v_of(const ofccl__req_t *r)
+{
+    return r->seq + 1;
+}
+
+static void *flag(const ofccl__gcomm_t *gc, int rank, size_t word)
+{
+    return gc->fd[rank] + word * sizeof(uint64_t);
+}
+
+static uint64_t flag_here(const ofccl__gcomm_t *gc, size_t word)
+{
+    return atomic_load_explicit(&gc->fh[gc->comm->rank][word], memory_order_acquire);
+}
+
+/* Publish this rank's arguments for the request's slot: peers compare. */
+static void fp_publish(ofccl__req_t *r, const struct ofccl__grq *q)
+{
+    ofccl__gcomm_t *gc = gc_of(r);
+    _Atomic uint64_t *w = &gc->fh[r->comm->rank][ofccl__gf_fp(r->comm->size, r->slot)];
+    uint64_t v[FP_WORDS] = {v_of(r), (uint64_t)r->coll,          r->block,
+                            q->off,  (uint64_t)(int64_t)q->root, (uint64_t)r->dtype};
+
+    for (int i = FP_WORDS - 1; i >= 0; i--) /* the sequence last: it says the rest is in */
+        atomic_store_explicit(&w[i], v[i],
+                              i == FP_SEQ ? memory_order_release : memory_order_relaxed);
+}
+
+/* A peer's published arguments for this collective that differ from ours. */
+static int fp_check(ofccl__req_t *r)
+{
+    static const char *const names[FP_WORDS] = {
+        "", "operation", "count", "buffer (pool offset)", "root", "dtype"};
+    ofccl__gcomm_t *gc = gc_of(r);
+    const ofccl_comm_t *comm = r->comm;
+    const _Atomic uint64_t *mine = &gc->fh[comm->rank][ofccl__gf_fp(comm->size, r->slot)];
+
+    for (int p = 0; p < comm->size; p++) {
+        const _Atomic uint64_t *w = &gc->fh[p][ofccl__gf_fp(comm->size, r->slot)];
+        if (p == comm->rank || atomic_load_explicit(&w[FP_SEQ], memory_order_acquire) != v_of(r))
+            continue;
+        for (int f = FP_COLL; f < FP_WORDS; f++) {
+            uint64_t a = atomic_load_explicit(&w[f], memory_order_relaxed);
+            uint64_t b = atomic_load_explicit(&mine[f], memory_order_relaxed);
+            if (a == b)
+                continue;
+            ofccl__notice_mismatch(r->comm, r->seq, p,
+                                   f == FP_COLL    ? OFCCL__FIELD_OPERATION
+                                   : f == FP_BYTES ? OFCCL__FIELD_COUNT
+                                   : f == FP_ROOT  ? OFCCL__FIELD_ROOT
+                                   : f == FP_DTYPE ? OFCCL__FIELD_DTYPE
+                                                   : OFCCL__FIELD_NONE);
+            return ofccl__coll_fail(
+                r, OFCCL_ERR_MISMATCH,
+                "rank %d posted it on the GPU with %s %llu, rank %d with %llu%s", p, names[f],
+                (unsigned long long)a, comm->rank, (unsigned long long)b,
+                f == FP_OFF ? " (every rank passes a GPU pool buffer at the same offset, or "
+                              "every rank memory outside the pool)"
+                            : "");
+        }
+    }
+    return 0;
+}
+
+int ofccl__gpu_locate(ofccl__gcomm_t *gc, void *out, size_t bytes, ofccl__gwhere_t *w)
+{
+    int rc;
+
+    w->stage = NULL;
+    if ((w->seg = ofccl__gpool_find(gc, out, bytes, &w->off)) != NULL)
+        return 0;
+    /* Not pool memory: the peers write into the scratch buffer, which is
+     * copied out at the end, on the stream. */
+    if ((rc = ofccl__gpool_scratch(gc, bytes, &w->seg, &w->off)) != 0)
+        return rc;
+    w->stage = out;
+    return 0;
+}
+
+void ofccl__gpu_prepare(ofccl__req_t *r, ofccl__gcomm_t *gc, const ofccl__gwhere_t *w)
+{
+    struct ofccl__grq *q = &gc->rq[r->slot];
+
+    memset(q, 0, sizeof(*q));
+    q->req = r;
+    q->coll = r->coll;
+    q->root = r->coll == OFCCL__BC ? r->root : -1;
+    q->ce = gc->sms == 0;
+    q->off = w->off;
+    q->peer = w->seg->peer;
+    q->stage = w->stage;
+    r->algo_state = q;
+}
+
+/* The per-peer copy-engine streams and the fork event, made on first use. */
+static int ce_streams(ofccl__gcomm_t *gc, ofccl__err_t *e)
+{
+    const ofccl_comm_t *comm = gc->comm;
+    int rc = 0;
+
+    if (gc->ce == NULL && (gc->ce = calloc((size_t)comm->size, sizeof(*gc->ce))) == NULL)
+        return OFCCL_ERR_NO_MEMORY;
+    if (gc->fork == NULL)
+        rc = ofccl__gpu_event_create(gc->g, gc->dev, false, &gc->fork, e);
+    for (int p = 0; rc == 0 && p < comm->size; p++)
+        if (p != comm->rank && gc->ce[p] == NULL)
+            rc = ofccl__gpu_stream_create(gc->g, gc->dev, &gc->ce[p], e);
+    return rc;
+}
+
+/* Push `len` bytes from `src` to offset `dst_off` of every peer in `to` (its
+ * output), each once it is READY, then set DONE[me] there. */
+static int push(ofccl__req_t *r, const int *to, int nto, const void *src, size_t dst_off,
+                size_t len, ofccl__err_t *e)
+{
+    ofccl__gcomm_t *gc = gc_of(r);
+    struct ofccl__grq *q = q_of(r);
+    const ofccl_comm_t *comm = r->comm;
+    int me = comm->rank, n = comm->size, rc = 0;
+    uint64_t v = v_of(r);
+
+    if (!q->ce) {
+        void *dst[OFCCL__GPU_COPY_DSTS];
+        for (int i = 0; rc == 0 && i < nto; i++)
+            rc = ofccl__gpu_wait_flag(gc->g, gc->dev, gc->stream,
+                                      flag(gc, me, ofccl__gf_ready(to[i])), v, e);
+        /* One launch per group of up to 8 peers. */
+        for (int i = 0; rc == 0 && i < nto; i += OFCCL__GPU_COPY_DSTS) {
+            int k = OFCCL__MIN(nto - i, OFCCL__GPU_COPY_DSTS);
+            for (int j = 0; j < k; j++)
+                dst[j] = q->peer[to[i + j]] + dst_off;
+            rc = ofccl__gpu_copy_kernel(gc->g, gc->dev, gc->stream, dst, k, src, len, gc->sms,
+                                        flag(gc, me, OFCCL__GF_ABORT), e);
+        }
+        for (int i = 0; rc == 0 && i < nto; i++)
+            rc = ofccl__gpu_write_flag(gc->g, gc->dev, gc->stream,
+                                       flag(gc, to[i], ofccl__gf_done(n, me)), v, e);
+        return rc;
+    }
+    if ((rc = ce_streams(gc, e)) == 0)
+        rc = ofccl__gpu_event_record(gc->g, gc->dev, gc->fork, gc->stream, e);
+    for (int i = 0; rc == 0 && i < nto; i++) {
+        ofccl__gpu_stream_t s = gc->ce[to[i]];
+        rc = ofccl__gpu_stream_wait_event(gc->g, gc->dev, s, gc->fork, e);
+        if (rc == 0)
+            rc =
+                ofccl__gpu_wait_flag(gc->g, gc->dev, s, flag(gc, me, ofccl__gf_ready(to[i])), v, e);
+        if (rc == 0)
+            rc = ofccl__gpu_copy(gc->g, gc->dev, s, q->peer[to[i]] + dst_off, src, len, e);
+        if (rc == 0)
+            rc = ofccl__gpu_write_flag(gc->g, gc->dev, s, flag(gc, to[i], ofccl__gf_done(n, me)), v,
+                                       e);
+        if (rc == 0)
+            rc = ofccl__gpu_write_flag(gc->g, gc->dev, s, flag(gc, me, ofccl__gf_sent(n, to[i])), v,
+                                       e);
+    }
+    /* The caller's stream goes on once every push is out. */
+    for (int i = 0; rc == 0 && i < nto; i++)
+        rc = ofccl__gpu_wait_flag(gc->g, gc->dev, gc->stream,
+                                  flag(gc, me, ofccl__gf_sent(n, to[i])), v, e);
+    return rc;
+}
+
+/* What every stream program begins and ends with. */
+static int begin(ofccl__req_t *r, ofccl__err_t *e)
+{
+    ofccl__gcomm_t *gc = gc_of(r);
+
+    fp_publish(r, q_of(r));
+    if (gc->done[r->slot] == NULL) {
+        int rc = ofccl__gpu_event_create(gc->g, gc->dev, false, &gc->done[r->slot], e);
+        if (rc)
+            return rc;
+    }
+    return gc->last != NULL ? ofccl__gpu_stream_wait_event(gc->g, gc->dev, gc->stream, gc->last, e)
+                            : 0;
+}
+
+static int end(ofccl__req_t *r, size_t bytes, ofccl__err_t *e)
+{
+    ofccl__gcomm_t *gc = gc_of(r);
+    struct ofccl__grq *q = q_of(r);
+    int rc = 0;
+
+    if (q->stage != NULL && bytes > 0)
+        rc = ofccl__gpu_copy(gc->g, gc->dev, gc->stream, q->stage, q->peer[r->comm->rank] + q->off,
+                             bytes, e);
+    if (rc == 0)
+        rc = ofccl__gpu_event_record(gc->g, gc->dev, gc->done[r->slot], gc->stream, e);
+    if (rc == 0)
+        gc->last = gc->done[r->slot];
+    return rc;
+}
+
+/* Wait here until every rank in `from` is DONE. */
+static int wait_done(ofccl__req_t *r, const int *from, int n, ofccl__err_t *e)
+{
+    ofccl__gcomm_t *gc = gc_of(r);
+    int rc = 0;
+
+    for (int i = 0; rc == 0 && i < n; i++)
+        rc = ofccl__gpu_wait_flag(gc->g, gc->dev, gc->stream,
+                                  flag(gc, r->comm->rank, ofccl__gf_done(r->comm->size, from[i])),
+                                  v_of(r), e);
+    return rc;
+}
+
+/* READY: tell every rank in `to` that this output takes writes. */
+static int say_ready(ofccl__req_t *r, const int *to, int n, ofccl__err_t *e)
+{
+    ofccl__gcomm_t *gc = gc_of(r);
+    int rc = 0;
+
+    for (int i = 0; rc == 0 && i < n; i++)
+        rc = ofccl__gpu_write_flag(gc->g, gc->dev, gc->stream,
+                                   flag(gc, to[i], ofccl__gf_ready(r->comm->rank)), v_of(r), e);
+    return rc;
+}
+
+static int failed(ofccl__req_t *r, int rc, const ofccl__err_t *e)
+{
+    return ofccl__coll_fail(r, rc, "enqueuing it on the GPU stream: %s", e->msg);
+}
+
+static int ag_start(ofccl__req_t *r)
+{
+    ofccl__gcomm_t *gc = gc_of(r);
+    struct ofccl__grq *q = q_of(r);
+    const ofccl_comm_t *comm = r->comm;
+    int me = comm->rank, n = comm->size, *peers = gc->peers, np = n - 1, rc;
+    char *own = q->peer[me] + q->off + (size_t)me * r->block;
+    ofccl__err_t e = {0};
+
+    rc = begin(r, &e);
+    if (rc == 0 && r->sendbuf != own && r->block)
+        rc = ofccl__gpu_copy(gc->g, gc->dev, gc->stream, own, r->sendbuf, r->block, &e);
+    if (rc == 0)
+        rc = say_ready(r, peers, np, &e);
+    if (rc == 0 && r->block)
+        rc = push(r, peers, np, r->sendbuf, q->off + (size_t)me * r->block, r->block, &e);
+    else if (rc == 0) /* nothing to move: only the DONE flags */
+        for (int i = 0; rc == 0 && i < np; i++)
+            rc = ofccl__gpu_write_flag(gc->g, gc->dev, gc->stream,
+                                       flag(gc, peers[i], ofccl__gf_done(n, me)), v_of(r), &e);
+    if (rc == 0)
+        rc = wait_done(r, peers, np, &e);
+    if (rc == 0)
+        rc = end(r, r->block * (size_t)n, &e);
+    return rc ? failed(r, rc, &e) : 0;
+}
+
+static int bc_start(ofccl__req_t *r)
+{
+    ofccl__gcomm_t *gc = gc_of(r);
+    struct ofccl__grq *q = q_of(r);
+    const ofccl_comm_t *comm = r->comm;
+    int me = comm->rank, n = comm->size, *peers = gc->peers, np = n - 1, rc;
+    ofccl__err_t e = {0};
+
+    rc = begin(r, &e);
+    if (me == r->root) {
+        if (rc == 0 && r->block)
+            rc = push(r, peers, np, r->recvbuf, q->off, r->block, &e);
+        else if (rc == 0)
+            for (int i = 0; rc == 0 && i < np; i++)
+                rc = ofccl__gpu_write_flag(gc->g, gc->dev, gc->stream,
+                                           flag(gc, peers[i], ofccl__gf_done(n, me)), v_of(r), &e);
+        /* The root's own buffer is its output: nothing to copy out. */
+        q->stage = NULL;
+    } else {
+        if (rc == 0)
+            rc = say_ready(r, &r->root, 1, &e);
+        if (rc == 0)
+            rc = wait_done(r, &r->root, 1, &e);
+    }
+    if (rc == 0)
+        rc = end(r, r->block, &e);
+    return rc ? failed(r, rc, &e) : 0;
+}
+
+static int progress(ofccl__req_t *r)
+{
+    ofccl__gcomm_t *gc = gc_of(r);
+    ofccl__err_t e = {0};
+    int rc;
+
+    if ((rc = fp_check(r)) != 0)
+        return rc;
+    rc = ofccl__gpu_event_query(gc->g, gc->dev, gc->done[r->slot], &e);
+    if (rc < 0)
+        return ofccl__coll_fail(r, rc, "waiting for its end on the GPU: %s", e.msg);
+    r->finished = rc == 1;
+    return 0;
+}
+
+/* What this rank still waits for from p (the engine names it on failure):
+ * the READY of a rank it writes to, the DONE of a rank that writes to it. */
+static const char *waits_on(const ofccl__req_t *r, int p)
+{
+    const ofccl__gcomm_t *gc = gc_of(r);
+    const struct ofccl__grq *q = &gc->rq[r->slot];
+    bool root = r->comm->rank == q->root, ag = q->coll == OFCCL__AG;
+
+    if (r->finished || p == r->comm->rank)
+        return NULL;
+    if ((ag || root) && flag_here(gc, ofccl__gf_ready(p)) < v_of(r))
+        return "its GPU stream has not reached this collective";
+    if ((ag || p == q->root) && flag_here(gc, ofccl__gf_done(r->comm->size, p)) < v_of(r))
+        return "its data has not arrived on this GPU";
+    return NULL;
+}
+
+/* Release this rank's stream for good (the request failed): the abort word
+ * first (the kernel then copies nothing), then every flag it may wait on;
+ * the copy-engine streams' READY waits are left alone. */
+static void abort_req(ofccl__req_t *r)
+{
+    ofccl__gcomm_t *gc = gc_of(r);
+    struct ofccl__grq *q = q_of(r);
+    int me = r->comm->rank, n = r->comm->size;
+
+    if (q->released)
+        return;
+    q->released = true;
+    atomic_store_explicit(&gc->fh[me][OFCCL__GF_ABORT], 1, memory_order_seq_cst);
+    for (int p = 0; p < n; p++) {
+        if (!q->ce)
+            atomic_store_explicit(&gc->fh[me][ofccl__gf_ready(p)], OFCCL__GFLAG_ABORT,
+                                  memory_order_release);
+        atomic_store_explicit(&gc->fh[me][ofccl__gf_done(n, p)], OFCCL__GFLAG_ABORT,
+                              memory_order_release);
+        atomic_store_explicit(&gc->fh[me][ofccl__gf_sent(n, p)], OFCCL__GFLAG_ABORT,
+                              memory_order_release);
+    }
+}
+
+bool ofccl__gpu_quiesce(ofccl__gcomm_t *gc)
+{
+    ofccl_comm_t *comm = gc->comm;
+    uint64_t deadline = ofccl__now_ns() + 2000000000ull;
+    bool all = true;
+
+    (void)comm;
+    for (int s = 0; s < OFCCL__GPU_SLOTS; s++) {
+        ofccl__req_t *r = gc->rq[s].req;
+        ofccl__err_t e;
+        int rc = 0;
+
+        if (r == NULL || r->state != OFCCL__REQ_ACTIVE || r->algo_state != &gc->rq[s] ||
+            gc->done[s] == NULL)
+            continue;
+        abort_req(r);
+        while ((rc = ofccl__gpu_event_query(gc->g, gc->dev, gc->done[s], &e)) == 0 &&
+               ofccl__now_ns() < deadline)
+            ;
+        all &= rc == 1;
+    }
+    return all;
+}
+
+#define GPU_ALGO(var, nm, kind, st)                                                                \
+    const ofccl__algo_t var = {                                                                    \
+        .size = sizeof(ofccl__algo_t),                                                             \
+        .name = nm,                                                                                \
+        .coll = kind,                                                                              \
+        .wire_id = OFCCL__WIRE_GPU,                                                                \
+        .flags = OFCCL__ALGO_STREAM,                                                               \
+        .start = st,                                                                               \
+        .progress = progress,                                                                      \
+        .waits_on = waits_on,                                                                      \
+        .abort = abort_req,                                                                        \
+    }
+GPU_ALGO(ofccl__gpu_ag, "gpu", OFCCL__AG, ag_start);
+GPU_ALGO(ofccl__gpu_bc, "gpu", OFCCL__BC, bc_start);

@@ -1,0 +1,176 @@
+/*
+ * Private to lib/coll/gpu: a communicator's GPU state (gcomm.c), its
+ * symmetric GPU pool (gpool.c) and its stream-ordered collectives (gcoll.c).
+ *
+ * The GPU peer class: every rank of the communicator on one host, each with
+ * its own GPU, every pair of GPUs able to reach each other (P2P). Data moves
+ * GPU to GPU through CUDA IPC mappings of the peers' pool segments, by ofccl's
+ * copy kernel (OFCCL_GPU_SMS SMs) or by the copy engines (OFCCL_GPU_SMS=0).
+ * Ranks signal each other with 64-bit flags in host shared memory: each rank
+ * has a flag region (the local transport's shared memory, mapped by every
+ * peer, registered with CUDA in every process), which peers' streams write
+ * and its own stream waits on; so the host can release its own stream (an
+ * abort value) when a peer dies or a deadline passes. Where the peer class
+ * does not fit (a rank on another host, no P2P, no shared memory), GPU
+ * buffers are staged through host memory (gstage.c), logged once with why.
+ */
+#ifndef OFCCL_COLL_GPU_GCOMM_H
+#define OFCCL_COLL_GPU_GCOMM_H
+
+#include "coll.h"
+#include "gpu/gpu.h"
+
+/* A flag written to release a wait that will never be satisfied (abort). */
+#define OFCCL__GFLAG_ABORT (UINT64_MAX >> 1)
+#define OFCCL__GPU_SLOTS OFCCL__SLOTS
+
+/* Words of a rank's flag region (n = communicator size). */
+enum {
+    OFCCL__GF_ABORT = 0, /* nonzero: this rank gave up; its kernel copies nothing more */
+    OFCCL__GF_HDR = 8,   /* then READY[n], DONE[n], SENT[n], FP[SLOTS][8] */
+};
+static inline size_t ofccl__gf_ready(int from)
+{
+    return OFCCL__GF_HDR + (size_t)from;
+}
+static inline size_t ofccl__gf_done(int n, int from)
+{
+    return OFCCL__GF_HDR + (size_t)n + (size_t)from;
+}
+static inline size_t ofccl__gf_sent(int n, int to)
+{
+    return OFCCL__GF_HDR + 2 * (size_t)n + (size_t)to;
+}
+static inline size_t ofccl__gf_fp(int n, unsigned slot)
+{
+    return OFCCL__GF_HDR + 3 * (size_t)n + (size_t)slot * 8;
+}
+static inline size_t ofccl__gf_words(int n)
+{
+    return ofccl__gf_fp(n, OFCCL__GPU_SLOTS);
+}
+
+enum ofccl__gpu_path {
+    OFCCL__GPATH_UNKNOWN = 0,
+    OFCCL__GPATH_P2P = 1,   /* the GPU peer class */
+    OFCCL__GPATH_STAGED = 2 /* through host memory (ofccl__gcomm_t.why says why) */
+};
+
+/* A segment of the symmetric pool: the same size on every rank, each rank's
+ * own allocation, mapped into every peer once. */
+typedef struct ofccl__gseg {
+    size_t len;
+    char *base;  /* this rank's */
+    char **peer; /* [size]: each rank's, mapped here (this rank's own: base) */
+    struct ofccl__gseg *next;
+} ofccl__gseg_t;
+
+/* A buffer handed out of a segment (bump allocation, reused by size once
+ * freed: every rank allocates and frees in the same order, so a buffer has
+ * the same offset everywhere). */
+typedef struct ofccl__gbuf {
+    ofccl__gseg_t *seg;
+    size_t off, len;
+    bool free;
+    struct ofccl__gbuf *next;
+} ofccl__gbuf_t;
+
+typedef struct ofccl__gcomm {
+    ofccl_comm_t *comm;
+    ofccl__gpu_t *g;
+    int dev;    /* this rank's device */
+    bool ready; /* set up (collective, on the first GPU call) */
+    int path;   /* enum ofccl__gpu_path */
+    char why[320];
+    int sms;      /* OFCCL_GPU_SMS: 0 = copy engines only */
+    size_t stage; /* staging chunk (OFCCL_GPU_STAGE_BYTES) */
+    /* flags (P2P): every rank's region, mapped here and registered with CUDA */
+    void *region;
+    size_t region_len;
+    ofccl__mr_t *region_mr;
+    _Atomic uint64_t **fh; /* [size] host pointers */
+    char **fd;             /* [size] device pointers */
+    /* the symmetric pool */
+    ofccl__gseg_t *segs;
+    ofccl__gbuf_t *bufs;
+    ofccl__gbuf_t *scratch; /* staged outputs land here (gpool_scratch) */
+    size_t pool_bytes, budget;
+    /* the caller's stream (ofccl_comm_set_stream) and ofccl's own per-peer
+     * streams for the copy engines, forked from it with an event */
+    ofccl__gpu_stream_t stream;
+    ofccl__gpu_stream_t *ce; /* [size] */
+    ofccl__gpu_event_t fork;
+    /* per request slot: the event recorded at its end on the caller's stream,
+     * and what its progress and abort need */
+    ofccl__gpu_event_t done[OFCCL__GPU_SLOTS];
+    struct ofccl__grq {
+        int coll;
+        int root;      /* broadcast */
+        size_t off;    /* the output's offset in every rank's segment */
+        char **peer;   /* the segment's mappings (its `peer` array) */
+        void *stage;   /* the caller's output where it is not pool memory, else NULL */
+        bool ce;       /* moved by the copy engines */
+        bool released; /* the abort values are written */
+        ofccl__req_t *req;
+    } rq[OFCCL__GPU_SLOTS];
+    ofccl__gpu_event_t last; /* the previous collective's end: the next one waits for it */
+    int *peers;              /* every rank but this one, in order */
+    /* staging (gstage.c): pinned host bounce buffers */
+    void *host_stage;
+    size_t host_stage_len;
+} ofccl__gcomm_t;
+
+/* ---- gcomm.c ---- */
+/* The communicator's GPU state, set up on first use (collective: every rank
+ * calls it at the same point, its first GPU call on the communicator). 0, or
+ * an error naming the rank and what failed (the communicator stays usable
+ * for host memory). */
+int ofccl__gcomm_get(ofccl_comm_t *comm, ofccl__gcomm_t **out);
+/* The same without the setup (no exchange): for settings made before it. */
+int ofccl__gcomm_lazy(ofccl_comm_t *comm, ofccl__gcomm_t **out);
+/* Tear down (communicator destroy): streams, registrations, mappings, pool. */
+void ofccl__gcomm_free(ofccl_comm_t *comm);
+/* The memory kind of a caller's pointer: -1 host, else its device. */
+int ofccl__gpu_kind_of(ofccl_comm_t *comm, const void *p);
+/* The communicator's GPU state if it has one (no setup), else NULL. */
+ofccl__gcomm_t *ofccl__gcomm_of(const ofccl_comm_t *comm);
+
+/* ---- gcoll.c: the stream programs, as engine requests ---- */
+/* The request's algorithm: no descriptors or units; start enqueues the whole
+ * collective on the stream, progress polls its end and the peers' published
+ * arguments, abort releases this rank's stream (OFCCL__ALGO_STREAM). */
+extern const ofccl__algo_t ofccl__gpu_ag, ofccl__gpu_bc;
+/* Where an output of `bytes` at `out` lands: its pool segment and offset, or
+ * the scratch buffer (then `stage` is `out`, copied to at the end). May grow
+ * the pool (collective): before the request's slot is claimed. */
+typedef struct ofccl__gwhere {
+    ofccl__gseg_t *seg;
+    size_t off;
+    void *stage;
+} ofccl__gwhere_t;
+int ofccl__gpu_locate(ofccl__gcomm_t *gc, void *out, size_t bytes, ofccl__gwhere_t *w);
+/* Fill the request's GPU state (its slot claimed). */
+void ofccl__gpu_prepare(ofccl__req_t *r, ofccl__gcomm_t *gc, const ofccl__gwhere_t *w);
+/* Tear-down: release every running request's stream and wait for its end
+ * (bounded); false where the GPU may still touch the communicator's memory. */
+bool ofccl__gpu_quiesce(ofccl__gcomm_t *gc);
+
+/* ---- gapi.c / gstage.c ---- */
+/* Through host memory, on the host; the request returned is complete. */
+int ofccl__gpu_stage(ofccl__gcomm_t *gc, int coll, const void *sendbuf, void *recvbuf, size_t count,
+                     ofccl_dtype_t dtype, ofccl_redop_t op, int root, size_t block,
+                     ofccl_req_t **req);
+
+/* ---- gpool.c ---- */
+/* Collective when a segment must be added: every rank asks for the same
+ * bytes in the same order. */
+int ofccl__gpool_alloc(ofccl__gcomm_t *gc, size_t bytes, void **ptr);
+int ofccl__gpool_free(ofccl__gcomm_t *gc, void *ptr);
+/* The segment and offset holding [p, p + len), or NULL. */
+ofccl__gseg_t *ofccl__gpool_find(ofccl__gcomm_t *gc, const void *p, size_t len, size_t *off);
+/* A scratch buffer of at least `bytes` in the pool for staged outputs (the
+ * same on every rank: collective when it grows). */
+int ofccl__gpool_scratch(ofccl__gcomm_t *gc, size_t bytes, ofccl__gseg_t **seg, size_t *off);
+void ofccl__gpool_fini(ofccl__gcomm_t *gc);
+
+#endif

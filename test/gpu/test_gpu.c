@@ -1,0 +1,412 @@
+/*
+ * GPU memory through the public API, one forked rank per GPU (TCP rendezvous,
+ * local transport): all-gather in place and not, into the symmetric pool and
+ * into other GPU memory (staged in the pool), every dtype and uneven sizes;
+ * broadcast from every root; the copy kernel and the copy engines
+ * (OFCCL_GPU_SMS=0); a stream of the caller's; a mismatch (MISMATCH on every
+ * rank); a peer killed mid-collective (REMOTE_ERROR naming it within the
+ * deadline, the stream released); and 100 communicators created and
+ * destroyed with GPU buffers (device memory back where it was). Every result
+ * is checked byte for byte against what each rank computes itself.
+ * Skipped (77) without two GPUs.
+ * Usage: test_gpu [NRANKS] [scenario...]  (scenarios: gather bcast ce stream mismatch kill leak)
+ */
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cu.h"
+#include "forkrun.h"
+#include "gpu/gpu.h"
+
+#define MAXB (3u << 20) /* bytes per rank at most */
+
+static ofccl__gpu_t *gpu;
+static int dev;
+
+static uint8_t byte_of(int rank, size_t i, unsigned salt)
+{
+    return (uint8_t)(rank * 37 + i * 13 + salt * 101 + (i >> 11));
+}
+
+/* This process's GPU (the same one ofccl takes: the rank on one host). */
+static int gpu_up(int rank)
+{
+    ofccl__err_t e;
+
+    gpu = ofccl__gpu_process(NULL, true);
+    if (gpu == NULL)
+        return 1;
+    dev = rank % ofccl__gpu_device_count(gpu);
+    (void)e;
+    return 0;
+}
+
+static void *dmalloc(size_t len)
+{
+    ofccl__err_t e;
+    void *p = NULL;
+
+    return ofccl__gpu_mem_alloc(gpu, dev, len ? len : 1, &p, &e) == 0 ? p : NULL;
+}
+
+static int put(void *d, const uint8_t *h, size_t len)
+{
+    ofccl__err_t e;
+    return len ? ofccl__gpu_copy_sync(gpu, dev, d, h, len, &e) : 0;
+}
+
+static int get(uint8_t *h, const void *d, size_t len)
+{
+    ofccl__err_t e;
+    return len ? ofccl__gpu_copy_sync(gpu, dev, h, d, len, &e) : 0;
+}
+
+/* One all-gather of `block` bytes per rank; `where`: 0 pool in place, 1 pool
+ * out of place, 2 other GPU memory. 0 when every byte is right. */
+static int gather_once(int rank, ofccl_comm_t *comm, size_t block, int where, ofccl_dtype_t dt,
+                       unsigned salt)
+{
+    size_t es = ofccl_dtype_size(dt), count = block / es, n = (size_t)nranks;
+    uint8_t *h = malloc(block * n + 1), *src = malloc(block + 1);
+    void *out = NULL, *in = NULL;
+    ofccl_req_t *req;
+    int rc, bad = 0;
+
+    block = count * es;
+    if (where < 2) {
+        if ((rc = ofccl_gpu_buffer_alloc(comm, block * n, &out)) != 0)
+            return printf("rank %d: gpu_buffer_alloc: %s\n", rank, ofccl_comm_last_error(comm)), 1;
+    } else {
+        out = dmalloc(block * n);
+    }
+    in = where == 0 ? (char *)out + (size_t)rank * block : where == 1 ? NULL : dmalloc(block);
+    if (where == 1 && ofccl_gpu_buffer_alloc(comm, block ? block : 1, &in) != 0)
+        return 1;
+    for (size_t i = 0; i < block; i++)
+        src[i] = byte_of(rank, i, salt);
+    memset(h, 0xee, block * n);
+    put(out, h, block * n);
+    put(in, src, block);
+    rc = ofccl_allgather(comm, in, out, count, dt, &req);
+    if (rc == 0)
+        rc = ofccl_wait(req);
+    if (rc != 0) {
+        printf("rank %d: all-gather of %zu B (%s): %s: %s\n", rank, block,
+               where == 0   ? "pool, in place"
+               : where == 1 ? "pool"
+                            : "other GPU memory",
+               ofccl_strerror(rc), ofccl_comm_last_error(comm));
+        bad = 1;
+    } else {
+        ofccl_req_free(req);
+        get(h, out, block * n);
+        for (size_t r = 0; r < n && !bad; r++)
+            for (size_t i = 0; i < block; i++)
+                if (h[r * block + i] != byte_of((int)r, i, salt)) {
+                    printf("rank %d: all-gather of %zu B (%d): byte %zu of rank %zu is %u, %u "
+                           "expected\n",
+                           rank, block, where, i, r, h[r * block + i], byte_of((int)r, i, salt));
+                    bad = 1;
+                    break;
+                }
+    }
+    if (where < 2)
+        ofccl_gpu_buffer_free(comm, out);
+    if (where == 1)
+        ofccl_gpu_buffer_free(comm, in);
+    if (where == 2) {
+        ofccl__gpu_mem_free(gpu, dev, out);
+        ofccl__gpu_mem_free(gpu, dev, in);
+    }
+    free(h);
+    free(src);
+    return bad;
+}
+
+static int gather(int rank, ofccl_ctx_t *ctx, ofccl_comm_t *comm)
+{
+    static const size_t sizes[] = {0, 1, 7, 1000, 4097, 65536, 1 << 20, MAXB};
+    int bad = 0;
+    unsigned salt = 1;
+
+    (void)ctx;
+    if (gpu_up(rank))
+        return 70;
+    for (int where = 0; where < 3; where++)
+        for (size_t s = 0; s < sizeof(sizes) / sizeof(*sizes); s++)
+            for (int dt = 0; dt < OFCCL_DTYPE_COUNT; dt++)
+                if (sizes[s] % ofccl_dtype_size((ofccl_dtype_t)dt) == 0 || dt == OFCCL_U8)
+                    bad |= gather_once(rank, comm, sizes[s], where, (ofccl_dtype_t)dt, salt++);
+    return bad ? 60 : 0;
+}
+
+static int bcast(int rank, ofccl_ctx_t *ctx, ofccl_comm_t *comm)
+{
+    static const size_t sizes[] = {0, 3, 4096, 1 << 20, MAXB + 1};
+    uint8_t *h = malloc(MAXB + 2);
+    int bad = 0;
+
+    (void)ctx;
+    if (gpu_up(rank))
+        return 70;
+    for (int root = 0; root < nranks; root++)
+        for (size_t s = 0; s < sizeof(sizes) / sizeof(*sizes); s++)
+            for (int pool = 0; pool < 2; pool++) {
+                size_t len = sizes[s];
+                void *buf = NULL;
+                ofccl_req_t *req;
+                int rc;
+
+                if (pool)
+                    ofccl_gpu_buffer_alloc(comm, len ? len : 1, &buf);
+                else
+                    buf = dmalloc(len);
+                for (size_t i = 0; i < len; i++)
+                    h[i] = rank == root ? byte_of(root, i, 7) : 0x5a;
+                put(buf, h, len);
+                rc = ofccl_broadcast(comm, buf, len, OFCCL_U8, root, &req);
+                if (rc == 0)
+                    rc = ofccl_wait(req);
+                if (rc == 0)
+                    ofccl_req_free(req);
+                get(h, buf, len);
+                for (size_t i = 0; rc == 0 && i < len; i++)
+                    if (h[i] != byte_of(root, i, 7)) {
+                        rc = -1;
+                        printf("rank %d: broadcast of %zu B from %d (%s): byte %zu wrong\n", rank,
+                               len, root, pool ? "pool" : "other GPU memory", i);
+                    }
+                if (rc > 0 || rc < -1)
+                    printf("rank %d: broadcast of %zu B from %d: %s: %s\n", rank, len, root,
+                           ofccl_strerror(rc), ofccl_comm_last_error(comm));
+                bad |= rc != 0;
+                if (pool)
+                    ofccl_gpu_buffer_free(comm, buf);
+                else
+                    ofccl__gpu_mem_free(gpu, dev, buf);
+            }
+    free(h);
+    return bad ? 61 : 0;
+}
+
+/* Collectives on a stream of the caller's: posted, then another stream waits
+ * for them; the host waits only at the end. */
+static int stream(int rank, ofccl_ctx_t *ctx, ofccl_comm_t *comm)
+{
+    ofccl__gpu_stream_t s1, s2;
+    ofccl__err_t e;
+    ofccl_req_t *req[4];
+    void *out;
+    size_t block = 1 << 20;
+    uint8_t *h = malloc(block * (size_t)nranks);
+    int bad = 0;
+
+    (void)ctx;
+    if (gpu_up(rank) || ofccl__gpu_stream_create(gpu, dev, &s1, &e) ||
+        ofccl__gpu_stream_create(gpu, dev, &s2, &e))
+        return 70;
+    if (ofccl_comm_set_stream(comm, s1) != 0 ||
+        ofccl_gpu_buffer_alloc(comm, block * (size_t)nranks, &out) != 0)
+        return 62;
+    for (int k = 0; k < 4; k++) {
+        for (size_t i = 0; i < block; i++)
+            h[i] = byte_of(rank, i, (unsigned)k);
+        put((char *)out + (size_t)rank * block, h, block);
+        if (ofccl_allgather(comm, (char *)out + (size_t)rank * block, out, block, OFCCL_U8,
+                            &req[k]) != 0 ||
+            ofccl_req_stream_wait(req[k], s2) != 0 || ofccl_wait(req[k]) != 0) {
+            printf("rank %d: stream all-gather %d: %s\n", rank, k, ofccl_comm_last_error(comm));
+            return 63;
+        }
+        ofccl_req_free(req[k]);
+        ofccl__gpu_stream_sync(gpu, dev, s2, &e);
+        get(h, out, block * (size_t)nranks);
+        for (int r = 0; r < nranks && !bad; r++)
+            for (size_t i = 0; i < block; i++)
+                if (h[(size_t)r * block + i] != byte_of(r, i, (unsigned)k)) {
+                    printf("rank %d: stream all-gather %d: rank %d byte %zu wrong\n", rank, k, r,
+                           i);
+                    bad = 1;
+                    break;
+                }
+    }
+    ofccl_gpu_buffer_free(comm, out);
+    ofccl_comm_set_stream(comm, NULL);
+    ofccl__gpu_stream_destroy(gpu, dev, s1);
+    ofccl__gpu_stream_destroy(gpu, dev, s2);
+    free(h);
+    return bad ? 64 : 0;
+}
+
+/* The last rank posts another count: MISMATCH on every rank. */
+static int mismatch(int rank, ofccl_ctx_t *ctx, ofccl_comm_t *comm)
+{
+    void *out;
+    ofccl_req_t *req;
+    size_t count = rank == nranks - 1 ? 4096 : 8192;
+    int rc;
+
+    (void)ctx;
+    if (gpu_up(rank))
+        return 70;
+    ofccl_comm_set_timeout(comm, 10000);
+    if (ofccl_gpu_buffer_alloc(comm, 8192 * (size_t)nranks, &out) != 0)
+        return 65;
+    rc = ofccl_allgather(comm, (char *)out + (size_t)rank * count, out, count, OFCCL_U8, &req);
+    if (rc == 0)
+        rc = ofccl_wait(req);
+    printf("rank %d: GPU all-gather with a count that differs: %s: %s\n", rank, ofccl_strerror(rc),
+           ofccl_comm_last_error(comm));
+    if (rc == 0)
+        ofccl_req_free(req);
+    return rc == OFCCL_ERR_MISMATCH ? 0 : 66;
+}
+
+/* Rank 1 dies before posting: the others' all-gather fails with
+ * REMOTE_ERROR naming it, long before the deadline, and their stream goes on. */
+static int kill_peer(int rank, ofccl_ctx_t *ctx, ofccl_comm_t *comm)
+{
+    void *out;
+    ofccl_req_t *req;
+    ofccl__err_t e;
+    ofccl__gpu_event_t ev;
+    double t0;
+    int rc, done = 0;
+
+    (void)ctx;
+    if (gpu_up(rank))
+        return 70;
+    ofccl_comm_set_timeout(comm, 20000);
+    if (ofccl_gpu_buffer_alloc(comm, 1 << 20, &out) != 0)
+        return 67;
+    ofccl_barrier(comm);
+    if (rank == 1)
+        raise(SIGKILL);
+    t0 = now_s();
+    rc = ofccl_allgather(comm, (char *)out + (size_t)rank * 1024, out, 1024, OFCCL_U8, &req);
+    if (rc == 0)
+        rc = ofccl_wait(req);
+    printf("rank %d: GPU all-gather with rank 1 dead: %s after %.2f s: %s\n", rank,
+           ofccl_strerror(rc), now_s() - t0, ofccl_comm_last_error(comm));
+    if (rc != OFCCL_ERR_REMOTE_ERROR || now_s() - t0 > 10 ||
+        strstr(ofccl_comm_last_error(comm), "rank 1") == NULL)
+        return 68;
+    /* The stream was released: work enqueued after the collective runs. */
+    if (ofccl__gpu_event_create(gpu, dev, false, &ev, &e) != 0 ||
+        ofccl__gpu_event_record(gpu, dev, ev, NULL, &e) != 0)
+        return 69;
+    for (double dl = now_s() + 10; done == 0 && now_s() < dl;)
+        done = ofccl__gpu_event_query(gpu, dev, ev, &e);
+    printf("rank %d: the stream after the failed collective: %s\n", rank,
+           done == 1 ? "released" : "STILL BLOCKED");
+    ofccl_req_free(req);
+    return done == 1 ? 0 : 69;
+}
+
+/* 100 communicators with GPU buffers and a collective each, created and
+ * destroyed: the device's free memory comes back. */
+static int leak(int rank, ofccl_ctx_t *ctx, ofccl_comm_t *comm)
+{
+    size_t free0 = 0, free1 = 0, total;
+    ofccl__err_t e;
+    int bad = 0;
+
+    (void)ctx;
+    if (gpu_up(rank))
+        return 70;
+    /* A first round so that the driver's own lazy allocations are made. */
+    for (int k = 0; k < 101 && !bad; k++) {
+        ofccl_comm_t *c;
+        if (k == 1 && ofccl__gpu_mem_info(gpu, dev, &free0, &total, &e) != 0)
+            return 71;
+        if (ofccl_comm_split(comm, 0, rank, &c) != 0)
+            return 72;
+        bad |= gather_once(rank, c, 4096, k % 3, OFCCL_U8, (unsigned)k);
+        if (ofccl_comm_destroy(c) != 0)
+            return 73;
+    }
+    ofccl__gpu_mem_info(gpu, dev, &free1, &total, &e);
+    printf("rank %d: device memory free before 100 communicators %zu MiB, after %zu MiB\n", rank,
+           free0 >> 20, free1 >> 20);
+    /* The driver rounds to 2 MiB pages; allow one. */
+    return bad ? 74 : free1 + (2u << 20) < free0 ? 75 : 0;
+}
+
+static scenario_fn which;
+static void test_one(void)
+{
+    int st[FORK_MAX];
+
+    run(which, st);
+    for (int r = 0; r < nranks; r++) {
+        if (which == kill_peer && r == 1)
+            continue;
+        CU_ASSERT_TRUE(exited_ok(st[r]));
+        if (!exited_ok(st[r]))
+            printf("rank %d %s %d\n", r, WIFSIGNALED(st[r]) ? "killed by signal" : "exited with",
+                   WIFSIGNALED(st[r]) ? WTERMSIG(st[r]) : WEXITSTATUS(st[r]));
+    }
+}
+
+static int gpus_here(void)
+{
+    int fds[2], n = 0, st;
+    pid_t pid;
+
+    if (pipe(fds) != 0)
+        return 0;
+    if ((pid = fork()) == 0) { /* CUDA only in a child: the parent forks the ranks */
+        ofccl__gpu_t *g = ofccl__gpu_process(NULL, true);
+        int c = g != NULL ? ofccl__gpu_device_count(g) : 0;
+        _exit(write(fds[1], &c, sizeof(c)) == sizeof(c) ? 0 : 1);
+    }
+    if (read(fds[0], &n, sizeof(n)) != sizeof(n))
+        n = 0;
+    waitpid(pid, &st, 0);
+    close(fds[0]);
+    close(fds[1]);
+    return n;
+}
+
+int main(int argc, char **argv)
+{
+    static const struct {
+        const char *name;
+        scenario_fn fn;
+        const char *setting;
+    } all[] = {{"gather", gather, NULL}, {"bcast", bcast, NULL},       {"ce", gather, "GPU_SMS=0"},
+               {"stream", stream, NULL}, {"mismatch", mismatch, NULL}, {"kill", kill_peer, NULL},
+               {"leak", leak, NULL}};
+    int n = gpus_here(), rc = 0;
+
+    setvbuf(stdout, NULL, _IOLBF, 0); /* a rank that dies keeps what it printed */
+
+    if (!ofccl__gpu_built()) {
+        printf("test_gpu: skipped: this build has no GPU support (no nvcc)\n");
+        return 77;
+    }
+    if (n < 2) {
+        printf("test_gpu: skipped: %d GPU(s) here, 2 needed\n", n);
+        return 77;
+    }
+    provider = "local";
+    nranks = argc > 1 && atoi(argv[1]) > 1 ? atoi(argv[1]) : n;
+    nranks = nranks > n ? n : nranks > FORK_MAX ? FORK_MAX : nranks;
+    for (size_t i = 0; i < sizeof(all) / sizeof(*all); i++) {
+        bool want = argc <= 2;
+        for (int a = 2; a < argc; a++)
+            want |= strcmp(argv[a], all[i].name) == 0;
+        if (!want)
+            continue;
+        cu_test_t tests[] = {{all[i].name, test_one}, {NULL, NULL}};
+        which = all[i].fn;
+        for (int r = 0; r < nranks; r++)
+            rank_setting[r] = all[i].setting;
+        printf("== %s, %d ranks\n", all[i].name, nranks);
+        rc |= cu_run("gpu", tests);
+    }
+    return rc;
+}
