@@ -72,24 +72,29 @@ class NcclLib:
 class OfcclLib:
     name = "ofccl"
 
-    def __init__(self, torch, dist, rank, n, libdir):
+    def __init__(self, torch, dist, rank, n, libdir, port):
         sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
-        os.environ["OFCCL_LIB"] = os.path.join(libdir, "libofccl.so")
-        import ofccl.gpu as og  # noqa: E402  (the GPU path of the package)
+        os.environ.setdefault("OFCCL_LIBRARY", os.path.join(libdir, "libofccl.so.0"))
+        import ofccl  # noqa: E402
+        import ofccl.gpu  # noqa: E402  (the GPU path of the package)
         self.torch, self.n = torch, n
-        self.comm = og.TorchComm(rank, n)
+        self.ctx = ofccl.Context({"BOOT_ROOT": "127.0.0.1:%d" % port, "BOOT_RANK": rank,
+                                  "BOOT_SIZE": n, "PROVIDER": "local"})
+        self.comm = self.ctx.world()
+        self.coll = ofccl.gpu.collectives_for(self.comm)
 
     def out_buffer(self, numel):
-        return self.comm.alloc(numel, self.torch.bfloat16)
+        return self.coll.alloc(numel, self.torch.bfloat16)
 
     def allgather(self, out, inp):
-        self.comm.allgather(out, inp)
+        self.coll.all_gather(out, inp)
 
     def broadcast(self, buf):
-        self.comm.broadcast(buf, 0)
+        self.coll.broadcast(buf, 0)
 
-    def reduce_scatter(self, out, inp):
-        self.comm.reduce_scatter(out, inp)
+    def close(self):
+        self.coll.close()
+        self.comm.close()
 
 
 def worker(rank, n, args, port, results):
@@ -104,7 +109,7 @@ def worker(rank, n, args, port, results):
         if name == "nccl":
             libs.append(NcclLib(torch, dist, rank, n))
         elif name == "ofccl":
-            libs.append(OfcclLib(torch, dist, rank, n, args.ofccl))
+            libs.append(OfcclLib(torch, dist, rank, n, args.ofccl, port + 1))
     out = {}
     sizes = []
     s = parse_size(args.begin)
@@ -131,7 +136,7 @@ def worker(rank, n, args, port, results):
             bc = max_over_ranks(torch, dist, ms)
             row = {"ag_ms": ag, "ag_busbw": size * (n - 1) / n / (ag * 1e6), "ag_ok": ok_ag,
                    "bc_ms": bc, "bc_busbw": size / (bc * 1e6)}
-            if hasattr(lib, "reduce_scatter") and "rs" in args.ops:
+            if hasattr(lib, "reduce_scatter") and "rs" in args.ops:  # NCCL only, here
                 rin = lib.out_buffer(chunk * n)
                 rin.copy_(torch.randn(chunk * n, dtype=torch.bfloat16, device="cuda"))
                 rout = torch.empty(chunk, dtype=torch.bfloat16, device="cuda")
@@ -172,6 +177,10 @@ def worker(rank, n, args, port, results):
                            "ratio": t_both / t_mm}
     if rank == 0:
         results.update(out)
+    torch.cuda.synchronize()
+    for lib in libs:
+        if hasattr(lib, "close"):
+            lib.close()
     dist.barrier()
     dist.destroy_process_group()
 

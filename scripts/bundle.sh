@@ -25,4 +25,9 @@ done
 for d in /usr/lib/x86_64-linux-gnu/libfabric /usr/lib/x86_64-linux-gnu/hwloc; do
     [ -d "$d" ] && cp -rL "$d" "$out/lib/" 2>/dev/null || true
 done
+# pytest (pure Python), for machines whose Python lacks it
+mkdir -p "$out/py"
+for m in pytest _pytest pluggy iniconfig py py.py packaging; do
+    [ -e "/usr/lib/python3/dist-packages/$m" ] && cp -rL "/usr/lib/python3/dist-packages/$m" "$out/py/"
+done
 du -sh "$out"

@@ -141,6 +141,18 @@ int ofccl__gpu_mem_info(ofccl__gpu_t *g, int dev, size_t *free_bytes, size_t *to
                         ofccl__err_t *e);
 /* Block the host until everything enqueued on the stream so far is done. */
 int ofccl__gpu_stream_sync(ofccl__gpu_t *g, int dev, ofccl__gpu_stream_t s, ofccl__err_t *e);
+/* Load ofccl's kernels on `dev` now (done on first launch otherwise): a
+ * module load waits in the driver while a peer process that shared memory
+ * with this one is being torn down, so it must not happen mid-collective. */
+int ofccl__gpu_load_kernels(ofccl__gpu_t *g, int dev, ofccl__err_t *e);
+/* One rank's part of a pipelined chain (broadcast): `blocks` blocks (the same
+ * on every rank); chunk c of `len` bytes goes from `src` to `next` (NULL:
+ * the last rank) once the predecessor's flags `in` (NULL: the root) reach
+ * base + c + 1, then the successor's flags `out` are set to that. */
+#define OFCCL__GPU_CHAIN_BLOCKS 64 /* at most: `in` and `out` hold this many flags */
+int ofccl__gpu_chain(ofccl__gpu_t *g, int dev, ofccl__gpu_stream_t s, const void *src, void *next,
+                     size_t len, size_t chunk, int blocks, void *in, void *out, uint64_t base,
+                     const void *abort, ofccl__err_t *e);
 /* Copies between host and device memory, blocking the host (staging and tests). */
 int ofccl__gpu_copy_sync(ofccl__gpu_t *g, int dev, void *dst, const void *src, size_t len,
                          ofccl__err_t *e);

@@ -62,12 +62,13 @@ struct ofccl__gpu_fns {
 #undef FN
 extern struct ofccl__gpu_fns ofccl__gpu_fn;
 
+enum { OFCCL__GPU_K_COPY, OFCCL__GPU_K_CHAIN, OFCCL__GPU_KERNELS };
+
 struct ofccl__gpu_dev {
     CUdevice cu;
-    void *ctx;    /* the primary context, retained on first use (CUcontext) */
-    void *module; /* ofccl's kernels, loaded on first launch (CUmodule) */
-    void *copy_fn;
-    int sms;
+    void *ctx;                    /* the primary context, retained on first use (CUcontext) */
+    void *module;                 /* ofccl's kernels, loaded on first launch (CUmodule) */
+    void *fn[OFCCL__GPU_KERNELS]; /* each found on first launch (CUfunction) */
 };
 
 struct ofccl__gpu {

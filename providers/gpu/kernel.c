@@ -18,8 +18,11 @@ struct copy_args {
     int ndst;
 };
 
-/* Caller is inside the device's context. */
-static int copy_fn(ofccl__gpu_t *g, int dev, CUfunction *fn, ofccl__err_t *e)
+static const char *const kernel_names[OFCCL__GPU_KERNELS] = {"ofccl_copy", "ofccl_chain"};
+
+/* Kernel k of device dev, loaded on first use; the caller is inside the
+ * device's context. */
+static int kernel_of(ofccl__gpu_t *g, int dev, int k, CUfunction *fn, ofccl__err_t *e)
 {
     struct ofccl__gpu_dev *d = &g->dev[dev];
     int res = CUDA_SUCCESS;
@@ -31,20 +34,57 @@ static int copy_fn(ofccl__gpu_t *g, int dev, CUfunction *fn, ofccl__err_t *e)
         if (res == CUDA_SUCCESS)
             d->module = m;
     }
-    if (res == CUDA_SUCCESS && d->copy_fn == NULL) {
+    if (res == CUDA_SUCCESS && d->fn[k] == NULL) {
         CUfunction f = NULL;
-        res = ofccl__gpu_fn.cuModuleGetFunction(&f, (CUmodule)d->module, "ofccl_copy");
+        res = ofccl__gpu_fn.cuModuleGetFunction(&f, (CUmodule)d->module, kernel_names[k]);
         if (res == CUDA_SUCCESS)
-            d->copy_fn = f;
-        ofccl__gpu_fn.cuDeviceGetAttribute(&d->sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
-                                           d->cu);
+            d->fn[k] = f;
     }
     pthread_mutex_unlock(&g->lock);
     if (res != CUDA_SUCCESS)
         return ofccl__gpu_cufail(g, e, res,
                                  "loading ofccl's GPU kernels (built for sm_80 and sm_90, with "
                                  "PTX for later GPUs)");
-    *fn = (CUfunction)d->copy_fn;
+    *fn = (CUfunction)d->fn[k];
+    return 0;
+}
+
+int ofccl__gpu_load_kernels(ofccl__gpu_t *g, int dev, ofccl__err_t *e)
+{
+    CUfunction fn = NULL;
+    int res = ofccl__gpu_enter(g, dev), rc = 0;
+
+    if (res != CUDA_SUCCESS) {
+        ofccl__gpu_leave(g);
+        return ofccl__gpu_cufail(g, e, res, "loading ofccl's GPU kernels");
+    }
+    for (int k = 0; rc == 0 && k < OFCCL__GPU_KERNELS; k++)
+        rc = kernel_of(g, dev, k, &fn, e);
+    ofccl__gpu_leave(g);
+    return rc;
+}
+
+/* Launch kernel k with one by-value argument block. */
+static int launch(ofccl__gpu_t *g, int dev, int k, ofccl__gpu_stream_t s, unsigned blocks,
+                  void *args, ofccl__err_t *e)
+{
+    void *params[] = {args};
+    CUfunction fn = NULL;
+    int res, rc;
+
+    if ((res = ofccl__gpu_enter(g, dev)) != CUDA_SUCCESS) {
+        ofccl__gpu_leave(g);
+        return ofccl__gpu_cufail(g, e, res, kernel_names[k]);
+    }
+    if ((rc = kernel_of(g, dev, k, &fn, e)) != 0) {
+        ofccl__gpu_leave(g);
+        return rc;
+    }
+    res = ofccl__gpu_fn.cuLaunchKernel(fn, blocks, 1, 1, COPY_THREADS, 1, 1, 0, (CUstream)s, params,
+                                       NULL);
+    ofccl__gpu_leave(g);
+    if (res != CUDA_SUCCESS)
+        return ofccl__gpu_cufail(g, e, res, "launching an ofccl kernel");
     return 0;
 }
 
@@ -53,25 +93,14 @@ int ofccl__gpu_copy_kernel(ofccl__gpu_t *g, int dev, ofccl__gpu_stream_t s, void
                            ofccl__err_t *e)
 {
     struct copy_args a;
-    void *params[] = {&a};
-    CUfunction fn = NULL;
-    unsigned blocks;
     size_t vecs;
-    int res, rc;
+    unsigned blocks;
 
     if (ndst < 1 || ndst > OFCCL__GPU_COPY_DSTS)
         return ofccl__fail(g->log, OFCCL__SUB_PROV, e, OFCCL_ERR_INVALID_ARG,
                            "copy kernel: %d destinations (1 to %d)", ndst, OFCCL__GPU_COPY_DSTS);
     if (len == 0)
         return 0;
-    if ((res = ofccl__gpu_enter(g, dev)) != CUDA_SUCCESS) {
-        ofccl__gpu_leave(g);
-        return ofccl__gpu_cufail(g, e, res, "copy kernel");
-    }
-    if ((rc = copy_fn(g, dev, &fn, e)) != 0) {
-        ofccl__gpu_leave(g);
-        return rc;
-    }
     memset(&a, 0, sizeof(a));
     memcpy(a.dst, dsts, (size_t)ndst * sizeof(*dsts));
     a.src = src;
@@ -82,10 +111,30 @@ int ofccl__gpu_copy_kernel(ofccl__gpu_t *g, int dev, ofccl__gpu_stream_t s, void
     vecs = (len + 15) / 16;
     blocks = (unsigned)OFCCL__MIN((vecs + 2 * COPY_THREADS - 1) / (2 * COPY_THREADS),
                                   (size_t)OFCCL__MAX(sms, 1));
-    res = ofccl__gpu_fn.cuLaunchKernel(fn, blocks, 1, 1, COPY_THREADS, 1, 1, 0, (CUstream)s, params,
-                                       NULL);
-    ofccl__gpu_leave(g);
-    if (res != CUDA_SUCCESS)
-        return ofccl__gpu_cufail(g, e, res, "launching ofccl's copy kernel");
-    return 0;
+    return launch(g, dev, OFCCL__GPU_K_COPY, s, blocks, &a, e);
+}
+
+/* The layout of struct ofccl_chain_args in kernels.cu. */
+struct chain_args {
+    const void *src;
+    void *next;
+    unsigned long long len, chunk;
+    void *in, *out;
+    unsigned long long base;
+    const void *abort;
+};
+
+int ofccl__gpu_chain(ofccl__gpu_t *g, int dev, ofccl__gpu_stream_t s, const void *src, void *next,
+                     size_t len, size_t chunk, int blocks, void *in, void *out, uint64_t base,
+                     const void *abort, ofccl__err_t *e)
+{
+    struct chain_args a = {src, next, len, chunk, in, out, base, abort};
+    size_t unit;
+
+    blocks = OFCCL__MIN(OFCCL__MAX(blocks, 1), OFCCL__GPU_CHAIN_BLOCKS);
+    unit = (size_t)16 * (size_t)blocks;
+    if (len == 0)
+        return 0;
+    a.chunk = (OFCCL__MAX(chunk, unit) + unit - 1) / unit * unit;
+    return launch(g, dev, OFCCL__GPU_K_CHAIN, s, (unsigned)blocks, &a, e);
 }

@@ -58,3 +58,82 @@ extern "C" __global__ void __launch_bounds__(512) ofccl_copy(struct ofccl_copy_a
             ((unsigned char *)a.dst[d])[b] = v;
     }
 }
+
+/* Arguments of ofccl_chain (kernel.c fills the same layout). */
+struct ofccl_chain_args {
+    const char *src;            /* this rank's copy of the data (the root's source) */
+    char *next;                 /* the successor's buffer, NULL for the last rank */
+    unsigned long long len;     /* bytes */
+    unsigned long long chunk;   /* bytes per chunk, a multiple of 16 * blockDim.x */
+    volatile unsigned long long *in; /* [gridDim.x] flags the predecessor sets here (NULL: root) */
+    unsigned long long *out;    /* [gridDim.x] the successor's flags (NULL: last rank) */
+    unsigned long long base;    /* flag value of chunk c is base + c + 1 */
+    const volatile unsigned long long *abort; /* nonzero: give up (host memory) */
+};
+
+/* A pipelined chain (broadcast): chunk by chunk, block b waits until the
+ * predecessor's block b has stored its slice of the chunk here, then stores
+ * that slice into the successor's buffer and sets the successor's flag b. A
+ * link carries the data once, and the chunks overlap along the chain. Every
+ * rank runs the same grid, so slice b of a chunk is block b's on every rank. */
+extern "C" __global__ void __launch_bounds__(512) ofccl_chain(struct ofccl_chain_args a)
+{
+    __shared__ int quit;
+    const unsigned long long nchunks = (a.len + a.chunk - 1) / a.chunk;
+
+    for (unsigned long long c = 0; c < nchunks; c++) {
+        unsigned long long off = c * a.chunk;
+        unsigned long long n = a.len - off < a.chunk ? a.len - off : a.chunk;
+        /* A block's slice: a 16-byte multiple, at least 16 (a short chunk
+         * leaves the last blocks nothing). */
+        unsigned long long per = ((n + gridDim.x - 1) / gridDim.x + 15) & ~15ull;
+        unsigned long long lo = blockIdx.x * per < n ? blockIdx.x * per : n;
+        unsigned long long hi = lo + per < n ? lo + per : n;
+
+        if (threadIdx.x == 0) {
+            quit = 0;
+            if (a.in != nullptr) {
+                unsigned spins = 0;
+                while (a.in[blockIdx.x] < a.base + c + 1)
+                    if ((++spins & 1023) == 0 && a.abort != nullptr && *a.abort != 0) {
+                        quit = 1;
+                        break;
+                    }
+            } else if (a.abort != nullptr && *a.abort != 0) {
+                quit = 1;
+            }
+        }
+        __syncthreads();
+        if (quit)
+            return;
+        if (a.next != nullptr && lo < hi) {
+            const char *s = a.src + off;
+            char *d = a.next + off;
+            /* What the predecessor stored here is read past L1 (.cg), four
+             * vectors in flight per thread. */
+            unsigned long long v16 = ((uintptr_t)s | (uintptr_t)d | lo) & 15 ? lo : lo + (hi - lo) / 16 * 16;
+            const unsigned long long step = blockDim.x * 16ull;
+            unsigned long long i = lo + threadIdx.x * 16;
+            for (; i + 3 * step < v16; i += 4 * step) {
+                uint4 x0 = __ldcg((const uint4 *)(s + i)), x1 = __ldcg((const uint4 *)(s + i + step));
+                uint4 x2 = __ldcg((const uint4 *)(s + i + 2 * step));
+                uint4 x3 = __ldcg((const uint4 *)(s + i + 3 * step));
+                *(uint4 *)(d + i) = x0;
+                *(uint4 *)(d + i + step) = x1;
+                *(uint4 *)(d + i + 2 * step) = x2;
+                *(uint4 *)(d + i + 3 * step) = x3;
+            }
+            for (; i + 16 <= v16; i += step)
+                *(uint4 *)(d + i) = __ldcg((const uint4 *)(s + i));
+            for (unsigned long long b = v16 + threadIdx.x; b < hi; b += blockDim.x)
+                d[b] = __ldcg((const signed char *)(s + b));
+        }
+        /* The block's stores, then (thread 0, a system-scope fence after the
+         * barrier) the flag that says they are there. */
+        __syncthreads();
+        if (threadIdx.x == 0 && a.out != nullptr) {
+            __threadfence_system();
+            *(volatile unsigned long long *)&a.out[blockIdx.x] = a.base + c + 1;
+        }
+    }
+}

@@ -177,6 +177,18 @@ int ofccl__gpu_stream_sync(ofccl__gpu_t *g, int dev, ofccl__gpu_stream_t s, ofcc
     UNSUPPORTED;
 }
 
+int ofccl__gpu_load_kernels(ofccl__gpu_t *g, int dev, ofccl__err_t *e)
+{
+    UNSUPPORTED;
+}
+
+int ofccl__gpu_chain(ofccl__gpu_t *g, int dev, ofccl__gpu_stream_t s, const void *src, void *next,
+                     size_t len, size_t chunk, int blocks, void *in, void *out, uint64_t base,
+                     const void *abort, ofccl__err_t *e)
+{
+    UNSUPPORTED;
+}
+
 int ofccl__gpu_copy_sync(ofccl__gpu_t *g, int dev, void *dst, const void *src, size_t len,
                          ofccl__err_t *e)
 {

@@ -103,6 +103,10 @@ _PROTOS = {
     "ofccl_mem_deregister": (c_int, [c_void_p]),
     "ofccl_mem_alloc": (c_int, [c_void_p, c_size_t, _pp]),
     "ofccl_mem_free": (c_int, [c_void_p, c_void_p]),
+    "ofccl_comm_set_stream": (c_int, [c_void_p, c_void_p]),
+    "ofccl_gpu_buffer_alloc": (c_int, [c_void_p, c_size_t, _pp]),
+    "ofccl_gpu_buffer_free": (c_int, [c_void_p, c_void_p]),
+    "ofccl_req_stream_wait": (c_int, [c_void_p, c_void_p]),
 }
 
 

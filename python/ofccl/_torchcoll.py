@@ -6,13 +6,14 @@ library) or CUDA tensors (staged through pinned ofccl memory)."""
 from __future__ import annotations
 
 import ctypes
+import os
 import threading
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import torch
 import torch.distributed as dist
 
-from . import _staging, buffers
+from . import _staging, buffers, gpu
 from .comm import Comm, Context, Op, Request
 from .errors import InvalidArgument, NotSupported
 
@@ -113,6 +114,34 @@ def done_work(result: List[Any]) -> Work:
     return Work([], result)
 
 
+class GpuWork(Work):
+    """Work over a stream-ordered GPU collective: wait() makes the current
+    stream wait for it, as NCCL's Work does; the host goes on."""
+
+    def __init__(self, req: "gpu.GpuRequest", result: List[Any]):
+        super().__init__([], result)
+        self._req = req
+
+    def _complete(self) -> None:
+        try:
+            self._req.wait_host()
+        except BaseException as exc:  # noqa: BLE001 - handed to the waiter
+            self._exc = exc
+        super()._complete()
+
+    def wait(self, timeout: Any = None) -> bool:
+        self._req.stream_wait()
+        return True
+
+    def is_completed(self) -> bool:
+        return self._done or self._req.done()
+
+    def synchronize(self) -> None:
+        self._complete()
+        if self._exc is not None:
+            raise self._exc
+
+
 class TensorPool:
     """Tensors in ofccl memory for FSDP's buffers: freed tensors return their
     block to a free list of its size, so a training loop allocates (and the
@@ -168,6 +197,10 @@ class Collectives:
     """All-gather, reduce-scatter and broadcast on torch tensors for one
     communicator."""
 
+    # CUDA tensors go to the library's GPU path (OFCCL_PY_GPU=0: through the
+    # Python staging of earlier versions, kept for comparison).
+    gpu_direct = os.environ.get("OFCCL_PY_GPU", "1") != "0"
+
     def __init__(self, comm: Comm):
         self.comm = comm
         self._host: Optional[_staging.HostBuffers] = None
@@ -205,6 +238,9 @@ class Collectives:
         if self._staged(o) or self._staged(i):
             if o.device != i.device:
                 raise InvalidArgument(f"all_gather: output on {o.device}, input on {i.device}")
+            if self.gpu_direct:  # the library's GPU path (it stages itself where P2P is not)
+                req = gpu.collectives_for(self.comm).all_gather(o, i)
+                return GpuWork(req, [out])
             ev = _staging.all_gather(self.comm, self._stage(),
                                      _staging.CudaEngine(torch, o.device), _movable(o),
                                      _movable(i))
@@ -235,6 +271,8 @@ class Collectives:
         tensor goes through a contiguous CPU copy, copied back on completion."""
         if t.device.type not in ("cpu", "cuda"):
             self._staged(t)  # raises NotSupported naming the device
+        if t.device.type == "cuda" and t.is_contiguous() and self.gpu_direct:
+            return GpuWork(gpu.collectives_for(self.comm).broadcast(t, root), [t])
         if t.device.type == "cpu" and t.is_contiguous():
             return Work([self.comm.broadcast(_movable(t.reshape(-1)), root)], [t])
         host = t.detach().to("cpu", copy=True).contiguous()

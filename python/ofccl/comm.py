@@ -598,6 +598,9 @@ class Comm:
                        "for them (or abort()) first")
         for plan in list(getattr(self, "_plans", ())):
             plan.close()  # local; Busy while one of its buckets runs
+        gpu = getattr(self, "_gpu", None)
+        if gpu is not None:  # GPU collectives still on a stream: waited for, then freed
+            gpu.close()
         gc.collect()
         if len(self._mems):
             raise Busy(f"Comm.close: {len(self._mems)} array(s) from Comm.alloc are still "

@@ -21,6 +21,7 @@ from typing import Any, Optional, Sequence
 import torch
 import torch.distributed as dist
 
+from . import gpu
 from ._torchcoll import Collectives, TensorPool, Work, redop
 from .comm import Comm
 from .errors import InvalidArgument, StateError
@@ -65,6 +66,12 @@ class _Hook:
     def allocate(self, size: Sequence[Any], *, dtype: torch.dtype,
                  device: torch.device) -> torch.Tensor:
         device = torch.device(device)
+        if device.type == "cuda" and Collectives.gpu_direct:
+            comm = self._comm or _group_comm(None)
+            if comm is not None:  # symmetric GPU memory: the all-gather runs in place in it
+                count = math.prod(int(s) for s in size)
+                t = gpu.collectives_for(comm).alloc(count, dtype, device)
+                return t.view(*[int(s) for s in size])
         if device.type != "cpu":
             return torch.empty(*size, dtype=dtype, device=device)
         if self._pool is None:

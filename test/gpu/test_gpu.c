@@ -280,7 +280,8 @@ static int kill_peer(int rank, ofccl_ctx_t *ctx, ofccl_comm_t *comm)
     if (gpu_up(rank))
         return 70;
     ofccl_comm_set_timeout(comm, 20000);
-    if (ofccl_gpu_buffer_alloc(comm, 1 << 20, &out) != 0)
+    if (ofccl_gpu_buffer_alloc(comm, 1 << 20, &out) != 0 ||
+        ofccl__gpu_event_create(gpu, dev, false, &ev, &e) != 0)
         return 67;
     ofccl_barrier(comm);
     if (rank == 1)
@@ -295,8 +296,7 @@ static int kill_peer(int rank, ofccl_ctx_t *ctx, ofccl_comm_t *comm)
         strstr(ofccl_comm_last_error(comm), "rank 1") == NULL)
         return 68;
     /* The stream was released: work enqueued after the collective runs. */
-    if (ofccl__gpu_event_create(gpu, dev, false, &ev, &e) != 0 ||
-        ofccl__gpu_event_record(gpu, dev, ev, NULL, &e) != 0)
+    if (ofccl__gpu_event_record(gpu, dev, ev, NULL, &e) != 0)
         return 69;
     for (double dl = now_s() + 10; done == 0 && now_s() < dl;)
         done = ofccl__gpu_event_query(gpu, dev, ev, &e);

@@ -162,14 +162,22 @@ static int push(ofccl__req_t *r, const int *to, int nto, const void *src, size_t
 
     if (!q->ce) {
         void *dst[OFCCL__GPU_COPY_DSTS];
+        /* Where the source is not already in this rank's output (an
+         * all-gather out of place), its own copy goes in the first launch. */
+        char *own = q->peer[me] + dst_off;
+        bool mine = own != (const char *)src && r->coll == OFCCL__AG;
         for (int i = 0; rc == 0 && i < nto; i++)
             rc = ofccl__gpu_wait_flag(gc->g, gc->dev, gc->stream,
                                       flag(gc, me, ofccl__gf_ready(to[i])), v, e);
-        /* One launch per group of up to 8 peers. */
-        for (int i = 0; rc == 0 && i < nto; i += OFCCL__GPU_COPY_DSTS) {
-            int k = OFCCL__MIN(nto - i, OFCCL__GPU_COPY_DSTS);
+        /* One launch per group of up to 8 destinations. */
+        for (int i = 0; rc == 0 && i < nto;) {
+            int k = OFCCL__MIN(nto - i, OFCCL__GPU_COPY_DSTS - (mine ? 1 : 0));
             for (int j = 0; j < k; j++)
                 dst[j] = q->peer[to[i + j]] + dst_off;
+            i += k;
+            if (mine)
+                dst[k++] = own;
+            mine = false;
             rc = ofccl__gpu_copy_kernel(gc->g, gc->dev, gc->stream, dst, k, src, len, gc->sms,
                                         flag(gc, me, OFCCL__GF_ABORT), e);
         }
@@ -273,7 +281,9 @@ static int ag_start(ofccl__req_t *r)
     ofccl__err_t e = {0};
 
     rc = begin(r, &e);
-    if (rc == 0 && r->sendbuf != own && r->block)
+    /* Out of place: this rank's own block goes by the copy engine (the kernel
+     * path stores it with the peers' in the same pass, push()). */
+    if (rc == 0 && r->sendbuf != own && r->block && q->ce)
         rc = ofccl__gpu_copy(gc->g, gc->dev, gc->stream, own, r->sendbuf, r->block, &e);
     if (rc == 0)
         rc = say_ready(r, peers, np, &e);
@@ -290,33 +300,91 @@ static int ag_start(ofccl__req_t *r)
     return rc ? failed(r, rc, &e) : 0;
 }
 
+/* Chunk of the broadcast chain: enough chunks to fill the chain, each a
+ * few hundred KiB to 4 MiB. */
+static size_t chain_chunk(const ofccl__gcomm_t *gc, size_t len)
+{
+    size_t c = len / 16;
+
+    if (gc->chain_bytes > 0)
+        return gc->chain_bytes;
+    return OFCCL__MIN(OFCCL__MAX(c, (size_t)256 << 10), (size_t)4 << 20);
+}
+
+/* Broadcast along a pipelined chain root, root + 1, ... (the copy kernel's
+ * chain: device flags per chunk, no host or stream operation per chunk); on
+ * the copy engines alone, the root pushes to every rank. */
 static int bc_start(ofccl__req_t *r)
 {
     ofccl__gcomm_t *gc = gc_of(r);
     struct ofccl__grq *q = q_of(r);
     const ofccl_comm_t *comm = r->comm;
-    int me = comm->rank, n = comm->size, *peers = gc->peers, np = n - 1, rc;
+    int me = comm->rank, n = comm->size, root = r->root, rc;
+    int pos = (me - root + n) % n, pred = (me - 1 + n) % n, succ = (me + 1) % n;
+    bool last = pos == n - 1;
     ofccl__err_t e = {0};
 
     rc = begin(r, &e);
-    if (me == r->root) {
-        if (rc == 0 && r->block)
-            rc = push(r, peers, np, r->recvbuf, q->off, r->block, &e);
-        else if (rc == 0)
-            for (int i = 0; rc == 0 && i < np; i++)
-                rc = ofccl__gpu_write_flag(gc->g, gc->dev, gc->stream,
-                                           flag(gc, peers[i], ofccl__gf_done(n, me)), v_of(r), &e);
-        /* The root's own buffer is its output: nothing to copy out. */
-        q->stage = NULL;
+    if (me == root)
+        q->stage = NULL; /* the root's own buffer is its output */
+    if (q->ce) {
+        if (me == root) {
+            if (rc == 0 && r->block)
+                rc = push(r, gc->peers, n - 1, r->recvbuf, q->off, r->block, &e);
+            else if (rc == 0)
+                for (int i = 0; rc == 0 && i < n - 1; i++)
+                    rc = ofccl__gpu_write_flag(gc->g, gc->dev, gc->stream,
+                                               flag(gc, gc->peers[i], ofccl__gf_done(n, me)),
+                                               v_of(r), &e);
+        } else {
+            if (rc == 0)
+                rc = say_ready(r, &root, 1, &e);
+            if (rc == 0)
+                rc = wait_done(r, &root, 1, &e);
+        }
     } else {
+        const char *src = me == root ? r->recvbuf : q->peer[me] + q->off;
+        char *next = last ? NULL : q->peer[succ] + q->off;
+        if (rc == 0 && me != root)
+            rc = say_ready(r, &pred, 1, &e);
+        if (rc == 0 && !last)
+            rc = ofccl__gpu_wait_flag(gc->g, gc->dev, gc->stream,
+                                      flag(gc, me, ofccl__gf_ready(succ)), v_of(r), &e);
         if (rc == 0)
-            rc = say_ready(r, &r->root, 1, &e);
-        if (rc == 0)
-            rc = wait_done(r, &r->root, 1, &e);
+            rc =
+                ofccl__gpu_chain(gc->g, gc->dev, gc->stream, src, next, r->block,
+                                 chain_chunk(gc, r->block), gc->sms, me == root ? NULL : gc->dflags,
+                                 last ? NULL : gc->dflags_seg->peer[succ] + gc->dflags_off,
+                                 v_of(r) << 24, flag(gc, me, OFCCL__GF_ABORT), &e);
     }
     if (rc == 0)
         rc = end(r, r->block, &e);
     return rc ? failed(r, rc, &e) : 0;
+}
+
+static const char *waits_on(const ofccl__req_t *r, int p);
+static void abort_req(ofccl__req_t *r);
+
+/* A peer this request still waits for is known gone: release the stream at
+ * once, with host stores alone (no CUDA call: the driver may hold one while
+ * it takes the dead process's memory back), tell the others, and fail the
+ * request naming the peer and what it owed. */
+static int peer_gone(ofccl__req_t *r)
+{
+    char why[256];
+    int code;
+
+    for (int p = 0; p < r->comm->size; p++) {
+        const char *owed = p != r->comm->rank ? waits_on(r, p) : NULL;
+        if (owed == NULL || !ofccl__dead_known(r->comm, p, &code, why, sizeof(why)))
+            continue;
+        abort_req(r);
+        ofccl__notice_send(r->comm, r->seq, OFCCL__NOTICE_EXITED, p, -1);
+        return ofccl__coll_fail(
+            r, code, "%s; not complete after %llu ms; waiting for rank %d (%s)", why,
+            (unsigned long long)((ofccl__coarse_ns() - r->start_ns) / 1000000), p, owed);
+    }
+    return 0;
 }
 
 static int progress(ofccl__req_t *r)
@@ -325,7 +393,7 @@ static int progress(ofccl__req_t *r)
     ofccl__err_t e = {0};
     int rc;
 
-    if ((rc = fp_check(r)) != 0)
+    if ((rc = fp_check(r)) != 0 || (rc = peer_gone(r)) != 0)
         return rc;
     rc = ofccl__gpu_event_query(gc->g, gc->dev, gc->done[r->slot], &e);
     if (rc < 0)
@@ -340,13 +408,18 @@ static const char *waits_on(const ofccl__req_t *r, int p)
 {
     const ofccl__gcomm_t *gc = gc_of(r);
     const struct ofccl__grq *q = &gc->rq[r->slot];
-    bool root = r->comm->rank == q->root, ag = q->coll == OFCCL__AG;
+    int me = r->comm->rank, n = r->comm->size;
+    bool ag = q->coll == OFCCL__AG, chain = !ag && !q->ce;
+    bool writes_to_p =
+        ag || (chain ? p == (me + 1) % n && (p - q->root + n) % n != 0 : me == q->root);
+    bool p_writes_here = ag || (chain ? me != q->root && p == (me - 1 + n) % n : p == q->root);
 
-    if (r->finished || p == r->comm->rank)
+    if (r->finished || p == me)
         return NULL;
-    if ((ag || root) && flag_here(gc, ofccl__gf_ready(p)) < v_of(r))
+    if (writes_to_p && flag_here(gc, ofccl__gf_ready(p)) < v_of(r))
         return "its GPU stream has not reached this collective";
-    if ((ag || p == q->root) && flag_here(gc, ofccl__gf_done(r->comm->size, p)) < v_of(r))
+    /* The chain's data flags live in GPU memory: the host cannot read them. */
+    if (p_writes_here && (chain || flag_here(gc, ofccl__gf_done(n, p)) < v_of(r)))
         return "its data has not arrived on this GPU";
     return NULL;
 }

@@ -182,6 +182,51 @@ static void regions_free(ofccl_comm_t *comm, ofccl__gcomm_t *gc)
     gc->region = NULL;
 }
 
+/* The broadcast chain's device flags, zeroed before any peer may set them
+ * (a peer writes them only after this rank says READY, which comes later). */
+static int chain_flags(ofccl__gcomm_t *gc)
+{
+    size_t len = OFCCL__GPU_CHAIN_BLOCKS * sizeof(uint64_t);
+    uint64_t zero[OFCCL__GPU_CHAIN_BLOCKS] = {0};
+    ofccl__err_t e = {0};
+    void *p = NULL;
+    int rc = ofccl__gpool_alloc(gc, len, &p);
+
+    if (rc != 0)
+        return rc;
+    gc->dflags = p;
+    gc->dflags_seg = ofccl__gpool_find(gc, p, len, &gc->dflags_off);
+    if ((rc = ofccl__gpu_copy_sync(gc->g, gc->dev, p, zero, len, &e)) != 0)
+        return ofccl__comm_fail(gc->comm, rc, "GPU setup: zeroing its flags: %s", e.msg);
+    return 0;
+}
+
+/* Everything a collective will need from the driver, made now: the kernels'
+ * module, an end event per request slot, the copy engines' streams and
+ * their fork event. A peer that dies later leaves nothing of this to do in
+ * the middle of a collective (a module load then waits in the driver while
+ * the dead process's shared memory is taken back). */
+static int preload(ofccl__gcomm_t *gc)
+{
+    const ofccl_comm_t *comm = gc->comm;
+    ofccl__err_t e = {0};
+    int rc = ofccl__gpu_load_kernels(gc->g, gc->dev, &e);
+
+    for (int s = 0; rc == 0 && s < OFCCL__GPU_SLOTS; s++)
+        rc = ofccl__gpu_event_create(gc->g, gc->dev, false, &gc->done[s], &e);
+    if (rc == 0)
+        rc = ofccl__gpu_event_create(gc->g, gc->dev, false, &gc->fork, &e);
+    if (rc == 0 && (gc->ce = calloc((size_t)comm->size, sizeof(*gc->ce))) == NULL)
+        rc = OFCCL_ERR_NO_MEMORY;
+    for (int p = 0; rc == 0 && p < comm->size; p++)
+        if (p != comm->rank)
+            rc = ofccl__gpu_stream_create(gc->g, gc->dev, &gc->ce[p], &e);
+    if (rc != 0)
+        return ofccl__comm_fail(gc->comm, rc, "GPU setup on GPU %d: %s", gc->dev,
+                                rc == OFCCL_ERR_NO_MEMORY ? "no memory" : e.msg);
+    return 0;
+}
+
 static int setup(ofccl_comm_t *comm, ofccl__gcomm_t *gc)
 {
     uint8_t rec[REC1] = {0}, *all = malloc(REC1 * (size_t)comm->size);
@@ -196,6 +241,7 @@ static int setup(ofccl_comm_t *comm, ofccl__gcomm_t *gc)
         if (p != comm->rank)
             gc->peers[k++] = p;
     gc->sms = (int)ofccl__cfg_int(&comm->ctx->cfg, OFCCL__CFG_GPU_SMS);
+    gc->chain_bytes = (size_t)ofccl__cfg_int(&comm->ctx->cfg, OFCCL__CFG_GPU_CHAIN_BYTES);
     gc->budget = (size_t)ofccl__cfg_int(&comm->ctx->cfg, OFCCL__CFG_GPU_POOL_BYTES);
     gc->g = ofccl__gpu_process(&comm->ctx->log, true);
     gc->dev = gc->g != NULL ? ofccl__gpu_current_device(gc->g, comm->local_rank) : -1;
@@ -225,6 +271,8 @@ static int setup(ofccl_comm_t *comm, ofccl__gcomm_t *gc)
             regions_free(comm, gc);
     }
     if (rc < 0)
+        return rc;
+    if (rc == V_OK && ((rc = chain_flags(gc)) < 0 || (rc = preload(gc)) < 0))
         return rc;
     if (rc == V_OK) {
         gc->path = OFCCL__GPATH_P2P;

@@ -82,8 +82,9 @@ typedef struct ofccl__gcomm {
     bool ready; /* set up (collective, on the first GPU call) */
     int path;   /* enum ofccl__gpu_path */
     char why[320];
-    int sms;      /* OFCCL_GPU_SMS: 0 = copy engines only */
-    size_t stage; /* staging chunk (OFCCL_GPU_STAGE_BYTES) */
+    int sms;            /* OFCCL_GPU_SMS: 0 = copy engines only */
+    size_t chain_bytes; /* OFCCL_GPU_CHAIN_BYTES: the broadcast chain's chunk, 0 = by size */
+    size_t stage;       /* staging chunk (OFCCL_GPU_STAGE_BYTES) */
     /* flags (P2P): every rank's region, mapped here and registered with CUDA */
     void *region;
     size_t region_len;
@@ -115,6 +116,11 @@ typedef struct ofccl__gcomm {
     } rq[OFCCL__GPU_SLOTS];
     ofccl__gpu_event_t last; /* the previous collective's end: the next one waits for it */
     int *peers;              /* every rank but this one, in order */
+    /* Device flags the broadcast chain's kernels poll (a pool buffer of
+     * OFCCL__GPU_CHAIN_BLOCKS words on every rank): set by the predecessor. */
+    char *dflags;
+    ofccl__gseg_t *dflags_seg;
+    size_t dflags_off;
     /* staging (gstage.c): pinned host bounce buffers */
     void *host_stage;
     size_t host_stage_len;
