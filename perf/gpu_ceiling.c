@@ -205,8 +205,8 @@ static int child(int me)
                     for (int p = 0; p < ngpu; p++)
                         if (p != me)
                             d[nd++] = (char *)peer[p] + (size_t)me * block;
-                    CHECK(
-                        ofccl__gpu_copy_kernel(g, me, st[0], d, nd, mine, block, sms_list[c], NULL, &e));
+                    CHECK(ofccl__gpu_copy_kernel(g, me, st[0], d, nd, mine, block, sms_list[c],
+                                                 NULL, &e));
                 }
                 CHECK(ofccl__gpu_event_record(g, me, e1, st[0], &e));
                 CHECK(ofccl__gpu_event_sync(g, me, e1, &e));

@@ -151,6 +151,7 @@ int ofccl__bucket_setup(ofccl_comm_t *comm, const char *what, const ofccl_tensor
                         int ntensors, ofccl_dtype_t dtype, ofccl__req_t *r)
 {
     size_t esize = ofccl_dtype_size(dtype), total = 0;
+    int rc;
     size_t align = (size_t)ofccl__cfg_int(&comm->ctx->cfg, OFCCL__CFG_ALIGN);
     int n = comm->size;
 
@@ -174,6 +175,11 @@ int ofccl__bucket_setup(ofccl_comm_t *comm, const char *what, const ofccl_tensor
                                     x->count, x->full == NULL ? "full" : "shard");
         total += c * esize;
     }
+    if ((rc = ofccl__gpu_refuse(comm, what, "tensor (full)", (const void *const *)&tensors->full,
+                                ntensors, sizeof(*tensors))) != 0 ||
+        (rc = ofccl__gpu_refuse(comm, what, "tensor (shard)", (const void *const *)&tensors->shard,
+                                ntensors, sizeof(*tensors))) != 0)
+        return rc;
     total = (total + align - 1) / align * align;
     if (r->tcap < ntensors) {
         /* Grow-only per slot: steady-state training posts allocate nothing. */

@@ -60,6 +60,11 @@ extern const ofccl__algo_t ofccl__bc_hier;
 int ofccl__gpu_route(ofccl_comm_t *comm, const char *what, int coll, const void *sendbuf,
                      void *recvbuf, size_t count, ofccl_dtype_t dtype, ofccl_redop_t op, int root,
                      size_t block, ofccl_req_t **req, int *rc);
+/* 0, or OFCCL_ERR_NOT_SUPPORTED where one of n pointers (NULLs skipped) is GPU
+ * memory: the bucketed collectives and the weight push take host memory only
+ * (gpu/gapi.c). `what` names the call, `role` the pointers ("tensor", "shard"). */
+int ofccl__gpu_refuse(ofccl_comm_t *comm, const char *what, const char *role,
+                      const void *const *ptrs, int n, size_t stride);
 
 /* The one place an algorithm is chosen (select.c): OFCCL_ALGO_* first, then
  * size and rank count, then what the memory and provider allow (eager slots

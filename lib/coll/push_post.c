@@ -102,7 +102,13 @@ static int push_bucket_locked(ofccl_push_plan_t *pl, int k, void *const *shards,
     if (pl->me_send >= 0 && shards == NULL && pl->first[k + 1] > pl->first[k])
         return ofccl__comm_fail(comm, OFCCL_ERR_INVALID_ARG,
                                 "ofccl_push_bucket: this rank is a sender: shards is NULL");
-    if ((rc = ofccl__coll_begin(comm, OFCCL__PUSH, &r)) != 0)
+    if ((shards != NULL &&
+         (rc = ofccl__gpu_refuse(comm, "ofccl_push_bucket", "shards",
+                                 (const void *const *)shards + pl->first[k],
+                                 pl->first[k + 1] - pl->first[k], sizeof(void *))) != 0) ||
+        (rc = ofccl__gpu_refuse(comm, "ofccl_push_bucket", "buf", (const void *const *)&buf, 1,
+                                sizeof(void *))) != 0 ||
+        (rc = ofccl__coll_begin(comm, OFCCL__PUSH, &r)) != 0)
         return rc;
     r->dtype = OFCCL_U8;
     r->esize = 1;

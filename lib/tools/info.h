@@ -7,4 +7,8 @@
  * (`settings`: NULL-terminated "NAME=value" list given as API settings). */
 int ofccl__info_job(const char *const *settings);
 
+/* The GPU section (info_gpu.c): the build, the driver, the devices and
+ * whether every pair of them is P2P. Loads the CUDA driver when built in. */
+void ofccl__info_gpu(void);
+
 #endif

@@ -1,9 +1,9 @@
 /*
  * ofccl_info: what ofccl sees on this machine — version, the providers
  * libfabric offers with their capabilities as ofccl reads them, which one a
- * job on this host would use and why, locality, (-c) every parameter, (-k)
- * the rate of ofccl's own reduction kernel on this CPU, and (-j, info_job.c)
- * what a running job looks like to ofccl.
+ * job on this host would use and why, locality, the GPUs (info_gpu.c), (-c)
+ * every parameter, (-k) the rate of ofccl's own reduction kernel on this CPU,
+ * and (-j, info_job.c) what a running job looks like to ofccl.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -190,6 +190,7 @@ int main(int argc, char **argv)
         ofccl__topo_describe(topo, nics, n, text, sizeof(text));
         printf("\nTopology and locality:\n%s\n", text);
     }
+    ofccl__info_gpu();
     printf("\nChoice for a job whose ranks all run on this host (OFCCL_PROVIDER=%s):\n",
            ofccl__cfg_str(&cfg, OFCCL__CFG_PROVIDER));
     if (ofccl__ctx_choose(&cfg, topo, true, 2, &lg, provider, sizeof(provider), domain,

@@ -9,7 +9,8 @@
  * destroyed with GPU buffers (device memory back where it was). Every result
  * is checked byte for byte against what each rank computes itself.
  * Skipped (77) without two GPUs.
- * Usage: test_gpu [NRANKS] [scenario...]  (scenarios: gather bcast ce stream mismatch kill leak)
+ * Usage: test_gpu [NRANKS] [scenario...]  (scenarios: gather bcast ce stream mismatch kill leak
+ * refuse)
  */
 #include <signal.h>
 #include <stdint.h>
@@ -335,6 +336,38 @@ static int leak(int rank, ofccl_ctx_t *ctx, ofccl_comm_t *comm)
     return bad ? 74 : free1 + (2u << 20) < free0 ? 75 : 0;
 }
 
+/* A bucketed all-gather of GPU tensors is refused (NOT_SUPPORTED, naming
+ * the tensor and the GPU) before anything is posted: the communicator goes on
+ * to a GPU all-gather that every rank checks. */
+static int refuse(int rank, ofccl_ctx_t *ctx, ofccl_comm_t *comm)
+{
+    void *full;
+    ofccl_req_t *req = NULL;
+    ofccl_tensor_t t[2];
+    size_t off, len;
+    int rc;
+
+    (void)ctx;
+    if (gpu_up(rank))
+        return 70;
+    ofccl_comm_set_timeout(comm, 10000);
+    if (ofccl_gpu_buffer_alloc(comm, 4096, &full) != 0)
+        return 76;
+    ofccl_shard_range(comm, 4096, &off, &len);
+    t[0] = (ofccl_tensor_t){64, malloc(64), malloc(64)};
+    t[1] = (ofccl_tensor_t){4096, full, (char *)full + off};
+    rc = ofccl_bucket_allgather(comm, t, 2, OFCCL_U8, &req);
+    printf("rank %d: bucketed all-gather of a GPU tensor: %s: %s\n", rank, ofccl_strerror(rc),
+           ofccl_comm_last_error(comm));
+    free(t[0].full);
+    free(t[0].shard);
+    if (rc != OFCCL_ERR_NOT_SUPPORTED || req != NULL ||
+        strstr(ofccl_comm_last_error(comm), "tensor (full) 1") == NULL)
+        return 77;
+    ofccl_gpu_buffer_free(comm, full);
+    return gather_once(rank, comm, 8192, 0, OFCCL_U8, 5);
+}
+
 static scenario_fn which;
 static void test_one(void)
 {
@@ -379,7 +412,7 @@ int main(int argc, char **argv)
         const char *setting;
     } all[] = {{"gather", gather, NULL}, {"bcast", bcast, NULL},       {"ce", gather, "GPU_SMS=0"},
                {"stream", stream, NULL}, {"mismatch", mismatch, NULL}, {"kill", kill_peer, NULL},
-               {"leak", leak, NULL}};
+               {"leak", leak, NULL},     {"refuse", refuse, NULL}};
     int n = gpus_here(), rc = 0;
 
     setvbuf(stdout, NULL, _IOLBF, 0); /* a rank that dies keeps what it printed */

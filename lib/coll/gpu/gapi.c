@@ -73,6 +73,26 @@ int ofccl__gpu_route(ofccl_comm_t *comm, const char *what, int coll, const void 
     return 1;
 }
 
+int ofccl__gpu_refuse(ofccl_comm_t *comm, const char *what, const char *role,
+                      const void *const *ptrs, int n, size_t stride)
+{
+    const char *base = (const char *)ptrs;
+
+    if (ofccl__gpu_process(&comm->ctx->log, false) == NULL)
+        return 0; /* CUDA not in this process: no pointer is GPU memory */
+    for (int i = 0; i < n; i++) {
+        const void *p = *(const void *const *)(base + (size_t)i * stride);
+        int k = p != NULL ? ofccl__gpu_kind_of(comm, p) : -1;
+        if (k >= 0)
+            return ofccl__comm_fail(comm, OFCCL_ERR_NOT_SUPPORTED,
+                                    "%s: %s %d is memory of GPU %d: this call takes host memory "
+                                    "only (GPU memory: ofccl_allgather and ofccl_broadcast, on a "
+                                    "symmetric buffer from ofccl_gpu_buffer_alloc)",
+                                    what, role, i, k);
+    }
+    return 0;
+}
+
 static int set_stream_locked(ofccl_comm_t *comm, ofccl_stream_t stream)
 {
     ofccl__gcomm_t *gc;
