@@ -148,8 +148,12 @@ static int bucket_broadcast_locked(ofccl_comm_t *comm, const ofccl_tensor_t *ten
 
     if (req == NULL)
         return ofccl__comm_fail(comm, OFCCL_ERR_INVALID_ARG, "ofccl_bucket_broadcast: req is NULL");
-    if ((rc = check_root(comm, "ofccl_bucket_broadcast", root)) != 0 ||
-        (rc = ofccl__coll_begin(comm, OFCCL__BC, &r)) != 0)
+    if ((rc = check_root(comm, "ofccl_bucket_broadcast", root)) != 0)
+        return rc;
+    if (ofccl__gpu_route_bucket(comm, "ofccl_bucket_broadcast", OFCCL__BC, tensors, n, dtype, root,
+                                req, &rc))
+        return rc;
+    if ((rc = ofccl__coll_begin(comm, OFCCL__BC, &r)) != 0)
         return rc;
     r->root = root;
     r->op = (ofccl_redop_t){OFCCL_OP_SUM, 1};

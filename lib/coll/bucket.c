@@ -13,7 +13,7 @@
 #include "coll.h"
 #include "util.h"
 
-static size_t chunk_of(size_t count, int n)
+size_t ofccl__bucket_chunk(size_t count, int n)
 {
     return (count + (size_t)n - 1) / (size_t)n;
 }
@@ -21,12 +21,12 @@ static size_t chunk_of(size_t count, int n)
 /* Elements of tensor `count` in one region of the flat buffer. */
 static size_t slot_of(const ofccl__req_t *r, size_t count)
 {
-    return r->coll == OFCCL__BC ? count : chunk_of(count, r->comm->size);
+    return r->coll == OFCCL__BC ? count : ofccl__bucket_chunk(count, r->comm->size);
 }
 
-static size_t shard_len(size_t count, int n, int r)
+size_t ofccl__bucket_shard(size_t count, int n, int r)
 {
-    size_t c = chunk_of(count, n), first = (size_t)r * c;
+    size_t c = ofccl__bucket_chunk(count, n), first = (size_t)r * c;
     return first >= count ? 0 : OFCCL__MIN(c, count - first);
 }
 
@@ -45,9 +45,9 @@ int ofccl_shard_range(const ofccl_comm_t *comm, size_t count, size_t *offset, si
         ofccl__ctx_unlock(mut->ctx);
         return OFCCL_ERR_INVALID_ARG;
     }
-    c = chunk_of(count, comm->size);
+    c = ofccl__bucket_chunk(count, comm->size);
     *offset = OFCCL__MIN((size_t)comm->rank * c, count);
-    *shard_count = shard_len(count, comm->size, comm->rank);
+    *shard_count = ofccl__bucket_shard(count, comm->size, comm->rank);
     return 0;
 }
 
@@ -79,8 +79,8 @@ void ofccl__bucket_copy_in(ofccl__req_t *r, void *area)
         size_t off = 0;
         for (int t = 0; t < r->ntensors; t++) {
             const ofccl_tensor_t *x = &r->tensors[t];
-            size_t slot = chunk_of(x->count, n) * r->esize;
-            size_t len = shard_len(x->count, n, comm->rank) * r->esize;
+            size_t slot = ofccl__bucket_chunk(x->count, n) * r->esize;
+            size_t len = ofccl__bucket_shard(x->count, n, comm->rank) * r->esize;
             if (len) /* an empty shard may have a NULL pointer */
                 memcpy(base + off, x->shard, len);
             memset(base + off + len, 0, slot - len);
@@ -96,8 +96,8 @@ void ofccl__bucket_copy_in(ofccl__req_t *r, void *area)
         size_t off = 0;
         for (int t = 0; t < r->ntensors; t++) {
             const ofccl_tensor_t *x = &r->tensors[t];
-            size_t c = chunk_of(x->count, n);
-            size_t len = shard_len(x->count, n, q) * r->esize;
+            size_t c = ofccl__bucket_chunk(x->count, n);
+            size_t len = ofccl__bucket_shard(x->count, n, q) * r->esize;
             if (len)
                 memcpy(region + off, (const char *)x->full + (size_t)q * c * r->esize, len);
             memset(region + off + len, 0, c * r->esize - len);
@@ -127,17 +127,17 @@ static void copy_out(ofccl__req_t *r)
     }
     for (int t = 0; t < r->ntensors; t++) {
         const ofccl_tensor_t *x = &r->tensors[t];
-        size_t c = chunk_of(x->count, n);
+        size_t c = ofccl__bucket_chunk(x->count, n);
 
         if (r->coll == OFCCL__AG) {
             for (int q = 0; q < n; q++) {
-                size_t len = shard_len(x->count, n, q) * r->esize;
+                size_t len = ofccl__bucket_shard(x->count, n, q) * r->esize;
                 if (len)
                     memcpy((char *)x->full + (size_t)q * c * r->esize,
                            (const char *)r->dst.ptr + (size_t)q * r->block + off, len);
             }
         } else {
-            size_t len = shard_len(x->count, n, comm->rank) * r->esize;
+            size_t len = ofccl__bucket_shard(x->count, n, comm->rank) * r->esize;
             if (len)
                 memcpy(x->shard, (const char *)r->out + off, len);
         }
@@ -151,7 +151,6 @@ int ofccl__bucket_setup(ofccl_comm_t *comm, const char *what, const ofccl_tensor
                         int ntensors, ofccl_dtype_t dtype, ofccl__req_t *r)
 {
     size_t esize = ofccl_dtype_size(dtype), total = 0;
-    int rc;
     size_t align = (size_t)ofccl__cfg_int(&comm->ctx->cfg, OFCCL__CFG_ALIGN);
     int n = comm->size;
 
@@ -169,17 +168,12 @@ int ofccl__bucket_setup(ofccl_comm_t *comm, const char *what, const ofccl_tensor
             return ofccl__comm_fail(comm, OFCCL_ERR_INVALID_ARG,
                                     "%s: tensor %d: count %zu overflows", what, t, x->count);
         if (x->count > 0 && (x->full == NULL || (r->coll != OFCCL__BC && x->shard == NULL &&
-                                                 shard_len(x->count, n, comm->rank) > 0)))
+                                                 ofccl__bucket_shard(x->count, n, comm->rank) > 0)))
             return ofccl__comm_fail(comm, OFCCL_ERR_INVALID_ARG,
                                     "%s: tensor %d (%zu elements) has a NULL %s pointer", what, t,
                                     x->count, x->full == NULL ? "full" : "shard");
         total += c * esize;
     }
-    if ((rc = ofccl__gpu_refuse(comm, what, "tensor (full)", (const void *const *)&tensors->full,
-                                ntensors, sizeof(*tensors))) != 0 ||
-        (rc = ofccl__gpu_refuse(comm, what, "tensor (shard)", (const void *const *)&tensors->shard,
-                                ntensors, sizeof(*tensors))) != 0)
-        return rc;
     total = (total + align - 1) / align * align;
     if (r->tcap < ntensors) {
         /* Grow-only per slot: steady-state training posts allocate nothing. */
@@ -243,6 +237,9 @@ static int bucket_allgather_unlocked(ofccl_comm_t *comm, const ofccl_tensor_t *t
         return OFCCL_ERR_INVALID_ARG;
     if (req == NULL)
         return ofccl__comm_fail(comm, OFCCL_ERR_INVALID_ARG, "ofccl_bucket_allgather: req is NULL");
+    if (ofccl__gpu_route_bucket(comm, "ofccl_bucket_allgather", OFCCL__AG, tensors, n, dtype, -1,
+                                req, &rc))
+        return rc;
     rc = ofccl__coll_begin(comm, OFCCL__AG, &r);
     if (rc)
         return rc;
@@ -271,6 +268,12 @@ static int bucket_reduce_scatter_unlocked(ofccl_comm_t *comm, const ofccl_tensor
         return ofccl__comm_fail(comm, OFCCL_ERR_INVALID_ARG,
                                 "ofccl_bucket_reduce_scatter: req is NULL");
     if ((rc = ofccl__check_redop(comm, "ofccl_bucket_reduce_scatter", dtype, op)) != 0)
+        return rc;
+    if (tensors != NULL && n > 0 &&
+        ((rc = ofccl__gpu_refuse(comm, "ofccl_bucket_reduce_scatter", "tensor (full)",
+                                 (const void *const *)&tensors->full, n, sizeof(*tensors))) != 0 ||
+         (rc = ofccl__gpu_refuse(comm, "ofccl_bucket_reduce_scatter", "tensor (shard)",
+                                 (const void *const *)&tensors->shard, n, sizeof(*tensors))) != 0))
         return rc;
     rc = ofccl__coll_begin(comm, OFCCL__RS, &r);
     if (rc)

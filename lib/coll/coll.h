@@ -61,8 +61,8 @@ int ofccl__gpu_route(ofccl_comm_t *comm, const char *what, int coll, const void 
                      void *recvbuf, size_t count, ofccl_dtype_t dtype, ofccl_redop_t op, int root,
                      size_t block, ofccl_req_t **req, int *rc);
 /* 0, or OFCCL_ERR_NOT_SUPPORTED where one of n pointers (NULLs skipped) is GPU
- * memory: the bucketed collectives and the weight push take host memory only
- * (gpu/gapi.c). `what` names the call, `role` the pointers ("tensor", "shard"). */
+ * memory: the bucketed reduce-scatter and the weight push take host memory
+ * only (gpu/gapi.c). `what` names the call, `role` the pointers ("tensor", "shard"). */
 int ofccl__gpu_refuse(ofccl_comm_t *comm, const char *what, const char *role,
                       const void *const *ptrs, int n, size_t stride);
 
@@ -144,6 +144,16 @@ size_t ofccl__bucket_extra(const ofccl__req_t *r);
 int ofccl__bucket_setup(ofccl_comm_t *comm, const char *what, const ofccl_tensor_t *tensors,
                         int ntensors, ofccl_dtype_t dtype, ofccl__req_t *r);
 void ofccl__bucket_copy_in(ofccl__req_t *r, void *area);
+/* Tensor `count`'s slot in every rank's region (elements), and the length of
+ * rank q's shard (it starts at q times the slot). */
+size_t ofccl__bucket_chunk(size_t count, int n);
+size_t ofccl__bucket_shard(size_t count, int n, int q);
+/* Buckets of GPU tensors (gpu/gbucket.c): 1 when the tensors are GPU memory
+ * (*rc the result: posted on the GPU peer class, or why not), 0 for host
+ * memory, where the caller goes on. */
+int ofccl__gpu_route_bucket(ofccl_comm_t *comm, const char *what, int coll,
+                            const ofccl_tensor_t *tensors, int ntensors, ofccl_dtype_t dtype,
+                            int root, ofccl_req_t **req, int *rc);
 
 /* Windows (window.c): a region registered on every rank of a communicator,
  * its keys exchanged once by an all-gather over the communicator (collective;

@@ -295,10 +295,12 @@ OFCCL_API int ofccl_mem_free(ofccl_ctx_t *ctx, void *ptr);
  * Collectives take GPU memory wherever they take host memory: the driver is
  * asked which kind a buffer is. Where every rank of the communicator is on
  * one host and every pair of GPUs reaches each other (P2P), all-gather and
- * broadcast on GPU memory are stream-ordered: enqueued on the communicator's
- * stream and returning at once, the data moved GPU to GPU (a copy kernel on
- * OFCCL_GPU_SMS SMs, or the copy engines); elsewhere GPU memory is staged
- * through host memory (said once in the log, with why). */
+ * broadcast on GPU memory, flat or bucketed, are stream-ordered: enqueued on
+ * the communicator's stream and returning at once, the data moved GPU to GPU
+ * (a copy kernel on OFCCL_GPU_SMS SMs, or the copy engines); elsewhere, and
+ * for ofccl_reduce_scatter, GPU memory is staged through host memory on the
+ * host (said once in the log, with why). The bucketed reduce-scatter and the
+ * weight push refuse GPU memory (OFCCL_ERR_NOT_SUPPORTED). */
 typedef void *ofccl_stream_t; /* a CUstream / cudaStream_t; NULL: the legacy default stream */
 /* The stream later GPU collectives of `comm` are enqueued on (each waits for
  * the previous one of the communicator first, whatever its stream). */

@@ -9,8 +9,11 @@
  * destroyed with GPU buffers (device memory back where it was). Every result
  * is checked byte for byte against what each rank computes itself.
  * Skipped (77) without two GPUs.
+ * Bucketed all-gather and broadcast: test_gpu_bucket.c; a bucketed
+ * reduce-scatter of GPU tensors is refused (NOT_SUPPORTED) and the
+ * communicator goes on.
  * Usage: test_gpu [NRANKS] [scenario...]  (scenarios: gather bcast ce stream mismatch kill leak
- * refuse)
+ * refuse bucket bucket-ce)
  */
 #include <signal.h>
 #include <stdint.h>
@@ -21,19 +24,20 @@
 #include "cu.h"
 #include "forkrun.h"
 #include "gpu/gpu.h"
+#include "gtest.h"
 
 #define MAXB (3u << 20) /* bytes per rank at most */
 
-static ofccl__gpu_t *gpu;
-static int dev;
+ofccl__gpu_t *gpu;
+int dev;
 
-static uint8_t byte_of(int rank, size_t i, unsigned salt)
+uint8_t byte_of(int rank, size_t i, unsigned salt)
 {
     return (uint8_t)(rank * 37 + i * 13 + salt * 101 + (i >> 11));
 }
 
 /* This process's GPU (the same one ofccl takes: the rank on one host). */
-static int gpu_up(int rank)
+int gpu_up(int rank)
 {
     ofccl__err_t e;
 
@@ -45,7 +49,7 @@ static int gpu_up(int rank)
     return 0;
 }
 
-static void *dmalloc(size_t len)
+void *dmalloc(size_t len)
 {
     ofccl__err_t e;
     void *p = NULL;
@@ -53,13 +57,13 @@ static void *dmalloc(size_t len)
     return ofccl__gpu_mem_alloc(gpu, dev, len ? len : 1, &p, &e) == 0 ? p : NULL;
 }
 
-static int put(void *d, const uint8_t *h, size_t len)
+int put(void *d, const uint8_t *h, size_t len)
 {
     ofccl__err_t e;
     return len ? ofccl__gpu_copy_sync(gpu, dev, d, h, len, &e) : 0;
 }
 
-static int get(uint8_t *h, const void *d, size_t len)
+int get(uint8_t *h, const void *d, size_t len)
 {
     ofccl__err_t e;
     return len ? ofccl__gpu_copy_sync(gpu, dev, h, d, len, &e) : 0;
@@ -336,7 +340,7 @@ static int leak(int rank, ofccl_ctx_t *ctx, ofccl_comm_t *comm)
     return bad ? 74 : free1 + (2u << 20) < free0 ? 75 : 0;
 }
 
-/* A bucketed all-gather of GPU tensors is refused (NOT_SUPPORTED, naming
+/* A bucketed reduce-scatter of GPU tensors is refused (NOT_SUPPORTED, naming
  * the tensor and the GPU) before anything is posted: the communicator goes on
  * to a GPU all-gather that every rank checks. */
 static int refuse(int rank, ofccl_ctx_t *ctx, ofccl_comm_t *comm)
@@ -353,11 +357,11 @@ static int refuse(int rank, ofccl_ctx_t *ctx, ofccl_comm_t *comm)
     ofccl_comm_set_timeout(comm, 10000);
     if (ofccl_gpu_buffer_alloc(comm, 4096, &full) != 0)
         return 76;
-    ofccl_shard_range(comm, 4096, &off, &len);
-    t[0] = (ofccl_tensor_t){64, malloc(64), malloc(64)};
-    t[1] = (ofccl_tensor_t){4096, full, (char *)full + off};
-    rc = ofccl_bucket_allgather(comm, t, 2, OFCCL_U8, &req);
-    printf("rank %d: bucketed all-gather of a GPU tensor: %s: %s\n", rank, ofccl_strerror(rc),
+    ofccl_shard_range(comm, 1024, &off, &len);
+    t[0] = (ofccl_tensor_t){16, malloc(64), malloc(64)};
+    t[1] = (ofccl_tensor_t){1024, full, (char *)full + off * 4};
+    rc = ofccl_bucket_reduce_scatter(comm, t, 2, OFCCL_F32, (ofccl_redop_t){OFCCL_OP_SUM, 1}, &req);
+    printf("rank %d: bucketed reduce-scatter of a GPU tensor: %s: %s\n", rank, ofccl_strerror(rc),
            ofccl_comm_last_error(comm));
     free(t[0].full);
     free(t[0].shard);
@@ -410,9 +414,11 @@ int main(int argc, char **argv)
         const char *name;
         scenario_fn fn;
         const char *setting;
-    } all[] = {{"gather", gather, NULL}, {"bcast", bcast, NULL},       {"ce", gather, "GPU_SMS=0"},
-               {"stream", stream, NULL}, {"mismatch", mismatch, NULL}, {"kill", kill_peer, NULL},
-               {"leak", leak, NULL},     {"refuse", refuse, NULL}};
+    } all[] = {{"gather", gather, NULL},     {"bcast", bcast, NULL},
+               {"ce", gather, "GPU_SMS=0"},  {"stream", stream, NULL},
+               {"mismatch", mismatch, NULL}, {"kill", kill_peer, NULL},
+               {"leak", leak, NULL},         {"refuse", refuse, NULL},
+               {"bucket", gpu_bucket, NULL}, {"bucket-ce", gpu_bucket, "GPU_SMS=0"}};
     int n = gpus_here(), rc = 0;
 
     setvbuf(stdout, NULL, _IOLBF, 0); /* a rank that dies keeps what it printed */

@@ -86,8 +86,8 @@ int ofccl__gpu_refuse(ofccl_comm_t *comm, const char *what, const char *role,
         if (k >= 0)
             return ofccl__comm_fail(comm, OFCCL_ERR_NOT_SUPPORTED,
                                     "%s: %s %d is memory of GPU %d: this call takes host memory "
-                                    "only (GPU memory: ofccl_allgather and ofccl_broadcast, on a "
-                                    "symmetric buffer from ofccl_gpu_buffer_alloc)",
+                                    "only (GPU memory: all-gather and broadcast, flat or bucketed; "
+                                    "reduce-scatter through ofccl_reduce_scatter, staged)",
                                     what, role, i, k);
     }
     return 0;

@@ -27,7 +27,7 @@
 #include "gcomm.h"
 #include "util.h"
 
-enum fp_field { FP_SEQ, FP_COLL, FP_BYTES, FP_OFF, FP_ROOT, FP_DTYPE, FP_WORDS };
+enum fp_field { FP_SEQ, FP_COLL, FP_BYTES, FP_OFF, FP_ROOT, FP_DTYPE, FP_LAYOUT, FP_WORDS };
 
 static ofccl__gcomm_t *gc_of(const ofccl__req_t *r)
 {
@@ -59,8 +59,13 @@ static void fp_publish(ofccl__req_t *r, const struct ofccl__grq *q)
 {
     ofccl__gcomm_t *gc = gc_of(r);
     _Atomic uint64_t *w = &gc->fh[r->comm->rank][ofccl__gf_fp(r->comm->size, r->slot)];
-    uint64_t v[FP_WORDS] = {v_of(r), (uint64_t)r->coll,          r->block,
-                            q->off,  (uint64_t)(int64_t)q->root, (uint64_t)r->dtype};
+    uint64_t v[FP_WORDS] = {v_of(r),
+                            (uint64_t)r->coll,
+                            r->block,
+                            q->off,
+                            (uint64_t)(int64_t)q->root,
+                            (uint64_t)r->dtype,
+                            q->bucket ? r->layout_hash ^ (uint64_t)r->ntensors : 0};
 
     for (int i = FP_WORDS - 1; i >= 0; i--) /* the sequence last: it says the rest is in */
         atomic_store_explicit(&w[i], v[i],
@@ -71,7 +76,7 @@ static void fp_publish(ofccl__req_t *r, const struct ofccl__grq *q)
 static int fp_check(ofccl__req_t *r)
 {
     static const char *const names[FP_WORDS] = {
-        "", "operation", "count", "buffer (pool offset)", "root", "dtype"};
+        "", "operation", "count", "buffer (pool offset)", "root", "dtype", "bucket layout"};
     ofccl__gcomm_t *gc = gc_of(r);
     const ofccl_comm_t *comm = r->comm;
     const _Atomic uint64_t *mine = &gc->fh[comm->rank][ofccl__gf_fp(comm->size, r->slot)];
@@ -86,11 +91,12 @@ static int fp_check(ofccl__req_t *r)
             if (a == b)
                 continue;
             ofccl__notice_mismatch(r->comm, r->seq, p,
-                                   f == FP_COLL    ? OFCCL__FIELD_OPERATION
-                                   : f == FP_BYTES ? OFCCL__FIELD_COUNT
-                                   : f == FP_ROOT  ? OFCCL__FIELD_ROOT
-                                   : f == FP_DTYPE ? OFCCL__FIELD_DTYPE
-                                                   : OFCCL__FIELD_NONE);
+                                   f == FP_COLL     ? OFCCL__FIELD_OPERATION
+                                   : f == FP_BYTES  ? OFCCL__FIELD_COUNT
+                                   : f == FP_ROOT   ? OFCCL__FIELD_ROOT
+                                   : f == FP_DTYPE  ? OFCCL__FIELD_DTYPE
+                                   : f == FP_LAYOUT ? OFCCL__FIELD_LAYOUT
+                                                    : OFCCL__FIELD_NONE);
             return ofccl__coll_fail(
                 r, OFCCL_ERR_MISMATCH,
                 "rank %d posted it on the GPU with %s %llu, rank %d with %llu%s", p, names[f],
@@ -221,8 +227,15 @@ static int begin(ofccl__req_t *r, ofccl__err_t *e)
         if (rc)
             return rc;
     }
-    return gc->last != NULL ? ofccl__gpu_stream_wait_event(gc->g, gc->dev, gc->stream, gc->last, e)
-                            : 0;
+    if (gc->last != NULL) {
+        int rc = ofccl__gpu_stream_wait_event(gc->g, gc->dev, gc->stream, gc->last, e);
+        if (rc)
+            return rc;
+    }
+    /* A bucket's tensors into this rank's region (the root's, broadcast). */
+    if (q_of(r)->bucket && (r->coll == OFCCL__AG || r->root == r->comm->rank))
+        return ofccl__gbucket_pack(r, q_of(r)->peer[r->comm->rank] + q_of(r)->off, e);
+    return 0;
 }
 
 static int end(ofccl__req_t *r, size_t bytes, ofccl__err_t *e)
@@ -231,7 +244,9 @@ static int end(ofccl__req_t *r, size_t bytes, ofccl__err_t *e)
     struct ofccl__grq *q = q_of(r);
     int rc = 0;
 
-    if (q->stage != NULL && bytes > 0)
+    if (q->bucket && (r->coll == OFCCL__AG || r->root != r->comm->rank))
+        rc = ofccl__gbucket_unpack(r, q->peer[r->comm->rank] + q->off, e);
+    else if (q->stage != NULL && bytes > 0)
         rc = ofccl__gpu_copy(gc->g, gc->dev, gc->stream, q->stage, q->peer[r->comm->rank] + q->off,
                              bytes, e);
     if (rc == 0)

@@ -112,6 +112,7 @@ typedef struct ofccl__gcomm {
         void *stage;   /* the caller's output where it is not pool memory, else NULL */
         bool ce;       /* moved by the copy engines */
         bool released; /* the abort values are written */
+        bool bucket;   /* r->tensors packed in before, unpacked after (gbucket.c) */
         ofccl__req_t *req;
     } rq[OFCCL__GPU_SLOTS];
     ofccl__gpu_event_t last; /* the previous collective's end: the next one waits for it */
@@ -160,6 +161,12 @@ void ofccl__gpu_prepare(ofccl__req_t *r, ofccl__gcomm_t *gc, const ofccl__gwhere
 /* Tear-down: release every running request's stream and wait for its end
  * (bounded); false where the GPU may still touch the communicator's memory. */
 bool ofccl__gpu_quiesce(ofccl__gcomm_t *gc);
+
+/* ---- gbucket.c ---- */
+/* Enqueue the copies of a bucket's tensors into this rank's region of `out`
+ * (the root's whole tensors for a broadcast), and out of every region. */
+int ofccl__gbucket_pack(ofccl__req_t *r, char *out, ofccl__err_t *e);
+int ofccl__gbucket_unpack(ofccl__req_t *r, const char *out, ofccl__err_t *e);
 
 /* ---- gapi.c / gstage.c ---- */
 /* Through host memory, on the host; the request returned is complete. */

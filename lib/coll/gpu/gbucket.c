@@ -1,0 +1,190 @@
+/*
+ * Buckets of GPU tensors: an all-gather or a broadcast of many tensors as one
+ * collective of the GPU peer class. The bucket's flat buffer (bucket.c's
+ * layout: every rank's region holds its shard of each tensor in a slot of
+ * ceil(N_t / n) elements; a broadcast's one region holds the whole tensors)
+ * is the communicator's scratch in the symmetric pool. On the stream, before
+ * the collective, this rank's shards (the root's tensors) are copied into its
+ * region; after it, every region is copied out into the tensors. No host
+ * memory and no host wait: the copies are enqueued with the collective.
+ */
+#include <string.h>
+
+#include "gcomm.h"
+#include "util.h"
+
+static int copy(const ofccl__gcomm_t *gc, void *dst, const void *src, size_t len, ofccl__err_t *e)
+{
+    return len && dst != src ? ofccl__gpu_copy(gc->g, gc->dev, gc->stream, dst, src, len, e) : 0;
+}
+
+int ofccl__gbucket_pack(ofccl__req_t *r, char *out, ofccl__err_t *e)
+{
+    const ofccl__gcomm_t *gc = r->comm->gpu;
+    int n = r->comm->size, me = r->comm->rank, rc = 0;
+    char *at = out + (r->coll == OFCCL__AG ? (size_t)me * r->block : 0);
+
+    for (int t = 0; rc == 0 && t < r->ntensors; t++) {
+        const ofccl_tensor_t *x = &r->tensors[t];
+        if (r->coll == OFCCL__BC) {
+            rc = copy(gc, at, x->full, x->count * r->esize, e);
+            at += x->count * r->esize;
+        } else {
+            rc = copy(gc, at, x->shard, ofccl__bucket_shard(x->count, n, me) * r->esize, e);
+            at += ofccl__bucket_chunk(x->count, n) * r->esize;
+        }
+    }
+    return rc;
+}
+
+int ofccl__gbucket_unpack(ofccl__req_t *r, const char *out, ofccl__err_t *e)
+{
+    const ofccl__gcomm_t *gc = r->comm->gpu;
+    int n = r->comm->size, rc = 0;
+    size_t off = 0;
+
+    for (int t = 0; rc == 0 && t < r->ntensors; t++) {
+        const ofccl_tensor_t *x = &r->tensors[t];
+        size_t c = ofccl__bucket_chunk(x->count, n);
+        if (r->coll == OFCCL__BC) {
+            rc = copy(gc, x->full, out + off, x->count * r->esize, e);
+            off += x->count * r->esize;
+            continue;
+        }
+        for (int q = 0; rc == 0 && q < n; q++)
+            rc = copy(gc, (char *)x->full + (size_t)q * c * r->esize,
+                      out + (size_t)q * r->block + off,
+                      ofccl__bucket_shard(x->count, n, q) * r->esize, e);
+        off += c * r->esize;
+    }
+    return rc;
+}
+
+/* The flat buffer's region (bytes), as ofccl__bucket_setup sizes it, or 0
+ * where the arguments are wrong (the setup then says how). */
+static size_t region_bytes(const ofccl_comm_t *comm, int coll, const ofccl_tensor_t *tensors,
+                           int ntensors, size_t esize)
+{
+    size_t align = (size_t)ofccl__cfg_int(&comm->ctx->cfg, OFCCL__CFG_ALIGN), total = 0;
+
+    if (esize == 0 || ntensors < 0 || (ntensors > 0 && tensors == NULL))
+        return 0;
+    for (int t = 0; t < ntensors; t++) {
+        size_t c = coll == OFCCL__BC ? tensors[t].count
+                                     : ofccl__bucket_chunk(tensors[t].count, comm->size);
+        if (tensors[t].count > SIZE_MAX / 4 / esize || total > SIZE_MAX / 4 / (size_t)comm->size)
+            return 0;
+        total += c * esize;
+    }
+    return (total + align - 1) / align * align;
+}
+
+/* A pointer of the bucket that this rank reads or writes: a non-empty full
+ * tensor, or a non-empty shard (all-gather). An empty shard may point past
+ * its tensor's end, which is no memory at all. */
+static const void *used(const ofccl_comm_t *comm, int coll, const ofccl_tensor_t *x, int k)
+{
+    if (k == 0)
+        return x->count > 0 ? x->full : NULL;
+    return coll == OFCCL__AG && ofccl__bucket_shard(x->count, comm->size, comm->rank) > 0 ? x->shard
+                                                                                          : NULL;
+}
+
+/* Every pointer this rank uses on this communicator's GPU. */
+static int on_this_gpu(ofccl_comm_t *comm, const char *what, int coll, const ofccl__gcomm_t *gc,
+                       const ofccl_tensor_t *tensors, int ntensors)
+{
+    for (int t = 0; t < ntensors; t++) {
+        for (int k = 0; k < 2; k++) {
+            const void *p = used(comm, coll, &tensors[t], k);
+            int kind = p != NULL ? ofccl__gpu_kind_of(comm, p) : gc->dev;
+            if (kind != gc->dev)
+                return ofccl__comm_fail(comm, OFCCL_ERR_INVALID_ARG,
+                                        "%s: tensor %d's %s is %s %d, this communicator's GPU is "
+                                        "%d: a bucket is all on this rank's GPU or all in host "
+                                        "memory",
+                                        what, t, k ? "shard" : "full",
+                                        kind < 0 ? "host memory, not on GPU" : "on GPU",
+                                        kind < 0 ? gc->dev : kind, gc->dev);
+        }
+    }
+    return 0;
+}
+
+/* One rank: each shard is its whole tensor, copied on the stream. */
+static int one_rank(ofccl__gcomm_t *gc, ofccl__req_t *r)
+{
+    ofccl__err_t e = {0};
+    int rc = 0;
+
+    for (int t = 0; rc == 0 && t < r->ntensors && r->coll == OFCCL__AG; t++)
+        rc = copy(gc, r->tensors[t].full, r->tensors[t].shard, r->tensors[t].count * r->esize, &e);
+    if (rc == 0)
+        rc = ofccl__gpu_stream_sync(gc->g, gc->dev, gc->stream, &e);
+    if (rc)
+        return ofccl__comm_fail(r->comm, rc, "GPU bucket on one rank: %s", e.msg);
+    ofccl__coll_done_now(r, 0);
+    return 0;
+}
+
+int ofccl__gpu_route_bucket(ofccl_comm_t *comm, const char *what, int coll,
+                            const ofccl_tensor_t *tensors, int ntensors, ofccl_dtype_t dtype,
+                            int root, ofccl_req_t **req, int *rc)
+{
+    const void *first = NULL;
+    size_t region;
+    ofccl__gcomm_t *gc;
+    ofccl__gwhere_t where = {0};
+    ofccl__req_t *r;
+
+    if (ofccl__gpu_process(&comm->ctx->log, false) == NULL || tensors == NULL)
+        return 0;
+    for (int t = 0; t < ntensors && first == NULL; t++)
+        for (int k = 0; k < 2 && first == NULL; k++)
+            first = used(comm, coll, &tensors[t], k);
+    if (first == NULL || ofccl__gpu_kind_of(comm, first) < 0)
+        return 0;
+    if ((*rc = ofccl__gcomm_get(comm, &gc)) != 0 ||
+        (*rc = on_this_gpu(comm, what, coll, gc, tensors, ntensors)) != 0)
+        return 1;
+    if (gc->path != OFCCL__GPATH_P2P && comm->size > 1) {
+        *rc = ofccl__comm_fail(comm, OFCCL_ERR_NOT_SUPPORTED,
+                               "%s: GPU tensors in a bucket need every pair of GPUs P2P on one "
+                               "host (%s); ofccl_allgather and ofccl_broadcast stage GPU memory",
+                               what, gc->why);
+        return 1;
+    }
+    region = region_bytes(comm, coll, tensors, ntensors, ofccl_dtype_size(dtype));
+    /* The scratch may grow (collective): before the request's slot. */
+    if (comm->size > 1 &&
+        (*rc = ofccl__gpu_locate(
+             gc, NULL,
+             OFCCL__MAX(coll == OFCCL__AG ? region * (size_t)comm->size : region, (size_t)1),
+             &where)) != 0)
+        return 1;
+    if ((*rc = ofccl__coll_begin(comm, coll, &r)) != 0)
+        return 1;
+    r->root = root;
+    r->op = (ofccl_redop_t){OFCCL_OP_SUM, 1};
+    if ((*rc = ofccl__bucket_setup(comm, what, tensors, ntensors, dtype, r)) == 0) {
+        r->finish = NULL; /* unpacked on the stream, not by the host */
+        if (comm->size == 1) {
+            *rc = one_rank(gc, r);
+        } else {
+            where.stage = NULL;
+            r->recvbuf = where.seg->peer[comm->rank] + where.off;
+            r->sendbuf =
+                coll == OFCCL__AG ? (char *)r->recvbuf + (size_t)comm->rank * r->block : r->recvbuf;
+            r->algo = coll == OFCCL__AG ? &ofccl__gpu_ag : &ofccl__gpu_bc;
+            ofccl__gpu_prepare(r, gc, &where);
+            gc->rq[r->slot].bucket = true;
+            *rc = ofccl__coll_start(r);
+        }
+    }
+    if (*rc) {
+        r->state = OFCCL__REQ_FREE;
+        return 1;
+    }
+    *req = r;
+    return 1;
+}

@@ -1,0 +1,27 @@
+/* Helpers the GPU test files share (test_gpu.c defines them). */
+#ifndef OFCCL_TEST_GPU_GTEST_H
+#define OFCCL_TEST_GPU_GTEST_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gpu/gpu.h"
+#include "ofccl.h"
+
+extern ofccl__gpu_t *gpu; /* this process's driver (gpu_up) */
+extern int dev;           /* this rank's GPU */
+
+/* The reference byte i of what `rank` contributes, for a test's `salt`. */
+uint8_t byte_of(int rank, size_t i, unsigned salt);
+/* Open the driver and take this rank's GPU; nonzero where there is none. */
+int gpu_up(int rank);
+/* Plain device memory (not the pool), and synchronous copies to and from it. */
+void *dmalloc(size_t len);
+int put(void *d, const uint8_t *h, size_t len);
+int get(uint8_t *h, const void *d, size_t len);
+
+/* test_gpu_bucket.c: bucketed all-gather (in place and not, uneven tensors,
+ * f32 and bf16) and bucketed broadcast from every root, byte for byte. */
+int gpu_bucket(int rank, ofccl_ctx_t *ctx, ofccl_comm_t *comm);
+
+#endif
