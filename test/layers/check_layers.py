@@ -5,7 +5,8 @@ Every `#include "..."` in lib/, providers/ and bootstrap/ is resolved to the
 layer that owns the header; a file may include only headers of its own layer
 and of the layers below it (LAYERS). Also checked:
   - a header named *_impl.h is private to its directory (and subdirectories);
-  - <rdma/...> (libfabric) only in providers/, <pmix...> only in bootstrap/;
+  - <rdma/...> (libfabric) only in providers/, <pmix...> only in bootstrap/,
+    <cuda...> only in providers/gpu/;
   - names defined by the library carry the public prefix `ofccl_` / `OFCCL_`
     only when lib/include/ofccl.h declares them (internal: `ofccl__`, or static
     without a prefix);
@@ -46,6 +47,9 @@ LAYERS = [
 ]
 # System headers only one layer may include: (prefix, layer).
 SYSTEM_OWNERS = [("rdma/", "providers"), ("pmix", "bootstrap")]
+# System headers only one directory may include: CUDA's, providers/gpu/ (the
+# rest of ofccl sees its calls and opaque handles only).
+SYSTEM_DIRS = [("cuda", "providers/gpu/")]
 PUBLIC_HEADER = "lib/include/ofccl.h"
 
 INCLUDE_RE = re.compile(r'^\s*#\s*include\s*([<"])([^>"]+)[>"]')
@@ -131,6 +135,9 @@ def check_includes(root, files, problems):
                     if target.startswith(prefix) and layer != owner:
                         problems.append("%s: <%s> belongs to %s/ only (layer %s includes it)"
                                         % (where, target, dict_dir(owner), layer))
+                for prefix, d in SYSTEM_DIRS:
+                    if target.startswith(prefix) and not rel.startswith(d):
+                        problems.append("%s: <%s> belongs to %s only" % (where, target, d))
                 continue
             hdr = resolve(root, rel, target, by_name)
             if hdr is None:
@@ -257,6 +264,7 @@ CLEAN = {
     "providers/prov_impl.h": "#include \"prov.h\"\n",
     "providers/fabric/fabric.h": "#include <rdma/fabric.h>\n#include \"prov_impl.h\"\n",
     "providers/fabric/rma.c": "#include \"fabric.h\"\n",
+    "providers/gpu/cuda.c": "#include <cuda.h>\n#include \"prov.h\"\n",
     "bootstrap/pmix.c": "#include <pmix.h>\n#include \"boot.h\"\n",
     "lib/core/core.h": "#include \"boot.h\"\n#include \"prov.h\"\n"
                        "struct ofccl_comm {\n    int rank;\n};\n",
@@ -281,6 +289,7 @@ PLANTED = [
     ([("bootstrap/tcp.c", '#include "prov.h"\n')], ["bootstrap/tcp.c:1", "layer bootstrap"]),
     ([("lib/core/wait.c", '#include "prov_impl.h"\n')], ["lib/core/wait.c:1", "private to"]),
     ([("lib/core/topo.c", "#include <rdma/fi_rma.h>\n")], ["lib/core/topo.c:1", "rdma/"]),
+    ([("providers/local.c", "#include <cuda.h>\n")], ["providers/local.c:1", "providers/gpu/"]),
     ([("lib/coll/split.c", '#include "nothere.h"\n')], ["lib/coll/split.c:1", "no header"]),
     ([("lib/coll/post.c", "\nstatic int ofccl_post_unlocked(void)\n{\n    return 0;\n}\n")],
      ["lib/coll/post.c:2", "ofccl_post_unlocked"]),
