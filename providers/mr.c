@@ -44,6 +44,7 @@ int ofccl__mr_reg(ofccl__ep_t *ep, void *addr, size_t len, unsigned access, ofcc
     mr->len = len;
     mr->access = access;
     mr->ep = ep;
+    mr->kind = ofccl__mem_kind_of(addr);
     ret = ep->be->mr_reg(ep, mr, e);
     if (ret != 0) {
         free(mr);

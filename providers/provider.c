@@ -268,9 +268,21 @@ int ofccl__tp_stub_peer_gone(ofccl__ep_t *ep, int *pid)
     return -1;
 }
 
-int ofccl__tp_stub_peer_map(ofccl__ep_t *ep, int peer, const ofccl__rkey_t *rk, uint64_t roff,
-                            size_t len, unsigned access, void **ptr, ofccl__err_t *e)
+const ofccl__exec_t *ofccl__tp_exec(const ofccl__ep_t *ep, ofccl__mem_kind_t dst,
+                                    ofccl__mem_kind_t src)
 {
+    static const ofccl__exec_t host = {&ofccl__exec_host_ops, NULL, OFCCL__MEM_HOST};
+
+    if (ep->params.execs != NULL)
+        return ofccl__exec_find(ep->params.execs, dst, src);
+    return dst == OFCCL__MEM_HOST && src == OFCCL__MEM_HOST ? &host : NULL;
+}
+
+int ofccl__tp_stub_peer_map(ofccl__ep_t *ep, int peer, const ofccl__rkey_t *rk, uint64_t roff,
+                            size_t len, unsigned access, void **ptr, ofccl__mem_kind_t *kind,
+                            ofccl__err_t *e)
+{
+    (void)kind;
     *ptr = NULL;
     return ofccl__fail(ep->prov->log, OFCCL__SUB_PROV, e, OFCCL_ERR_NOT_SUPPORTED,
                        "rank %d: %s cannot map peer %d's memory here", ep->params.rank,

@@ -20,7 +20,7 @@ static void copy_out(ofccl__req_t *r)
     size_t total = r->block * (size_t)r->comm->size;
 
     if (total > 0) {
-        memcpy(r->copy_out, r->dst.ptr, total);
+        ofccl__exec_copy(r, r->copy_out, r->dst.ptr, total);
         r->comm->ctx->stats.staged_bytes += total;
     }
 }
@@ -48,7 +48,7 @@ int ofccl__post_allgather(ofccl__req_t *r)
     } else {
         const ofccl__mr_t *mr = ofccl__mem_find(comm, r->recvbuf, total);
         if (mr != NULL) {
-            r->dst = (ofccl__mem_ref_t){r->recvbuf, mr};
+            r->dst = ofccl__mem_ref(r->recvbuf, mr);
         } else {
             rc = ofccl__stage_acquire(comm, OFCCL__AG, total, &r->staging_idx, &r->dst);
             if (rc)
@@ -68,13 +68,13 @@ int ofccl__post_allgather(ofccl__req_t *r)
          * behind the sends, chunk by chunk, while each chunk is in cache
          * (copying it all first, then sending from the copy, read and wrote
          * it once more than needed: 1.6-2.9x slower from 8 MiB up). */
-        r->src =
-            (ofccl__mem_ref_t){(void *)r->sendbuf, ofccl__mem_find(comm, r->sendbuf, r->block)};
+        r->src = ofccl__mem_ref((void *)r->sendbuf, ofccl__mem_find(comm, r->sendbuf, r->block));
         r->own_dst = own;
     } else {
-        if (r->sendbuf != own && r->block)
-            memcpy(own, r->sendbuf, r->block);
-        r->src = (ofccl__mem_ref_t){own, r->dst.mr};
+        if (r->sendbuf != own && r->block &&
+            (rc = ofccl__exec_copy(r, own, r->sendbuf, r->block)) != 0)
+            return rc;
+        r->src = ofccl__mem_ref(own, r->dst.mr);
     }
     if (r->sendbuf != own && r->block && r->copy_out)
         comm->ctx->stats.staged_bytes += r->block;

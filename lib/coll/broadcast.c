@@ -19,7 +19,7 @@ static size_t round8(size_t v)
 static void copy_out(ofccl__req_t *r)
 {
     if (r->block > 0) {
-        memcpy(r->copy_out, r->dst.ptr, r->block);
+        ofccl__exec_copy(r, r->copy_out, r->dst.ptr, r->block);
         r->comm->ctx->stats.staged_bytes += r->block;
     }
 }
@@ -41,16 +41,17 @@ static int resolve_memory(ofccl__req_t *r)
     }
     if (mr != NULL &&
         (r->algo != &ofccl__bc_pull || (mr->shared && (mr->access & OFCCL__ACC_REMOTE_READ)))) {
-        r->dst = (ofccl__mem_ref_t){buf, mr};
+        r->dst = ofccl__mem_ref(buf, mr);
     } else if (root && r->algo != &ofccl__bc_pull && !ofccl__comm_caps(comm)->mr_local) {
-        r->dst = (ofccl__mem_ref_t){buf, NULL}; /* the provider reads unregistered sources */
+        r->dst = ofccl__mem_ref(buf, NULL); /* the provider reads unregistered sources */
     } else {
         rc = ofccl__stage_acquire(comm, OFCCL__BC, r->block ? r->block : 1, &r->staging_idx,
                                   &r->dst);
         if (rc)
             return rc;
         if (root && r->block) {
-            memcpy(r->dst.ptr, buf, r->block);
+            if ((rc = ofccl__exec_copy(r, r->dst.ptr, buf, r->block)) != 0)
+                return rc;
             comm->ctx->stats.staged_bytes += r->block;
         } else if (!root) {
             r->copy_out = buf;
@@ -127,9 +128,10 @@ static int broadcast_locked(ofccl_comm_t *comm, void *buf, size_t count, ofccl_d
     r->block = block;
     r->root = root;
     r->op = (ofccl_redop_t){OFCCL_OP_SUM, 1};
-    if (comm->size == 1)
+    rc = ofccl__exec_choose(r, ofccl__mem_kind_of(buf), OFCCL__MEM_HOST);
+    if (rc == 0 && comm->size == 1)
         ofccl__coll_done_now(r, 0); /* the root's buffer is the result */
-    else if ((rc = ofccl__post_broadcast(r)) != 0) {
+    else if (rc != 0 || (rc = ofccl__post_broadcast(r)) != 0) {
         r->state = OFCCL__REQ_FREE;
         return rc;
     }

@@ -7,6 +7,7 @@
 #define OFCCL_COLL_COLL_H
 
 #include "engine.h"
+#include "exec.h"
 
 /* Identities of the algorithms in fingerprints: ranks must agree on them. */
 enum ofccl__algo_wire_id {

@@ -100,7 +100,9 @@ bool ofccl__ag_copy_own(ofccl__req_t *r)
             upto = OFCCL__MIN(upto, r->sent[p]);
     for (; r->own_done < upto; r->own_done++) {
         size_t off = (size_t)r->own_done * r->chunk;
-        memcpy(r->own_dst + off, (const char *)r->src.ptr + off, ofccl__chunk_len(r, r->own_done));
+        if (ofccl__exec_copy(r, r->own_dst + off, (const char *)r->src.ptr + off,
+                             ofccl__chunk_len(r, r->own_done)) != 0)
+            return false; /* r failed, and says why */
     }
     return r->own_done == r->nchunks;
 }

@@ -49,13 +49,13 @@ static int post_rs_pull(ofccl__req_t *r, const ofccl__mr_t *smr)
         r->out = (char *)r->src.ptr + total;
         ofccl__bucket_copy_in(r, r->src.ptr);
     } else if (smr != NULL && smr->shared && (smr->access & OFCCL__ACC_REMOTE_READ)) {
-        r->src = (ofccl__mem_ref_t){(void *)r->sendbuf, smr};
+        r->src = ofccl__mem_ref((void *)r->sendbuf, smr);
     } else {
         rc = ofccl__stage_acquire(comm, OFCCL__RS, total ? total : 1, &r->staging_idx, &r->src);
         if (rc)
             return rc;
-        if (total)
-            memcpy(r->src.ptr, r->sendbuf, total);
+        if (total && (rc = ofccl__exec_copy(r, r->src.ptr, r->sendbuf, total)) != 0)
+            return rc;
         comm->ctx->stats.staged_bytes += total;
         if (ofccl__comm_note_once(comm, OFCCL__NOTE_PULL_STAGED))
             OFCCL__INFO(&comm->ctx->log, OFCCL__SUB_COLL,
@@ -94,7 +94,7 @@ int ofccl__post_reduce_scatter(ofccl__req_t *r)
         /* Unregistered sources are fine unless the provider (or strict mode)
          * demands registered local buffers: then they are staged. */
         copy_src = smr == NULL && caps->mr_local;
-        r->src = (ofccl__mem_ref_t){(void *)r->sendbuf, smr};
+        r->src = ofccl__mem_ref((void *)r->sendbuf, smr);
     }
     dst_bytes = r->algo == &ofccl__rs_ring || r->algo == &ofccl__rs_hier ? total - r->block : total;
     if (r->algo == &ofccl__rs_ring)
@@ -112,20 +112,23 @@ int ofccl__post_reduce_scatter(ofccl__req_t *r)
     if (r->bucket)
         ofccl__layout_publish(r, (char *)stage.ptr + need);
     r->dst = stage;
-    r->fwd = (ofccl__mem_ref_t){(char *)stage.ptr + dst_bytes, stage.mr};
+    r->fwd = ofccl__mem_ref((char *)stage.ptr + dst_bytes, stage.mr);
     if (r->bucket) {
         /* Flat input (packed from the tensors) then the flat output. */
         char *flat = (char *)stage.ptr + dst_bytes + fwd_bytes;
-        r->src = (ofccl__mem_ref_t){flat, stage.mr};
+        r->src = ofccl__mem_ref(flat, stage.mr);
         r->out = flat + total;
         ofccl__bucket_copy_in(r, flat);
     }
     if (copy_src) {
         void *copy = (char *)stage.ptr + dst_bytes + fwd_bytes;
-        if (total) /* count 0 may come with NULL buffers */
-            memcpy(copy, r->sendbuf, total);
+        /* count 0 may come with NULL buffers */
+        if (total && (rc = ofccl__exec_copy(r, copy, r->sendbuf, total)) != 0) {
+            ofccl__stage_release(comm, OFCCL__RS, r->staging_idx);
+            return rc;
+        }
         comm->ctx->stats.staged_bytes += total;
-        r->src = (ofccl__mem_ref_t){copy, stage.mr};
+        r->src = ofccl__mem_ref(copy, stage.mr);
     }
     rc = ofccl__coll_start(r);
     if (rc)

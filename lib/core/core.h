@@ -13,6 +13,7 @@
 #include "boot.h"
 #include "config.h"
 #include "err.h"
+#include "exec_ops.h"
 #include "log.h"
 #include "ofccl.h"
 #include "prov.h"
@@ -71,6 +72,8 @@ struct ofccl_ctx {
     atomic_uint dead_count;
     int dead_watched;
     ofccl__link_t link[OFCCL__LINK_CLASSES]; /* this rank's cost-model constants (links.c) */
+    /* The executors, one per memory kind (exec.h): the host's from creation. */
+    ofccl__exec_reg_t execs;
 };
 
 /* ---- signals: 32 bits of immediate data, so they fit verbs and EFA ----

@@ -6,6 +6,7 @@
 
 #include "core.h"
 #include "dump.h"
+#include "exec.h"
 #include "pool.h"
 #include "trace.h"
 #include "util.h"
@@ -212,6 +213,7 @@ static int ctx_open(ofccl_ctx_t *ctx, const ofccl_ctx_params_t *params)
     int rc;
 
     ofccl__log_init(&ctx->log);
+    ofccl__exec_init(ctx);
     rc = ofccl__config_load(&ctx->cfg, params ? params->settings : NULL, NULL, NULL, e);
     if (rc) {
         OFCCL__WARN(&ctx->log, OFCCL__SUB_CORE, "%s", e->msg);

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "engine_impl.h"
+#include "exec.h"
 #include "util.h"
 #include "pool.h"
 #include "trace.h"
@@ -131,6 +132,10 @@ static void req_reset(ofccl__req_t *r)
     memset(r->sig_mask, 0, r->peer_state_bytes);
     r->status = 0;
     r->finished = 0;
+    r->finishing = 0;
+    /* Host memory until the entry point learns its buffers' kinds. */
+    r->exec = &r->comm->ctx->execs.ex[0];
+    r->exec_busy = false;
     r->arrived = 0;
     r->reduced = 0;
     r->descs_sent = 0;
@@ -149,7 +154,7 @@ static void req_reset(ofccl__req_t *r)
     r->out = NULL;
     r->staging_idx = -1;
     r->bucket = 0;
-    r->src = r->dst = r->fwd = (ofccl__mem_ref_t){NULL, NULL};
+    r->src = r->dst = r->fwd = ofccl__mem_ref(NULL, NULL);
 }
 
 /* Claim the next sequence number's slot. */
@@ -268,19 +273,30 @@ int ofccl__coll_start(ofccl__req_t *r)
     return 0;
 }
 
+/* Run the finish step once; the request is done once its executor work (the
+ * finish step's copies, or what a failed request left in flight) is, and only
+ * then is its staging released. Called again from progress until then. */
 static void complete(ofccl__req_t *r)
 {
-    ofccl__ctx_moved(r->comm->ctx);
-    ofccl__coll_history(r, 1);
-    uint64_t finish_ns = 0;
-
-    if (r->status == 0 && r->finish != NULL) {
-        if (r->comm->ctx->trace != NULL)
-            finish_ns = ofccl__now_ns();
-        r->finish(r);
+    if (!r->finishing) {
+        r->finishing = 1;
+        ofccl__ctx_moved(r->comm->ctx);
+        ofccl__coll_history(r, 1);
+        r->finish_ns = 0;
+        if (r->status == 0 && r->finish != NULL) {
+            if (r->comm->ctx->trace != NULL)
+                r->finish_ns = ofccl__now_ns();
+            r->finish(r);
+        }
+    }
+    if (!ofccl__exec_idle(r) && (ofccl__exec_pump(r), !ofccl__exec_idle(r)))
+        return;
+    if (r->algo == NULL) { /* completed at post (ofccl__coll_done_now) */
+        r->state = OFCCL__REQ_DONE;
+        return;
     }
     if (r->comm->ctx->trace != NULL)
-        ofccl__trace_req_done(r, finish_ns);
+        ofccl__trace_req_done(r, r->finish_ns);
     if (r->staging_idx >= 0) {
         ofccl__stage_release(r->comm, r->coll, r->staging_idx);
         r->staging_idx = -1;
@@ -363,6 +379,13 @@ static int req_progress(ofccl__req_t *r, bool check_clock)
 
     if (r->state != OFCCL__REQ_ACTIVE)
         return 0;
+    if (r->finishing) {
+        complete(r);
+        return 0;
+    }
+    /* Work an executor completes later (a device's): tested on every pass. */
+    if (!ofccl__exec_idle(r))
+        ofccl__exec_pump(r);
     /* A failure at this collective or an earlier one: this one cannot
      * complete on every rank. One after it does not concern it. */
     if (r->status == 0 && ofccl__comm_covers(comm, ofccl__pos_coll(r->seq)))
@@ -396,7 +419,7 @@ static int req_progress(ofccl__req_t *r, bool check_clock)
             r->status = rc;
     }
     if (r->status == 0 && r->finished && r->ops_out == 0 && !signals_owed(r) &&
-        r->descs_sent == r->nfrom) {
+        r->descs_sent == r->nfrom && ofccl__exec_idle(r)) {
         complete(r);
         return 0;
     }
@@ -505,6 +528,10 @@ void ofccl__coll_done_now(ofccl__req_t *r, int status)
     r->algo = NULL;
     r->status = status;
     r->state = OFCCL__REQ_DONE;
+    if (!ofccl__exec_idle(r)) { /* done once its executor's copies are (progress) */
+        r->state = OFCCL__REQ_ACTIVE;
+        r->finishing = 1;
+    }
 }
 
 bool ofccl__coll_lockfree_watch(const ofccl__req_t *r)

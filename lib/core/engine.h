@@ -51,11 +51,26 @@ typedef struct ofccl__wop {
     uint64_t t0;
 } ofccl__wop_t;
 
-/* A memory area: where it is locally, and the registration covering it. */
+/* A memory area: where it is locally, the registration covering it, and the
+ * kind of memory it is (the registration's, else where it lives). */
 typedef struct ofccl__mem_ref {
     void *ptr;
     const ofccl__mr_t *mr; /* NULL: unregistered */
+    ofccl__mem_kind_t kind;
 } ofccl__mem_ref_t;
+
+/* A reference to `ptr` in `mr` (may be NULL), with its memory kind. */
+static inline ofccl__mem_ref_t ofccl__mem_ref(void *ptr, const ofccl__mr_t *mr)
+{
+    return (ofccl__mem_ref_t){ptr, mr, mr != NULL ? mr->kind : ofccl__mem_kind_of(ptr)};
+}
+
+/* A bucket's tensor as a request keeps it: the caller's, and the kind of
+ * memory it lives in. */
+typedef struct ofccl__tensor {
+    ofccl_tensor_t t;
+    ofccl__mem_kind_t kind;
+} ofccl__tensor_t;
 
 /* What an algorithm is, for the engine. */
 enum ofccl__algo_flag {
@@ -103,7 +118,8 @@ struct ofccl_req {
     ofccl_comm_t *comm;
     int state; /* enum ofccl__req_state */
     int status;
-    int finished; /* set by the algorithm */
+    int finished;  /* set by the algorithm */
+    int finishing; /* completing: the finish step ran, its executor work may be in flight */
     uint64_t seq;
     unsigned slot;
     const ofccl__algo_t *algo;
@@ -136,8 +152,8 @@ struct ofccl_req {
     /* Run when the request completes successfully, before its staging is
      * released: copying staged results out (set by lib/coll). */
     void (*finish)(ofccl__req_t *r);
-    int bucket;              /* 1: bucket request, copy-in/out to tensors */
-    ofccl_tensor_t *tensors; /* bucket: copy of the caller's list (grow-only, per slot) */
+    int bucket;               /* 1: bucket request, copy-in/out to tensors */
+    ofccl__tensor_t *tensors; /* bucket: copy of the caller's list (grow-only, per slot) */
     int ntensors, tcap;
     uint64_t layout_hash; /* bucket: hash of the tensors' element counts */
     /* bucket: the counts, published in r->dst's registration for a peer that
@@ -194,6 +210,14 @@ struct ofccl_req {
     /* OFCCL_TRACE: per-peer times ([size], NULL when off) and the post time */
     struct ofccl__trace_peer *tr;
     uint64_t tr_t0;
+    uint64_t finish_ns; /* tracing: when the finish step began (0: none) */
+
+    /* The executor of the request's copies and reductions (exec.h), chosen
+     * by its buffers' memory kinds; the ticket of its latest work still in
+     * flight, where it completes later. */
+    const ofccl__exec_t *exec;
+    uint64_t exec_ticket;
+    bool exec_busy;
 };
 
 /* ---- for algorithms ---- */

@@ -278,6 +278,7 @@ static int setup_local(ofccl_comm_t *comm, setup_t *mine, uint8_t *blob, size_t 
         .size = comm->size,
         .ops_inflight = (unsigned)ofccl__cfg_int(&ctx->cfg, OFCCL__CFG_OPS_INFLIGHT),
         .rx_posted = (unsigned)ofccl__cfg_int(&ctx->cfg, OFCCL__CFG_RX_POSTED),
+        .execs = &ctx->execs,
     };
     rc = ofccl__ep_open(ctx->prov, &ep_params, &comm->ep, &comm->err);
     if (rc)

@@ -100,7 +100,8 @@ static void take_one(ofccl__req_t *r)
             r->claimed[w] |= TAKE_NONE;
             continue;
         }
-        memcpy((char *)r->dst.ptr + (size_t)w * r->block, at, r->block);
+        if (ofccl__exec_copy(r, (char *)r->dst.ptr + (size_t)w * r->block, at, r->block) != 0)
+            return; /* r failed, and says why */
         r->claimed[w] |= TAKE_READ;
         r->from_cnt[w] = r->nchunks;
         r->arrived += r->nchunks;

@@ -44,9 +44,13 @@ static int progress(ofccl__req_t *r)
     /* Bounded work per call: `depth` chunks, then progress runs again. */
     for (unsigned k = 0; k < r->depth && r->reduced < r->nchunks; k++, r->reduced++) {
         size_t off = (size_t)r->reduced * r->chunk;
-        memcpy((char *)r->out + off, r->peer_at[r->root] + off, ofccl__chunk_len(r, r->reduced));
+        rc = ofccl__exec_copy(r, (char *)r->out + off, r->peer_at[r->root] + off,
+                              ofccl__chunk_len(r, r->reduced));
+        if (rc)
+            return rc;
     }
-    if (r->reduced < r->nchunks || r->arrived < r->units_in)
+    /* The root may reuse its buffer once told: after the copies are done. */
+    if (r->reduced < r->nchunks || r->arrived < r->units_in || !ofccl__exec_idle(r))
         return 0;
     if ((rc = ofccl__bcast_done(r)) <= 0)
         return rc;

@@ -195,22 +195,22 @@ static int reduce_some(ofccl__req_t *r)
             break;
         n = host_srcs(r, t, off);
         if (t < H - 1) {
-            rc = ofccl__reduce(r->dtype, r->op, (char *)r->fwd.ptr + t * r->block + off, r->srcs, n,
-                               count, 0);
+            rc = ofccl__exec_reduce(r, r->op, (char *)r->fwd.ptr + t * r->block + off, r->srcs, n,
+                                    count, 0);
         } else {
             char *out = (char *)r->out + off;
             const char *rail = (const char *)r->dst.ptr + (size_t)(L - 1) * H * r->block + off;
             bool premul = r->op.kind == OFCCL_OP_PREMUL_SUM;
 
             if (premul) {
-                rc = ofccl__reduce(r->dtype, r->op, out, r->srcs, n, count, 0);
+                rc = ofccl__exec_reduce(r, r->op, out, r->srcs, n, count, 0);
                 r->srcs[0] = out;
                 n = 1;
             }
             for (unsigned s = 0; s < H - 1; s++)
                 r->srcs[n++] = rail + (size_t)s * r->block;
             if (rc == 0)
-                rc = ofccl__reduce(r->dtype, premul ? sum_op : r->op, out, r->srcs, n, count, ndiv);
+                rc = ofccl__exec_reduce(r, premul ? sum_op : r->op, out, r->srcs, n, count, ndiv);
         }
         if (rc)
             return ofccl__coll_fail(r, rc, "reducing chunk %u of %s", c,
@@ -229,6 +229,11 @@ static int to_rail(ofccl__req_t *r, bool *all)
     int me = comm->rank, h = comm->node_of[me], H = comm->nnodes;
     const char *fwd = r->fwd.ptr;
 
+    /* Partials go on once their sums are done (an executor may finish later). */
+    if (!ofccl__exec_idle(r)) {
+        *all = false;
+        return 0;
+    }
     for (int t = 0; t < H - 1; t++) {
         int p = at(comm, (h + 1 + t) % H, comm->node_idx[me]);
         unsigned s = stage_idx(comm, p, me, 0);

@@ -61,8 +61,8 @@ static long reduce_grain(ofccl__req_t *r, int b, unsigned g, char *out)
     for (int p = 0; p < comm->size; p++)
         if (p != b)
             r->srcs[n++] = source(r, p) + off;
-    rc = ofccl__reduce(r->dtype, r->op, out + at, r->srcs, comm->size, len / r->esize,
-                       r->op.kind == OFCCL_OP_AVG ? comm->size : 0);
+    rc = ofccl__exec_reduce(r, r->op, out + at, r->srcs, comm->size, len / r->esize,
+                            r->op.kind == OFCCL_OP_AVG ? comm->size : 0);
     if (rc)
         return ofccl__coll_fail(r, rc, "reducing grain %u of rank %d's block", g, b);
     return (long)len;

@@ -15,12 +15,12 @@ static int combine(ofccl__req_t *r, void *out, const void *own, const void *part
     int rc;
 
     if (r->op.kind != OFCCL_OP_PREMUL_SUM)
-        return ofccl__reduce(r->dtype, r->op, out, srcs, partial ? 2 : 1, count, ndiv);
+        return ofccl__exec_reduce(r, r->op, out, srcs, partial ? 2 : 1, count, ndiv);
     /* Only our own contribution is scaled; the partial already is. */
-    rc = ofccl__reduce(r->dtype, r->op, out, srcs, 1, count, 0);
+    rc = ofccl__exec_reduce(r, r->op, out, srcs, 1, count, 0);
     if (rc == 0 && partial != NULL) {
         srcs[0] = out;
-        rc = ofccl__reduce(r->dtype, sum_op, out, srcs, 2, count, ndiv);
+        rc = ofccl__exec_reduce(r, sum_op, out, srcs, 2, count, ndiv);
     }
     return rc;
 }
@@ -59,6 +59,10 @@ static int progress(ofccl__req_t *r)
                          len / r->esize, 0);
             if (rc)
                 return ofccl__coll_fail(r, rc, "reducing step %u chunk %u", s, c);
+            /* A partial goes on once its sum is done: an executor that
+             * finishes later sums it again on the next pass, the same way. */
+            if (!ofccl__exec_idle(r))
+                break;
             from = f;
             mr = r->fwd.mr;
         }
