@@ -30,19 +30,18 @@ static void copy_out(ofccl__req_t *r)
 static int resolve_memory(ofccl__req_t *r)
 {
     ofccl_comm_t *comm = r->comm;
-    bool root = comm->rank == r->root;
+    bool root = comm->rank == r->root, read = (r->algo->buffers & OFCCL__BUF_PEERS_READ) != 0;
     void *buf = r->recvbuf;
     const ofccl__mr_t *mr = ofccl__mem_find(comm, buf, r->block);
     int rc;
 
-    if (r->algo == &ofccl__bc_pull && !root) {
+    if (read && !root) {
         r->out = buf; /* read from the root straight into it */
         return 0;
     }
-    if (mr != NULL &&
-        (r->algo != &ofccl__bc_pull || (mr->shared && (mr->access & OFCCL__ACC_REMOTE_READ)))) {
+    if (mr != NULL && (!read || (mr->shared && (mr->access & OFCCL__ACC_REMOTE_READ)))) {
         r->dst = ofccl__mem_ref(buf, mr);
-    } else if (root && r->algo != &ofccl__bc_pull && !ofccl__comm_caps(comm)->mr_local) {
+    } else if (root && !read && !ofccl__comm_caps(comm)->mr_local) {
         r->dst = ofccl__mem_ref(buf, NULL); /* the provider reads unregistered sources */
     } else {
         rc = ofccl__stage_acquire(comm, OFCCL__BC, r->block ? r->block : 1, &r->staging_idx,

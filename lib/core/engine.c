@@ -60,7 +60,7 @@ int ofccl__coll_init(ofccl_comm_t *comm)
         r->slot = (unsigned)s;
         /* The per-peer state a new collective starts from zero, in one
          * block so that posting clears it with one memset. */
-        r->peer_state_bytes = n * (sizeof(*r->sig_mask) + 4 * sizeof(uint32_t) + 4);
+        r->peer_state_bytes = n * (sizeof(*r->sig_mask) + 4 * sizeof(uint32_t) + 3);
         r->sig_mask = calloc(1, r->peer_state_bytes);
         if (r->sig_mask != NULL) {
             r->sent = (uint32_t *)(r->sig_mask + n);
@@ -70,7 +70,6 @@ int ofccl__coll_init(ofccl_comm_t *comm)
             r->writes_to_me = (uint8_t *)(r->from_cnt + n);
             r->i_write_to = r->writes_to_me + n;
             r->peer_ready = r->i_write_to + n;
-            r->claimed = r->peer_ready + n;
         }
         r->peer_rk = calloc(n, sizeof(*r->peer_rk));
         r->peer_off = calloc(n, sizeof(*r->peer_off));
@@ -82,12 +81,11 @@ int ofccl__coll_init(ofccl_comm_t *comm)
             r->awaiting = r->from + n;
         }
         r->srcs = calloc(n, sizeof(*r->srcs));
-        r->peer_at = calloc(n, sizeof(*r->peer_at));
-        r->peer_out = calloc(n, sizeof(*r->peer_out));
+        r->priv = calloc(1, OFCCL__ALGO_PRIV_FIXED + n * OFCCL__ALGO_PRIV_PER_PEER);
         if (comm->ctx->trace != NULL && (r->tr = calloc(n, sizeof(*r->tr))) == NULL)
             return OFCCL_ERR_NO_MEMORY;
         if (!r->sig_mask || !r->peer_rk || !r->peer_off || !r->unit_cnt || !r->seen || !r->to ||
-            !r->srcs || !r->peer_at || !r->peer_out)
+            !r->srcs || !r->priv)
             return OFCCL_ERR_NO_MEMORY;
     }
     cs->eager_bytes = (size_t)ofccl__cfg_int(&comm->ctx->cfg, OFCCL__CFG_EAGER_BYTES);
@@ -113,8 +111,7 @@ void ofccl__coll_fini(ofccl_comm_t *comm)
         free(r->seen);
         free(r->to); /* and from, awaiting */
         free(r->srcs);
-        free(r->peer_at);
-        free(r->peer_out);
+        free(r->priv);
         free(r->tensors);
         free(r->tr);
     }
@@ -147,10 +144,7 @@ static void req_reset(ofccl__req_t *r)
     r->finish = NULL;
     r->tag = 0;
     r->algo_state = NULL;
-    r->own_dst = NULL;
-    r->out_mr = NULL;
-    r->take_k = 0;
-    r->own_done = 0;
+    r->win2 = ofccl__mem_ref(NULL, NULL);
     r->out = NULL;
     r->staging_idx = -1;
     r->bucket = 0;
@@ -215,6 +209,11 @@ int ofccl__coll_start(ofccl__req_t *r)
         }
     }
     r->unit_span = 0;
+    if (r->algo->priv_fixed > OFCCL__ALGO_PRIV_FIXED ||
+        r->algo->priv_per_peer > OFCCL__ALGO_PRIV_PER_PEER)
+        return ofccl__coll_fail(r, OFCCL_ERR_INTERNAL,
+                                "the algorithm keeps more state than a request holds");
+    memset(r->priv, 0, r->algo->priv_fixed + (size_t)comm->size * r->algo->priv_per_peer);
     rc = r->algo->plan(r);
     if (rc)
         return rc;

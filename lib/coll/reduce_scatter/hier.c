@@ -49,6 +49,15 @@ static unsigned stage_idx(const ofccl_comm_t *comm, int to, int from, int t)
     return (unsigned)((L - 1) * H + (comm->node_of[from] - comm->node_of[to] - 1 + H) % H);
 }
 
+/* Staging: n - 1 blocks where peers write (the H blocks of each other rank
+ * of the host, then a partial from each other host), and the partial this
+ * rank forwards to each other host. */
+static void staging(const ofccl__req_t *r, size_t *dst, size_t *fwd)
+{
+    *dst = (size_t)(r->comm->size - 1) * r->block;
+    *fwd = (size_t)(r->comm->nnodes - 1) * r->block;
+}
+
 static int plan(ofccl__req_t *r)
 {
     ofccl_comm_t *comm = r->comm;
@@ -275,4 +284,5 @@ const ofccl__algo_t ofccl__rs_hier = {
     .writer_of = writer_of,
     .unit_of = unit_of,
     .units_from = units_from,
+    .staging = staging,
 };

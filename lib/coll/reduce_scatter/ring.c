@@ -25,6 +25,13 @@ static int combine(ofccl__req_t *r, void *out, const void *own, const void *part
     return rc;
 }
 
+/* Staging: peers write (n-1) partials of a block here, one per step, and as
+ * many partials go on from here. */
+static void staging(const ofccl__req_t *r, size_t *dst, size_t *fwd)
+{
+    *dst = *fwd = (size_t)(r->comm->size - 1) * r->block;
+}
+
 /* Peers write (n-1) partials of a block here, one per step. */
 static int plan(ofccl__req_t *r)
 {
@@ -98,4 +105,5 @@ const ofccl__algo_t ofccl__rs_ring = {
     .progress = progress,
     .writer_of = ofccl__ring_writer_of,
     .unit_of = ofccl__ring_unit_of,
+    .staging = staging,
 };
