@@ -106,7 +106,7 @@ void *ofccl__prov_mem_alloc_on(const ofccl__prov_t *prov, size_t len)
     a = calloc(1, sizeof(*a));
     if (a == NULL)
         return NULL;
-    a->addr = prov->be->mem_alloc(n, &a->cookie);
+    a->addr = prov->mem_be->mem_alloc(n, &a->cookie);
     if (a->addr == NULL) {
         saved = errno;
         free(a);
@@ -114,7 +114,7 @@ void *ofccl__prov_mem_alloc_on(const ofccl__prov_t *prov, size_t len)
         return NULL;
     }
     a->len = n;
-    a->be = prov->be;
+    a->be = prov->mem_be;
     pthread_mutex_lock(&allocs_lock);
     a->next = allocs;
     allocs = a;

@@ -176,7 +176,9 @@ typedef struct ofccl__prov_params {
     const char *host_id;
 } ofccl__prov_params_t;
 
-/* Which transport serves a peer of an endpoint (ofccl__ep_peer_class). */
+/* Which transport serves a peer of an endpoint (ofccl__ep_peer_class): one
+ * per transport a composite endpoint may join (mixed.c holds at most this
+ * many, and its endpoint names say how many it joined). */
 enum ofccl__peer_class {
     OFCCL__PEER_LOCAL = 0,  /* ofccl's shared-memory transport (same host) */
     OFCCL__PEER_FABRIC = 1, /* a libfabric provider */
@@ -206,6 +208,9 @@ typedef struct ofccl__ep_params {
     int size;              /* ranks in the communicator = AV entries */
     unsigned ops_inflight; /* op descriptors (in flight + EAGAIN retry queue) */
     unsigned rx_posted;    /* receives kept posted when caps.rx_cq_data */
+    /* Part of a composite endpoint (providers/mixed.c): a peer given no name
+     * is reached through another transport, and no op ever addresses it. */
+    bool partial;
     /* The context's executors (exec_ops.h), which move the endpoint's bytes
      * by the memory kinds involved; they outlive the endpoint. NULL: host
      * memory only, moved by the host's mover. */

@@ -171,6 +171,7 @@ static int open_one(const ofccl__prov_params_t *params, ofccl__prov_t **out, ofc
     if (prov == NULL)
         return ofccl__fail(log, OFCCL__SUB_PROV, e, OFCCL_ERR_NO_MEMORY, "out of memory");
     prov->be = be;
+    prov->mem_be = be;
     prov->log = log;
     if (params->fault != NULL)
         prov->fault = *params->fault;
@@ -266,6 +267,21 @@ int ofccl__tp_stub_peer_gone(ofccl__ep_t *ep, int *pid)
     if (pid != NULL)
         *pid = -1;
     return -1;
+}
+
+void *ofccl__tp_stub_mem_alloc(size_t len, intptr_t *cookie)
+{
+    (void)len;
+    (void)cookie;
+    errno = ENOTSUP;
+    return NULL;
+}
+
+void ofccl__tp_stub_mem_free(void *ptr, size_t len, intptr_t cookie)
+{
+    (void)ptr;
+    (void)len;
+    (void)cookie;
 }
 
 const ofccl__exec_t *ofccl__tp_exec(const ofccl__ep_t *ep, ofccl__mem_kind_t dst,

@@ -372,10 +372,6 @@ static inline int ofccl__comm_gone(const ofccl_comm_t *comm, int p)
     return comm->gone != NULL ? comm->gone[p] : 0;
 }
 void ofccl__comm_set_gone(ofccl_comm_t *comm, int p, int why);
-/* Fail creation with MISMATCH: setting `id` (a row of the settings table) is
- * `theirs` on rank r and `mine` here, both formatted as the user writes them. */
-int ofccl__comm_setting_differs(ofccl_comm_t *comm, int id, int r, const char *theirs,
-                                const char *mine);
 /* Start of a call that needs a usable communicator, at position `pos`
  * (ofccl__comm_pos_now, or a collective's): 0, or its sticky error with a
  * message naming `what`, the communicator and the first error (or the abort).
@@ -403,7 +399,7 @@ uint64_t ofccl__comm_deadline(const ofccl_comm_t *comm, uint64_t now_ns);
  * mapped here (0), else an RMA write whose completion goes to `op` (1, the
  * write is in flight), or an error (the peer is not resolved, or the write
  * could not be posted). */
-int ofccl__comm_put_word(ofccl_comm_t *comm, int peer, unsigned src_word, unsigned dst_word,
+int ofccl__ctrl_put_word(ofccl_comm_t *comm, int peer, unsigned src_word, unsigned dst_word,
                          ofccl__op_t *op);
 /* Wait until every op this communicator posted has completed. */
 int ofccl__comm_quiesce(ofccl_comm_t *comm, uint64_t deadline_ns, const char *what);

@@ -17,28 +17,6 @@
 #include "pool.h"
 #include "trace.h"
 
-const char *ofccl__coll_name(int coll)
-{
-    static const char *const names[] = {"?", "all-gather", "reduce-scatter", "broadcast", "push"};
-    return names[coll >= 1 && coll <= OFCCL__PUSH ? coll : 0];
-}
-
-int ofccl__coll_fail(ofccl__req_t *r, int code, const char *fmt, ...)
-{
-    char msg[OFCCL__ERRMSG_LEN - 96];
-    va_list ap;
-
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
-    va_end(ap);
-    if (r->status == 0)
-        r->status = code;
-    /* The failure is this collective's: the ones before it run on. */
-    return ofccl__comm_fail_at(r->comm, ofccl__pos_coll(r->seq), code, "%s #%llu (%s): %s",
-                               ofccl__coll_name(r->coll), (unsigned long long)r->seq,
-                               r->algo ? r->algo->name : "?", msg);
-}
-
 /* ---- init ---- */
 int ofccl__coll_init(ofccl_comm_t *comm)
 {
@@ -321,6 +299,29 @@ static int signals_owed(const ofccl__req_t *r)
     return 0;
 }
 
+/* The lowest rank the launcher reports gone (dead.c answers) that still
+ * owes r a descriptor or data, or -1; *source names the report. Only what
+ * rank p still owes r counts (its descriptor, its data), as for a peer
+ * whose exit the local transport sees: a rank that ended cleanly after its
+ * part (PMIX_EVENT_PROC_TERMINATED) may leave our last completions to it
+ * still to be reaped, and must not fail a request that has all it needs. */
+static int dead_owing(const ofccl__req_t *r, const char **source)
+{
+    const ofccl_comm_t *comm = r->comm;
+
+    *source = NULL;
+    if (atomic_load_explicit(&comm->ctx->dead_count, memory_order_acquire) == 0)
+        return -1;
+    for (int p = 0; p < comm->size; p++) {
+        const char *s = p != comm->rank ? ofccl__dead_source(comm, p) : NULL;
+        if (s != NULL && ofccl__coll_owes(r, p)) {
+            *source = s;
+            return p;
+        }
+    }
+    return -1;
+}
+
 /* A peer known gone (a notice, the transport) that r still needs something
  * from, or -1. */
 static int gone_owed(const ofccl__req_t *r)
@@ -430,7 +431,7 @@ static int req_progress(ofccl__req_t *r, bool check_clock)
         int pid = -1, told_gone = -1, told = 0, gone, culprit = ofccl__notice_culprit(comm);
         bool named = false; /* cause says why `gone` is gone */
         /* The launcher's word first: first-hand, and every rank hears it. */
-        gone = ofccl__dead_needed(r, &reported);
+        gone = dead_owing(r, &reported);
         /* Then a peer's notice, where it concerns this collective: it is
          * about this one or an earlier one, or about a rank this one still
          * needs something from. */
@@ -615,24 +616,6 @@ _Atomic uint64_t *ofccl__coll_take_word(const ofccl__req_t *r, int owner, int fr
     size_t w = ofccl__ctrl_take(comm->size, r->slot, from);
 
     return owner == comm->rank ? &comm->ctrl[w] : &comm->peer_ctrl_at[owner][w];
-}
-
-const ofccl__prov_caps_t *ofccl__comm_caps(const ofccl_comm_t *comm)
-{
-    return ofccl__ep_caps(comm->ep);
-}
-
-bool ofccl__comm_peer_local(const ofccl_comm_t *comm, int p)
-{
-    return ofccl__ep_peer_class(comm->ep, p) == OFCCL__PEER_LOCAL;
-}
-
-bool ofccl__comm_note_once(ofccl_comm_t *comm, unsigned bit)
-{
-    bool first = !(comm->coll->notes & (1u << bit));
-
-    comm->coll->notes |= 1u << bit;
-    return first;
 }
 
 bool ofccl__coll_uses(const ofccl_comm_t *comm, const void *algo_state)

@@ -419,30 +419,6 @@ void ofccl__memreg_forget_comm(ofccl_comm_t *comm)
                 drop_comm_mr(m, k);
 }
 
-int ofccl_ctx_stats(const ofccl_ctx_t *ctx, ofccl_stats_t *stats)
-{
-    uint64_t bytes[OFCCL__PEER_CLASSES];
-    ofccl_stats_t s;
-    size_t want;
-
-    OFCCL__CHECK_HANDLE(ctx);
-    if (stats == NULL || stats->size < offsetof(ofccl_stats_t, peers_resolved))
-        return OFCCL_ERR_INVALID_ARG;
-    want = OFCCL__MIN(stats->size, sizeof(s));
-    s = ctx->stats;
-    s.size = want;
-    ofccl__prov_bytes(ctx->prov, bytes);
-    s.local_bytes = bytes[OFCCL__PEER_LOCAL];
-    s.fabric_bytes = bytes[OFCCL__PEER_FABRIC];
-    s.peers_resolved = s.op_contexts = 0;
-    for (const ofccl_comm_t *c = ctx->comms; c != NULL; c = c->next) {
-        s.peers_resolved += (uint64_t)ofccl__comm_peers_resolved(c);
-        s.op_contexts += ofccl__coll_op_contexts(c);
-    }
-    memcpy(stats, &s, want);
-    return 0;
-}
-
 /* Public entry points: the same calls under the context lock (progress.c). */
 int ofccl_buffer_alloc(ofccl_comm_t *comm, size_t bytes, void **ptr)
 {

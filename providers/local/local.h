@@ -132,9 +132,6 @@ struct ofccl__lx {
     struct ofccl__tp_op *busy_head, *busy_tail;
     atomic_uint busy;
     ofccl__watch_t watch; /* the peers' processes (pidfds) */
-    /* Part of a composite endpoint (mixed.c): peers given no name are on
-     * other hosts, left unattached; ops never address them. */
-    bool partial;
 };
 
 static inline struct ofccl__lx *ofccl__lx_of(const ofccl__ep_t *ep)
