@@ -113,6 +113,18 @@ def done_work(result: List[Any]) -> Work:
     return Work([], result)
 
 
+def followed(work: Work, then: Callable[[], None], result: List[Any]) -> Work:
+    """The same requests, completing with `then` after what `work` runs on
+    completion: nothing waits at post."""
+    first = work._then
+
+    def both() -> None:
+        if first is not None:
+            first()
+        then()
+    return Work(work._reqs, result, both)
+
+
 class TensorPool:
     """Tensors in ofccl memory for FSDP's buffers: freed tensors return their
     block to a free list of its size, so a training loop allocates (and the
