@@ -109,9 +109,9 @@ class ProcessGroupOfccl(dist.ProcessGroup):
         self.ofccl_comm.set_timeout(timeout.total_seconds())
         self._coll = Collectives(self.ofccl_comm)
         self._rank, self._size = rank, size
-        # All-reduces' second halves (all-gathers) not posted yet, in order:
-        # posted before any later collective, so every rank posts the same
-        # sequence whenever its waits come.
+        # The rest of an all-reduce posted but not completed (its all-gather
+        # after its reduce-scatter): done before any later collective is
+        # posted, so every rank posts the same sequence whenever its waits come.
         self._later: List[Callable[[], None]] = []
         self._later_lock = threading.RLock()
 
@@ -218,15 +218,19 @@ class ProcessGroupOfccl(dist.ProcessGroup):
     # ---- all-reduce --------------------------------------------------------
     @_after_earlier
     def allreduce(self, tensors: List[torch.Tensor], opts: Any = None) -> Work:
+        """The last tensor's reduce-scatter is posted and the call returns; its
+        all-gather follows on completion (or before a later collective). The
+        tensors before it go one after the other, as the staging they use
+        is shared."""
         op = redop(_op_of(opts))
-        halves = [self._allreduce_one(t, op) for t in tensors]
-        firsts = [h[0] for h in halves]
-
-        def rest() -> None:
-            self._post_later()  # this one's all-gathers, and any earlier
-            for _, second in halves:
-                second()
-        return Work([r for w in firsts for r in w._reqs], tensors, rest)
+        if not tensors:
+            return done_work(tensors)
+        for t in tensors[:-1]:
+            self._allreduce_one(t, op)[1]()
+        first, rest = self._allreduce_one(tensors[-1], op)
+        with self._later_lock:
+            self._later.append(rest)
+        return Work(first._reqs, tensors, self._post_later)
 
     def allreduce_coalesced(self, tensors: List[torch.Tensor], opts: Any = None) -> Work:
         return self.allreduce(tensors, opts)
@@ -234,9 +238,8 @@ class ProcessGroupOfccl(dist.ProcessGroup):
     def _allreduce_one(self, t: torch.Tensor, op: Any) -> Any:
         """Reduce-scatter then all-gather, in place on a padded flat copy when the
         tensor is not contiguous or its size not a multiple of the ranks. The
-        reduce-scatter is posted now; the all-gather, which reads its result,
-        once it completes and before any later collective (self._later).
-        Returns the reduce-scatter's Work and what completes the rest."""
+        reduce-scatter is posted now; returned with what completes the rest
+        (the all-gather, which reads its result; run once)."""
         n, size = t.numel(), self._size
         chunk = -(-n // size)
         direct = t.is_contiguous() and n == chunk * size and n > 0
@@ -245,19 +248,17 @@ class ProcessGroupOfccl(dist.ProcessGroup):
             flat[:n].copy_(t.reshape(-1))
         mine = flat[self._rank * chunk:(self._rank + 1) * chunk]
         first = self._coll.reduce_scatter(mine, flat, op)
-        second: List[Work] = []
+        ran: List[bool] = []
 
-        def post_gather() -> None:
+        def rest() -> None:
+            if ran:
+                return
+            ran.append(True)
             first.wait()
-            second.append(self._coll.all_gather(flat, mine))
-
-        def finish() -> None:
-            second[0].wait()
+            self._coll.all_gather(flat, mine).wait()
             if not direct:
                 t.copy_(flat[:n].view_as(t))
-        with self._later_lock:
-            self._later.append(post_gather)
-        return first, finish
+        return first, rest
 
     # ---- broadcast -----------------------------------------------------------
     @_after_earlier
