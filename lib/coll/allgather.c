@@ -112,7 +112,7 @@ static int allgather_unlocked(ofccl_comm_t *comm, const void *sendbuf, void *rec
                        (ofccl_redop_t){OFCCL_OP_SUM, 1}, block, req);
 }
 
-/* Public entry points: the same calls under the context lock (progress.c). */
+/* Public entry points: the same calls under the context lock (lock.c). */
 int ofccl_allgather(ofccl_comm_t *comm, const void *sendbuf, void *recvbuf, size_t count,
                     ofccl_dtype_t dtype, ofccl_req_t **req)
 {

@@ -131,7 +131,7 @@ failed:
     return rc;
 }
 
-/* Public entry points: the same calls under the context lock (progress.c). */
+/* Public entry points: the same calls under the context lock (lock.c). */
 int ofccl_barrier(ofccl_comm_t *comm)
 {
     OFCCL__CHECK_HANDLE(comm);

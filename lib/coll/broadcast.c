@@ -164,7 +164,7 @@ static int bucket_broadcast_locked(ofccl_comm_t *comm, const ofccl_tensor_t *ten
     return 0;
 }
 
-/* Public entry points: the same calls under the context lock (progress.c). */
+/* Public entry points: the same calls under the context lock (lock.c). */
 int ofccl_broadcast(ofccl_comm_t *comm, void *buf, size_t count, ofccl_dtype_t dtype, int root,
                     ofccl_req_t **req)
 {

@@ -305,7 +305,7 @@ static int bucket_reduce_scatter_unlocked(ofccl_comm_t *comm, const ofccl_tensor
     return 0;
 }
 
-/* Public entry points: the same calls under the context lock (progress.c). */
+/* Public entry points: the same calls under the context lock (lock.c). */
 int ofccl_bucket_allgather(ofccl_comm_t *comm, const ofccl_tensor_t *tensors, int n,
                            ofccl_dtype_t dtype, ofccl_req_t **req)
 {

@@ -48,7 +48,7 @@ struct ofccl_ctx {
     uint32_t comm_seq;        /* communicators created so far: gives each one an id */
     struct ofccl_mem *memreg; /* ofccl_mem_register cache (pool.c) */
     ofccl_stats_t stats;
-    /* progress.c: the lock every public call holds, and the progress thread */
+    /* lock.c: the lock every public call holds; progress.c: the progress thread */
     pthread_mutex_t lock;
     int lock_init;
     pthread_t thread;
@@ -138,7 +138,7 @@ struct ofccl_comm {
     ofccl__err_t err;
     int sticky;                             /* first fatal error: what later calls report */
     char sticky_msg[OFCCL__ERRMSG_LEN / 2]; /* its message */
-    /* Where the failures so far begin (comm.c, positions): every call and
+    /* Where the failures so far begin (comm_state.c, positions): every call and
      * request at or after it fails with `sticky`; one before it runs on and
      * fails only for what it needs itself. 0 when a failure concerns
      * everything (an abort, a broken endpoint); UINT64_MAX while none. */
@@ -334,7 +334,7 @@ static inline bool ofccl__comm_resolved(const ofccl_comm_t *comm, int peer)
 }
 /* Name of the host rank `rank` runs on, for messages ("?" if unknown). */
 const char *ofccl__comm_host(const ofccl_comm_t *comm, int rank);
-/* ---- positions: the order of a communicator's calls (comm.c) ----
+/* ---- positions: the order of a communicator's calls (comm_state.c) ----
  * Collective s is at 2s + 1. A call that is not a collective (a barrier, a
  * pool allocation, a window) made while s is the next collective to be posted
  * is at 2s: after s - 1, before s. A failure at a position covers it and every

@@ -419,7 +419,7 @@ void ofccl__memreg_forget_comm(ofccl_comm_t *comm)
                 drop_comm_mr(m, k);
 }
 
-/* Public entry points: the same calls under the context lock (progress.c). */
+/* Public entry points: the same calls under the context lock (lock.c). */
 int ofccl_buffer_alloc(ofccl_comm_t *comm, size_t bytes, void **ptr)
 {
     OFCCL__CHECK_HANDLE(comm);
