@@ -15,7 +15,7 @@
 #include "err.h"
 
 #define OFCCL__BLOB_MAGIC 0x4243464Fu /* "OFCB" in memory order */
-#define OFCCL__BLOB_VERSION 2
+#define OFCCL__BLOB_VERSION 3
 #define OFCCL__BLOB_HDR 20
 #define OFCCL__BLOB_MAX_PAYLOAD 4096
 

@@ -164,6 +164,40 @@ void ofccl__boot_unwatch_none(ofccl__boot_t *b)
     (void)b;
 }
 
+int ofccl__boot_publish_none(ofccl__boot_t *b, const void *in, size_t len, size_t slot,
+                             uint64_t *tag, ofccl__err_t *e)
+{
+    (void)in;
+    (void)len;
+    (void)slot;
+    (void)tag;
+    return ofccl__fail(NULL, OFCCL__SUB_BOOT, e, OFCCL_ERR_NOT_SUPPORTED,
+                       "the %s bootstrap serves no records on demand", b->ops->name);
+}
+
+int ofccl__boot_get_none(ofccl__boot_t *b, uint64_t tag, int rank, void *out, size_t cap,
+                         size_t *len, ofccl__err_t *e)
+{
+    (void)tag;
+    (void)rank;
+    (void)out;
+    (void)cap;
+    (void)len;
+    return ofccl__fail(NULL, OFCCL__SUB_BOOT, e, OFCCL_ERR_NOT_SUPPORTED,
+                       "the %s bootstrap serves no records on demand", b->ops->name);
+}
+
+int ofccl__boot_allreduce_none(ofccl__boot_t *b, const uint64_t *in, uint64_t *out, int n,
+                               const uint8_t *ops, ofccl__err_t *e)
+{
+    (void)in;
+    (void)out;
+    (void)n;
+    (void)ops;
+    return ofccl__fail(NULL, OFCCL__SUB_BOOT, e, OFCCL_ERR_NOT_SUPPORTED,
+                       "the %s bootstrap reduces nowhere", b->ops->name);
+}
+
 void ofccl__boot_close(ofccl__boot_t *b)
 {
     if (b == NULL)

@@ -25,9 +25,24 @@ typedef struct ofccl__boot ofccl__boot_t;
  * PMIX_ERR_PROC_ABORTED_BY_SIG"). */
 typedef void (*ofccl__boot_dead_fn)(void *arg, int rank, const char *source);
 
+/* What a backend offers beyond the all-gather and barrier every one has. */
+enum ofccl__boot_flag {
+    /* Serves single records on demand (publish, get: PMIx's direct modex,
+     * the TCP root's record server). */
+    OFCCL__BOOT_F_GET = 1u << 0,
+    /* Reduces at one place (allreduce: the TCP rendezvous root). */
+    OFCCL__BOOT_F_REDUCE = 1u << 1,
+    /* OFCCL_BOOT_EXCHANGE=auto reads records on demand from 64 ranks on
+     * (PMIx, whose server holds them anyway). */
+    OFCCL__BOOT_F_LAZY_AUTO = 1u << 2,
+};
+
+/* Every slot is filled: a backend without a use for one points it at a stub
+ * answering OFCCL_ERR_NOT_SUPPORTED, and says what it offers in `flags`. */
 typedef struct ofccl__boot_ops {
     size_t size;      /* sizeof(ofccl__boot_ops_t): the table can grow */
-    const char *name; /* "pmix", "tcp", "singleton" */
+    const char *name; /* "pmix", "tcp", "singleton": for messages */
+    unsigned flags;   /* enum ofccl__boot_flag */
     /* Every rank contributes `len` (<= slot) bytes; on return out[r * slot] holds
      * rank r's bytes and lens[r] their length. Collective; bounded by the timeout. */
     int (*allgather)(ofccl__boot_t *b, const void *in, size_t len, void *out, size_t slot,
@@ -42,17 +57,17 @@ typedef struct ofccl__boot_ops {
     int (*watch)(ofccl__boot_t *b, ofccl__boot_dead_fn dead, void *arg, ofccl__err_t *e);
     /* Stop: once it returns, `dead` is not running and never runs again. */
     void (*unwatch)(ofccl__boot_t *b);
-    /* Lazy exchange (NULL where the backend cannot serve single records on
-     * demand): make `len` (<= slot, the most any rank publishes) bytes
-     * readable by every rank under a new *tag and synchronise without
-     * collecting anything. Collective; bounded by the timeout. */
+    /* Lazy exchange (OFCCL__BOOT_F_GET; a stub elsewhere): make `len` (<= slot, the most any rank
+     * publishes) bytes readable by every rank under a new *tag and synchronise without collecting
+     * anything. Collective; bounded by the timeout. */
     int (*publish)(ofccl__boot_t *b, const void *in, size_t len, size_t slot, uint64_t *tag,
                    ofccl__err_t *e);
     /* Read the `cap` bytes at most that `rank` published under `tag`; *len gets
      * their length. Local call, answered by the launcher; bounded by the timeout. */
     int (*get)(ofccl__boot_t *b, uint64_t tag, int rank, void *out, size_t cap, size_t *len,
                ofccl__err_t *e);
-    /* As ofccl__boot_allreduce (NULL: done there as an all-gather). */
+    /* As ofccl__boot_allreduce (OFCCL__BOOT_F_REDUCE; a stub elsewhere:
+     * done there as an all-gather). */
     int (*allreduce)(ofccl__boot_t *b, const uint64_t *in, uint64_t *out, int n, const uint8_t *ops,
                      ofccl__err_t *e);
 } ofccl__boot_ops_t;
@@ -119,6 +134,12 @@ static inline void ofccl__boot_unwatch(ofccl__boot_t *b)
 /* The stubs of bootstraps that hear of no failures (boot.c). */
 int ofccl__boot_watch_none(ofccl__boot_t *b, ofccl__boot_dead_fn dead, void *arg, ofccl__err_t *e);
 void ofccl__boot_unwatch_none(ofccl__boot_t *b);
+int ofccl__boot_publish_none(ofccl__boot_t *b, const void *in, size_t len, size_t slot,
+                             uint64_t *tag, ofccl__err_t *e);
+int ofccl__boot_get_none(ofccl__boot_t *b, uint64_t tag, int rank, void *out, size_t cap,
+                         size_t *len, ofccl__err_t *e);
+int ofccl__boot_allreduce_none(ofccl__boot_t *b, const uint64_t *in, uint64_t *out, int n,
+                               const uint8_t *ops, ofccl__err_t *e);
 /* Records published for reading one at a time (publish.c): where the backend
  * has publish/get, only a tag; elsewhere every rank's record, all-gathered. */
 typedef struct ofccl__boot_pub {
@@ -133,8 +154,12 @@ typedef struct ofccl__boot_pub {
 /* Does the backend serve single records on demand (PMIx: direct modex)? */
 static inline bool ofccl__boot_can_get(const ofccl__boot_t *b)
 {
-    return b->ops->size >= sizeof(ofccl__boot_ops_t) && b->ops->publish != NULL &&
-           b->ops->get != NULL;
+    return (b->ops->flags & OFCCL__BOOT_F_GET) != 0;
+}
+/* Should OFCCL_BOOT_EXCHANGE=auto read records on demand at scale? */
+static inline bool ofccl__boot_lazy_auto(const ofccl__boot_t *b)
+{
+    return ofccl__boot_can_get(b) && (b->ops->flags & OFCCL__BOOT_F_LAZY_AUTO) != 0;
 }
 /* Publish this rank's `len` (<= slot) bytes, collectively. `lazy`: through
  * the backend's publish where it has one, no data collected; otherwise (or

@@ -420,6 +420,7 @@ static void pmix_finalize(ofccl__boot_t *b)
 static const ofccl__boot_ops_t pmix_ops = {
     .size = sizeof(ofccl__boot_ops_t),
     .name = "pmix",
+    .flags = OFCCL__BOOT_F_GET | OFCCL__BOOT_F_LAZY_AUTO,
     .allgather = ofccl__pmix_allgather,
     .barrier = pmix_barrier,
     .finalize = pmix_finalize,
@@ -427,6 +428,7 @@ static const ofccl__boot_ops_t pmix_ops = {
     .unwatch = ofccl__pmix_unwatch,
     .publish = pmix_publish,
     .get = pmix_get,
+    .allreduce = ofccl__boot_allreduce_none,
 };
 
 int ofccl__boot_pmix_open(const ofccl__boot_params_t *p, ofccl__boot_t *b, int *unreachable,

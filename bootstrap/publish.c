@@ -72,7 +72,7 @@ int ofccl__boot_allreduce(ofccl__boot_t *b, const uint64_t *in, uint64_t *out, i
     if (n < 1 || n > OFCCL__BOOT_REDUCE_MAX)
         return ofccl__fail(b->log, OFCCL__SUB_BOOT, e, OFCCL_ERR_INVALID_ARG,
                            "bootstrap allreduce of %d words (1..%d)", n, OFCCL__BOOT_REDUCE_MAX);
-    if (b->ops->size >= sizeof(ofccl__boot_ops_t) && b->ops->allreduce != NULL)
+    if (b->ops->flags & OFCCL__BOOT_F_REDUCE)
         return b->ops->allreduce(b, in, out, n, ops, e);
     all = malloc((size_t)b->size * slot);
     lens = calloc((size_t)b->size, sizeof(*lens));

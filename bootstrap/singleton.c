@@ -37,6 +37,9 @@ static const ofccl__boot_ops_t singleton_ops = {
     .finalize = singleton_finalize,
     .watch = ofccl__boot_watch_none,
     .unwatch = ofccl__boot_unwatch_none,
+    .publish = ofccl__boot_publish_none,
+    .get = ofccl__boot_get_none,
+    .allreduce = ofccl__boot_allreduce_none,
 };
 
 int ofccl__boot_singleton_open(const ofccl__boot_params_t *p, ofccl__boot_t *b, ofccl__err_t *e)

@@ -283,6 +283,7 @@ static void tcp_finalize(ofccl__boot_t *b)
 static const ofccl__boot_ops_t tcp_ops = {
     .size = sizeof(ofccl__boot_ops_t),
     .name = "tcp",
+    .flags = OFCCL__BOOT_F_GET | OFCCL__BOOT_F_REDUCE,
     .allgather = ofccl__tcp_allgather,
     .barrier = ofccl__tcp_barrier,
     .finalize = tcp_finalize,

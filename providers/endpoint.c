@@ -212,6 +212,23 @@ int ofccl__ep_peer_gone(ofccl__ep_t *ep, int *pid)
 int ofccl__ep_peer_map(ofccl__ep_t *ep, int peer, const ofccl__rkey_t *rk, uint64_t roff,
                        size_t len, unsigned access, void **ptr, ofccl__err_t *e)
 {
+    ofccl__mem_kind_t kind = OFCCL__MEM_HOST;
+    int rc = ofccl__ep_peer_map_kind(ep, peer, rk, roff, len, access, ptr, &kind, e);
+
+    if (rc == 0 && kind != OFCCL__MEM_HOST) {
+        *ptr = NULL;
+        return ofccl__fail(ep->prov->log, OFCCL__SUB_PROV, e, OFCCL_ERR_NOT_SUPPORTED,
+                           "rank %d: peer %d's region is device memory (cuda:%d): its mapping "
+                           "takes no CPU loads or stores",
+                           ep->params.rank, peer, kind);
+    }
+    return rc;
+}
+
+int ofccl__ep_peer_map_kind(ofccl__ep_t *ep, int peer, const ofccl__rkey_t *rk, uint64_t roff,
+                            size_t len, unsigned access, void **ptr, ofccl__mem_kind_t *kind,
+                            ofccl__err_t *e)
+{
     int rc;
 
     *ptr = NULL;
@@ -224,7 +241,7 @@ int ofccl__ep_peer_map(ofccl__ep_t *ep, int peer, const ofccl__rkey_t *rk, uint6
                            "rank %d: mapping peer %d's memory: no such peer or no key",
                            ep->params.rank, peer);
     pthread_mutex_lock(&ep->lock);
-    rc = ep->be->peer_map(ep, peer, rk, roff, len, access, ptr, e);
+    rc = ep->be->peer_map(ep, peer, rk, roff, len, access, ptr, kind, e);
     pthread_mutex_unlock(&ep->lock);
     return rc;
 }

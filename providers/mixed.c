@@ -1,60 +1,69 @@
 /*
- * The composite transport: one endpoint whose peers on this rank's host are
- * reached through the local shared-memory transport (local/) and whose other
- * peers through a libfabric provider (fabric/), chosen per peer from host
- * identity. Above this file it is one endpoint like any other: one op pool,
- * one retry FIFO, one completion queue, one key per region.
+ * The composite transport: one endpoint over an ordered list of transports,
+ * each peer reached through the first one that can reach it. Today the list
+ * is the local shared-memory transport (local/: peers on this rank's host)
+ * then a libfabric provider (fabric/: every peer); a transport for same-host
+ * GPU memory would go first. Above this file it is one endpoint like any
+ * other: one op pool, one retry FIFO, one completion queue, one key per
+ * region.
  *
- * How the halves are joined:
- *   - Each half is a sub-endpoint of the backend it belongs to, sharing the
- *     composite's op descriptors, so a completion from either names an op
- *     the generic code knows; post dispatches each op by its peer's class.
- *   - The endpoint name carries a hash of the host identity and both halves'
- *     names. A peer whose hash equals ours is attached by the local half
- *     (the others are left unattached there). Peers inserted all at once
- *     all enter the fabric half's AV, so AV index r is still rank r; a
- *     communicator created lazily adds its peers one at a time instead,
- *     those on this host (at creation) to the local half only, the others
- *     (on first use) to the fabric half only, so a rank holds AV entries
- *     for the other hosts' peers it uses and no more.
- *   - A region is registered with both halves under one key: the local half
- *     chooses it, the fabric half registers with that key. This needs keys
- *     the fabric lets ofccl choose (no FI_MR_PROV_KEY, no strict mode) of 8
- *     bytes; elsewhere ofccl__mx_wrap leaves the fabric provider alone.
- *   - Memory peers write into is the local half's (memfd), which the fabric
- *     half registers like any other memory.
- *   - The signal method is the fabric's choice; the local half carries both
- *     (8 bytes of CQ data, CPU atomics), so it is one method per endpoint.
- *     Peers' memory is not mapped (caps.peer_map is false): same-host peers
- *     get RMA ops, each one memcpy by the initiator.
+ * How the transports are joined:
+ *   - Each is a sub-endpoint of the backend it belongs to, sharing the
+ *     composite's op descriptors, so a completion from any names an op the
+ *     generic code knows; post dispatches each op to the first transport
+ *     that reaches its peer with the op's memory kind (backend slot
+ *     `reaches`; host memory: the peer's class, decided once).
+ *   - The endpoint name carries a hash of the host identity and every
+ *     transport's name. Peers inserted all at once go to every transport
+ *     that reaches them (the fabric reaches all, so AV index r is still
+ *     rank r; the local transport leaves other hosts' peers unattached); a
+ *     communicator created lazily adds each peer to the transport that
+ *     serves it only, those on this host at creation, the others on first
+ *     use, so a rank holds AV entries for the other hosts' peers it uses and
+ *     no more.
+ *   - A region is registered with every transport under one key: the first
+ *     chooses it, the others register with that key. This needs keys the
+ *     fabric lets ofccl choose (no FI_MR_PROV_KEY, no strict mode) of 8
+ *     bytes; elsewhere ofccl__mx_wrap leaves the fabric provider alone. At
+ *     most one transport needs local descriptors (the fabric's): theirs is
+ *     the region's.
+ *   - Memory peers write into comes from the first transport's allocator
+ *     (the local transport's memfds), which the others register like any
+ *     other memory.
+ *   - The signal method is the fabric's choice; the local transport carries
+ *     both (8 bytes of CQ data, CPU atomics), so it is one method per
+ *     endpoint. Peers' memory is not mapped (caps.peer_map is false):
+ *     same-host peers get RMA ops, each one memcpy by the initiator.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "local/local.h"
 #include "prov_impl.h"
 #include "util.h"
 
-#define MX_MAGIC 0x31584d6c6363666full /* "ofcclMX1" little-endian */
-#define MX_HDR 24                      /* magic, host hash, two name lengths */
+#define MX_MAGIC 0x32584d6c6363666full   /* "ofcclMX2" little-endian */
+#define MX_MAX OFCCL__PEER_CLASSES       /* transports in a composite */
+#define MX_HDR(n) (20 + 4 * (size_t)(n)) /* magic, host hash, count, a length per transport */
 #define MX_KEY_TRIES 3
 
 struct mx_prov {
-    ofccl__prov_t *sub[OFCCL__PEER_CLASSES]; /* [OFCCL__PEER_LOCAL], [OFCCL__PEER_FABRIC] */
-    uint64_t host;                           /* hash of this host's identity */
+    int n;
+    ofccl__prov_t *sub[MX_MAX]; /* in the order they are asked */
+    uint64_t host;              /* hash of this host's identity */
 };
 
 struct mx_ep {
-    ofccl__ep_t sub[OFCCL__PEER_CLASSES];
-    bool set_up[OFCCL__PEER_CLASSES];
-    uint8_t *cls; /* [size]: each peer's class */
-    int err_sub;  /* the half whose error entry is next, -1: none */
-    int first;    /* the half read first by the next cq_read */
+    int n;
+    ofccl__ep_t sub[MX_MAX];
+    bool set_up[MX_MAX];
+    uint8_t *cls; /* [size]: the transport serving each peer's host memory */
+    int err_sub;  /* the transport whose error entry is next, -1: none */
+    int first;    /* the transport read first by the next cq_read */
 };
 
 struct mx_mr {
-    ofccl__mr_t sub[OFCCL__PEER_CLASSES];
+    ofccl__mr_t sub[MX_MAX];
 };
 
 static struct mx_prov *mxp(const ofccl__prov_t *prov)
@@ -67,23 +76,11 @@ static struct mx_ep *mxe(const ofccl__ep_t *ep)
     return ep->be_state;
 }
 
-/* FNV-1a: equal identities, equal hashes (the setup record uses the same). */
-static uint64_t host_hash(const char *id)
-{
-    uint64_t h = 0xcbf29ce484222325ull;
-
-    for (; id != NULL && *id != '\0'; id++)
-        h = (h ^ (uint8_t)*id) * 0x100000001b3ull;
-    return h;
-}
-
-/* Why the fabric provider cannot be a composite's other half, or NULL. */
+/* Why the fabric provider cannot be a composite's last transport, or NULL. */
 static const char *unjoinable(const ofccl__prov_t *fab)
 {
     const ofccl__prov_caps_t *c = &fab->caps;
 
-    if (fab->be != &ofccl__fabric_backend)
-        return "it is not a libfabric provider";
     if (c->quirks & OFCCL__Q_INTRA_NODE_ONLY)
         return "it reaches this host only";
     if (c->strict)
@@ -94,6 +91,28 @@ static const char *unjoinable(const ofccl__prov_t *fab)
     if (c->key_size < 8)
         return "its memory keys are shorter than the local transport's 8 bytes";
     return NULL;
+}
+
+/* The composite's capabilities: the last transport's (the one reaching
+ * every host), named after it and the others ("tcp;ofi_rxm+local"). */
+static void mx_caps(ofccl__prov_t *mx, struct mx_prov *st)
+{
+    const ofccl__prov_t *last = st->sub[st->n - 1];
+
+    mx->caps = last->caps;
+    for (int i = 0; i < st->n - 1; i++) {
+        size_t at = strlen(mx->caps.name);
+        snprintf(mx->caps.name + at, sizeof(mx->caps.name) - at, "+%s", st->sub[i]->caps.name);
+        mx->caps.max_msg_size = OFCCL__MIN(mx->caps.max_msg_size, st->sub[i]->caps.max_msg_size);
+        /* The key's base is the last one's: an address where it uses virtual
+         * addresses, which the others then subtract. */
+        st->sub[i]->caps.virt_addr = last->caps.virt_addr;
+    }
+    mx->caps.peer_map = false;
+    /* One peer at a time where the last one can: the others attach peers
+     * one by one too. The host's peers come first (at creation). */
+    mx->caps.add_peer = last->caps.add_peer;
+    mx->caps.add_host_first = last->caps.add_peer;
 }
 
 int ofccl__mx_wrap(ofccl__prov_t **prov, const ofccl__prov_params_t *params, ofccl__err_t *e)
@@ -109,7 +128,8 @@ int ofccl__mx_wrap(ofccl__prov_t **prov, const ofccl__prov_params_t *params, ofc
                     fab->caps.name, why);
         return 0;
     }
-    lp.provider = OFCCL__LOCAL_NAME;
+    /* The transports in the order they are asked: same-host ones first. */
+    lp.provider = "local";
     lp.domain = "";
     lp.fault = NULL; /* faults are injected once, at the composite */
     lp.same_host_local = false;
@@ -125,28 +145,17 @@ int ofccl__mx_wrap(ofccl__prov_t **prov, const ofccl__prov_params_t *params, ofc
         ofccl__prov_close(loc);
         return ofccl__fail(params->log, OFCCL__SUB_PROV, e, OFCCL_ERR_NO_MEMORY, "out of memory");
     }
-    st->sub[OFCCL__PEER_LOCAL] = loc;
-    st->sub[OFCCL__PEER_FABRIC] = fab;
-    st->host = host_hash(params->host_id);
+    st->sub[st->n++] = loc;
+    st->sub[st->n++] = fab;
+    st->host = ofccl__hash_str(params->host_id);
     mx->be = &ofccl__mixed_backend;
+    mx->mem_be = st->sub[0]->mem_be;
     mx->be_state = st;
     mx->log = params->log;
     if (params->fault != NULL)
         mx->fault = *params->fault;
     pthread_mutex_init(&mx->lock, NULL);
-    mx->caps = fab->caps;
-    /* "tcp;ofi_rxm+local": the fabric's name first, as logs and tests read it. */
-    ofccl__strlcpy(mx->caps.name, fab->caps.name, sizeof(mx->caps.name) - 6);
-    ofccl__strlcpy(mx->caps.name + strlen(mx->caps.name), "+" OFCCL__LOCAL_NAME, 7);
-    mx->caps.peer_map = false;
-    /* One peer at a time where the fabric half can: the local half attaches
-     * peers one by one too. The host's peers come first (at creation). */
-    mx->caps.add_peer = fab->caps.add_peer;
-    mx->caps.add_host_first = fab->caps.add_peer;
-    mx->caps.max_msg_size = OFCCL__MIN(fab->caps.max_msg_size, loc->caps.max_msg_size);
-    /* The key's base is the fabric's: an address where it uses virtual
-     * addresses, which the local half then subtracts. */
-    loc->caps.virt_addr = fab->caps.virt_addr;
+    mx_caps(mx, st);
     *prov = mx;
     return 0;
 }
@@ -168,7 +177,7 @@ static int mx_close(ofccl__prov_t *prov)
 
     if (st == NULL)
         return 0;
-    for (int c = OFCCL__PEER_CLASSES; c-- > 0;) {
+    for (int c = st->n; c-- > 0;) {
         int r = ofccl__prov_close(st->sub[c]);
         rc = rc != 0 ? rc : r;
     }
@@ -197,6 +206,7 @@ static void mx_available(char *buf, size_t len)
 
 static int mx_ep_setup(ofccl__ep_t *ep, ofccl__err_t *e)
 {
+    struct mx_prov *st = mxp(ep->prov);
     struct mx_ep *mx = calloc(1, sizeof(*mx));
 
     if (mx == NULL)
@@ -204,26 +214,27 @@ static int mx_ep_setup(ofccl__ep_t *ep, ofccl__err_t *e)
                            "rank %d: allocating a composite endpoint", ep->params.rank);
     ep->be_state = mx;
     mx->err_sub = -1;
+    mx->n = st->n;
     mx->cls = malloc((size_t)ep->params.size);
     if (mx->cls == NULL)
         return ofccl__fail(ep->prov->log, OFCCL__SUB_PROV, e, OFCCL_ERR_NO_MEMORY,
                            "rank %d: allocating a composite endpoint", ep->params.rank);
-    memset(mx->cls, OFCCL__PEER_FABRIC, (size_t)ep->params.size);
-    for (int c = 0; c < OFCCL__PEER_CLASSES; c++) {
+    memset(mx->cls, mx->n - 1, (size_t)ep->params.size);
+    for (int c = 0; c < mx->n; c++) {
         ofccl__ep_t *s = &mx->sub[c];
         int rc;
 
-        s->prov = mxp(ep->prov)->sub[c];
+        s->prov = st->sub[c];
         s->be = s->prov->be;
         s->params = ep->params;
-        s->ops = ep->ops; /* one pool: completions from either half name our ops */
+        s->params.partial = true; /* peers another transport reaches get no name */
+        s->ops = ep->ops;         /* one pool: completions from any name our ops */
         pthread_mutex_init(&s->lock, NULL);
         mx->set_up[c] = true;
         rc = s->be->ep_setup(s, e);
         if (rc != 0)
             return rc;
     }
-    ofccl__lx_of(&mx->sub[OFCCL__PEER_LOCAL])->partial = true;
     return 0;
 }
 
@@ -232,10 +243,10 @@ static int mx_ep_stop(ofccl__ep_t *ep, bool failed)
     struct mx_ep *mx = mxe(ep);
     int rc = 0;
 
-    for (int c = 0; c < OFCCL__PEER_CLASSES; c++) {
+    for (int c = 0; c < mx->n; c++) {
         int r = mx->sub[c].be->ep_stop(&mx->sub[c], failed);
-        /* One half left open (a fabric that crashes when closed mid-write)
-         * keeps the whole endpoint open. */
+        /* One left open (a fabric that crashes when closed mid-write) keeps
+         * the whole endpoint open. */
         if (r == OFCCL__TP_LEFT_OPEN || (rc == 0 && r != 0))
             rc = r;
     }
@@ -249,7 +260,7 @@ static int mx_ep_close(ofccl__ep_t *ep)
 
     if (mx == NULL)
         return 0;
-    for (int c = 0; c < OFCCL__PEER_CLASSES; c++) {
+    for (int c = 0; c < mx->n; c++) {
         if (!mx->set_up[c])
             continue;
         int r = mx->sub[c].be->ep_close(&mx->sub[c]);
@@ -262,75 +273,100 @@ static int mx_ep_close(ofccl__ep_t *ep)
     return rc;
 }
 
-/* {magic, host hash, local name length, fabric name length}, then the names. */
+/* {magic, host hash, count, each transport's name length}, then the names. */
 static int mx_ep_name(ofccl__ep_t *ep, void *buf, size_t *len, ofccl__err_t *e)
 {
     struct mx_ep *mx = mxe(ep);
     uint8_t *p = buf;
-    size_t ll, fl;
-    int rc;
+    size_t at = MX_HDR(mx->n);
 
-    if (*len < MX_HDR)
+    if (*len < at)
         return ofccl__fail(ep->prov->log, OFCCL__SUB_PROV, e, OFCCL_ERR_INVALID_ARG,
                            "rank %d: endpoint name buffer of %zu bytes", ep->params.rank, *len);
-    ll = *len - MX_HDR;
-    rc = mx->sub[OFCCL__PEER_LOCAL].be->ep_name(&mx->sub[OFCCL__PEER_LOCAL], p + MX_HDR, &ll, e);
-    if (rc != 0)
-        return rc;
-    fl = *len - MX_HDR - ll;
-    rc = mx->sub[OFCCL__PEER_FABRIC].be->ep_name(&mx->sub[OFCCL__PEER_FABRIC], p + MX_HDR + ll, &fl,
-                                                 e);
-    if (rc != 0)
-        return rc;
+    for (int c = 0; c < mx->n; c++) {
+        size_t l = *len - at;
+        int rc = mx->sub[c].be->ep_name(&mx->sub[c], p + at, &l, e);
+
+        if (rc != 0)
+            return rc;
+        ofccl__put_le32(p + 20 + 4 * (size_t)c, (uint32_t)l);
+        at += l;
+    }
     ofccl__put_le64(p, MX_MAGIC);
     ofccl__put_le64(p + 8, mxp(ep->prov)->host);
-    ofccl__put_le32(p + 16, (uint32_t)ll);
-    ofccl__put_le32(p + 20, (uint32_t)fl);
-    *len = MX_HDR + ll + fl;
+    ofccl__put_le32(p + 16, (uint32_t)mx->n);
+    *len = at;
     return 0;
 }
 
-/* Peer r's name (len bytes, at most `cap`): the lengths of its halves and
- * its class. Names come from peers: every length is checked before use. */
-static int parse_name(ofccl__ep_t *ep, int r, const uint8_t *p, size_t len, size_t cap, size_t *ll,
-                      size_t *fl, int *cls, ofccl__err_t *e)
+/* Peer r's name as the transports see it. */
+struct mx_name {
+    size_t off[MX_MAX], len[MX_MAX];
+    bool same_host;
+};
+
+/* Peer r's name (len bytes, at most `cap`): where each transport's part is,
+ * and whether r is on this host. Names come from peers: every length is
+ * checked before use. */
+static int parse_name(ofccl__ep_t *ep, int r, const uint8_t *p, size_t len, size_t cap,
+                      struct mx_name *nm, ofccl__err_t *e)
 {
-    *ll = *fl = 0;
-    if (len >= MX_HDR && len <= cap) {
-        *ll = ofccl__get_le32(p + 16);
-        *fl = ofccl__get_le32(p + 20);
+    struct mx_ep *mx = mxe(ep);
+    bool ok = len >= MX_HDR(mx->n) && len <= cap && ofccl__get_le64(p) == MX_MAGIC &&
+              ofccl__get_le32(p + 16) == (uint32_t)mx->n;
+    size_t at = MX_HDR(mx->n);
+
+    for (int c = 0; ok && c < mx->n; c++) {
+        nm->off[c] = at;
+        nm->len[c] = ofccl__get_le32(p + 20 + 4 * (size_t)c);
+        ok = nm->len[c] <= cap && at + nm->len[c] <= len;
+        at += ok ? nm->len[c] : 0;
     }
-    if (len < MX_HDR || len > cap || ofccl__get_le64(p) != MX_MAGIC || *ll > cap || *fl > cap ||
-        MX_HDR + *ll + *fl != len)
+    if (!ok || at != len)
         return ofccl__fail(ep->prov->log, OFCCL__SUB_PROV, e, OFCCL_ERR_CORRUPT,
                            "rank %d: the endpoint name of peer %d (%zu bytes) is not a "
-                           "composite (local+fabric) name; every rank must use the same "
+                           "composite name of %d transports; every rank must use the same "
                            "OFCCL_PEER_TRANSPORT",
-                           ep->params.rank, r, len);
-    *cls = ofccl__get_le64(p + 8) == mxp(ep->prov)->host || r == ep->params.rank
-               ? OFCCL__PEER_LOCAL
-               : OFCCL__PEER_FABRIC;
+                           ep->params.rank, r, len, mx->n);
+    nm->same_host = ofccl__get_le64(p + 8) == mxp(ep->prov)->host || r == ep->params.rank;
     return 0;
 }
 
-/* Split every peer's name into its halves and learn its class. */
+/* Does transport c reach a peer (on this host or not) with memory of `kind`? */
+static bool reaches(const struct mx_ep *mx, int c, bool same_host, ofccl__mem_kind_t kind)
+{
+    return mx->sub[c].be->reaches(mx->sub[c].prov, same_host, kind);
+}
+
+/* The first transport that reaches a peer with host memory: its class. */
+static int serving(const struct mx_ep *mx, bool same_host)
+{
+    int c = 0;
+
+    while (c < mx->n - 1 && !reaches(mx, c, same_host, OFCCL__MEM_HOST))
+        c++;
+    return c;
+}
+
+/* Split every peer's name into the transports' parts: each transport gets
+ * the names of the peers it reaches (the others' are left empty). */
 static int split_names(ofccl__ep_t *ep, const uint8_t *names, size_t stride, const size_t *lens,
-                       int n, uint8_t *half[2], size_t *hlens[2], ofccl__err_t *e)
+                       int n, uint8_t **part, size_t **plens, ofccl__err_t *e)
 {
     struct mx_ep *mx = mxe(ep);
 
     for (int r = 0; r < n; r++) {
         const uint8_t *p = names + (size_t)r * stride;
-        size_t ll, fl;
-        int cls, rc = parse_name(ep, r, p, lens[r], stride, &ll, &fl, &cls, e);
+        struct mx_name nm;
+        int rc = parse_name(ep, r, p, lens[r], stride, &nm, e);
 
         if (rc != 0)
             return rc;
-        mx->cls[r] = (uint8_t)cls;
-        memcpy(half[OFCCL__PEER_LOCAL] + (size_t)r * stride, p + MX_HDR, ll);
-        hlens[OFCCL__PEER_LOCAL][r] = mx->cls[r] == OFCCL__PEER_LOCAL ? ll : 0;
-        memcpy(half[OFCCL__PEER_FABRIC] + (size_t)r * stride, p + MX_HDR + ll, fl);
-        hlens[OFCCL__PEER_FABRIC][r] = fl;
+        mx->cls[r] = (uint8_t)serving(mx, nm.same_host);
+        for (int c = 0; c < mx->n; c++) {
+            memcpy(part[c] + (size_t)r * stride, p + nm.off[c], nm.len[c]);
+            plens[c][r] = reaches(mx, c, nm.same_host, OFCCL__MEM_HOST) ? nm.len[c] : 0;
+        }
     }
     return 0;
 }
@@ -339,49 +375,50 @@ static int mx_insert_peers(ofccl__ep_t *ep, const void *names, size_t stride, co
                            int n, ofccl__err_t *e)
 {
     struct mx_ep *mx = mxe(ep);
-    uint8_t *half[2] = {calloc((size_t)n, stride), calloc((size_t)n, stride)};
-    size_t *hlens[2] = {calloc((size_t)n, sizeof(size_t)), calloc((size_t)n, sizeof(size_t))};
-    int rc = 0, nlocal = 0;
+    uint8_t *part[MX_MAX] = {NULL};
+    size_t *plens[MX_MAX] = {NULL};
+    int rc = 0, nfirst = 0;
 
-    if (!half[0] || !half[1] || !hlens[0] || !hlens[1])
-        rc = ofccl__fail(ep->prov->log, OFCCL__SUB_PROV, e, OFCCL_ERR_NO_MEMORY, "out of memory");
+    for (int c = 0; c < mx->n; c++) {
+        part[c] = calloc((size_t)n, stride);
+        plens[c] = calloc((size_t)n, sizeof(size_t));
+        if ((part[c] == NULL || plens[c] == NULL) && rc == 0)
+            rc = ofccl__fail(ep->prov->log, OFCCL__SUB_PROV, e, OFCCL_ERR_NO_MEMORY,
+                             "out of memory");
+    }
     if (rc == 0)
-        rc = split_names(ep, names, stride, lens, n, half, hlens, e);
-    for (int c = 0; c < OFCCL__PEER_CLASSES && rc == 0; c++)
-        rc = mx->sub[c].be->insert_peers(&mx->sub[c], half[c], stride, hlens[c], n, e);
+        rc = split_names(ep, names, stride, lens, n, part, plens, e);
+    for (int c = 0; c < mx->n && rc == 0; c++)
+        rc = mx->sub[c].be->insert_peers(&mx->sub[c], part[c], stride, plens[c], n, e);
     for (int r = 0; r < n && rc == 0; r++)
-        nlocal += mx->cls[r] == OFCCL__PEER_LOCAL && r != ep->params.rank;
+        nfirst += mx->cls[r] != mx->n - 1 && r != ep->params.rank;
     if (rc == 0)
         OFCCL__INFO(ep->prov->log, OFCCL__SUB_PROV,
                     "rank %d: %d peer(s) on this host through %s, %d on other hosts through %s",
-                    ep->params.rank, nlocal, mx->sub[OFCCL__PEER_LOCAL].prov->caps.name,
-                    n - 1 - nlocal, mx->sub[OFCCL__PEER_FABRIC].prov->caps.name);
-    for (int c = 0; c < 2; c++) {
-        free(half[c]);
-        free(hlens[c]);
+                    ep->params.rank, nfirst, mx->sub[0].prov->caps.name, n - 1 - nfirst,
+                    mx->sub[mx->n - 1].prov->caps.name);
+    for (int c = 0; c < mx->n; c++) {
+        free(part[c]);
+        free(plens[c]);
     }
     return rc;
 }
 
-/* One peer, to the half that reaches it (ofccl__ep_add_peer holds the
+/* One peer, to the transport that serves it (ofccl__ep_add_peer holds the
  * composite's lock). */
 static int mx_add_peer(ofccl__ep_t *ep, int peer, const void *name, size_t len, ofccl__err_t *e)
 {
     struct mx_ep *mx = mxe(ep);
     const uint8_t *p = name;
-    ofccl__ep_t *s;
-    size_t ll, fl;
-    int cls, rc = parse_name(ep, peer, p, len, len, &ll, &fl, &cls, e);
+    struct mx_name nm;
+    int c, rc = parse_name(ep, peer, p, len, len, &nm, e);
 
     if (rc != 0)
         return rc;
-    s = &mx->sub[cls];
-    if (cls == OFCCL__PEER_LOCAL)
-        rc = ofccl__lx_add_peer(s, peer, p + MX_HDR, ll, e);
-    else
-        rc = s->be->add_peer(s, peer, p + MX_HDR + ll, fl, e);
+    c = serving(mx, nm.same_host);
+    rc = mx->sub[c].be->add_peer(&mx->sub[c], peer, p + nm.off[c], nm.len[c], e);
     if (rc == 0)
-        mx->cls[peer] = (uint8_t)cls;
+        mx->cls[peer] = (uint8_t)c;
     return rc;
 }
 
@@ -389,50 +426,61 @@ static void mx_peers_ready(ofccl__ep_t *ep)
 {
     struct mx_ep *mx = mxe(ep);
 
-    for (int c = 0; c < OFCCL__PEER_CLASSES; c++)
+    for (int c = 0; c < mx->n; c++)
         mx->sub[c].be->peers_ready(&mx->sub[c]);
 }
 
-/* ---- memory: one key for both halves ---- */
+/* ---- memory: one key for every transport ---- */
 
+static void mx_mr_drop(struct mx_ep *mx, struct mx_mr *m, int upto)
+{
+    for (int c = upto; c-- > 0;)
+        mx->sub[c].be->mr_dereg(&m->sub[c]);
+}
+
+/* The first transport chooses an unpredictable key; a region of another may
+ * already hold it (another endpoint of the domain): choose again. */
 static int mx_mr_reg(ofccl__ep_t *ep, ofccl__mr_t *mr, ofccl__err_t *e)
 {
     struct mx_ep *mx = mxe(ep);
-    ofccl__ep_t *ls = &mx->sub[OFCCL__PEER_LOCAL], *fs = &mx->sub[OFCCL__PEER_FABRIC];
     struct mx_mr *m = calloc(1, sizeof(*m));
-    int rc = OFCCL_ERR_INTERNAL;
+    int rc = OFCCL_ERR_INTERNAL, c = 0;
 
     if (m == NULL)
         return ofccl__fail(ep->prov->log, OFCCL__SUB_PROV, e, OFCCL_ERR_NO_MEMORY, "out of memory");
-    /* The local half chooses an unpredictable key; a fabric region may
-     * already hold it (another endpoint of the domain): choose again. */
-    for (int t = 0; t < MX_KEY_TRIES; t++) {
-        ofccl__mr_t *l = &m->sub[OFCCL__PEER_LOCAL], *f = &m->sub[OFCCL__PEER_FABRIC];
+    for (int t = 0, again = 1; t < MX_KEY_TRIES && again; t++) {
+        for (c = 0, rc = 0, again = 0; c < mx->n && rc == 0; c++) {
+            ofccl__ep_t *s = &mx->sub[c];
+            ofccl__mr_t *sm = &m->sub[c];
 
-        *l = (ofccl__mr_t){.addr = mr->addr, .len = mr->len, .access = mr->access, .ep = ls};
-        rc = ls->be->mr_reg(ls, l, e);
-        if (rc != 0)
-            break;
-        *f = (ofccl__mr_t){
-            .addr = mr->addr, .len = mr->len, .access = mr->access, .ep = fs, .key = l->key};
-        rc = fs->be->mr_reg(fs, f, e);
-        if (rc == 0 && f->key == l->key)
-            break;
-        if (rc == 0) { /* not the key asked for: cannot serve both halves */
-            fs->be->mr_dereg(f);
-            rc = ofccl__fail(ep->prov->log, OFCCL__SUB_PROV, e, OFCCL_ERR_PROVIDER,
-                             "rank %d: %s registered %zu bytes under another key than asked",
-                             ep->params.rank, fs->prov->caps.name, mr->len);
+            *sm = (ofccl__mr_t){.addr = mr->addr,
+                                .len = mr->len,
+                                .access = mr->access,
+                                .ep = s,
+                                .key = c > 0 ? m->sub[0].key : 0,
+                                .kind = mr->kind};
+            rc = s->be->mr_reg(s, sm, e);
+            if (rc == 0 && c > 0 && sm->key != m->sub[0].key) {
+                /* not the key asked for: cannot serve every transport */
+                s->be->mr_dereg(sm);
+                again = 1;
+                rc = ofccl__fail(ep->prov->log, OFCCL__SUB_PROV, e, OFCCL_ERR_PROVIDER,
+                                 "rank %d: %s registered %zu bytes under another key than asked",
+                                 ep->params.rank, s->prov->caps.name, mr->len);
+            }
         }
-        ls->be->mr_dereg(l);
+        if (rc != 0)
+            mx_mr_drop(mx, m, c - 1);
     }
     if (rc != 0) {
         free(m);
         return rc;
     }
     mr->handle = m;
-    mr->key = m->sub[OFCCL__PEER_LOCAL].key;
-    mr->desc = m->sub[OFCCL__PEER_FABRIC].desc;
+    mr->key = m->sub[0].key;
+    for (c = 0; c < mx->n; c++)
+        if (m->sub[c].desc != NULL)
+            mr->desc = m->sub[c].desc;
     mr->shared = false; /* caps.peer_map is false: nothing is mapped from above */
     return 0;
 }
@@ -443,7 +491,7 @@ static int mx_mr_dereg(ofccl__mr_t *mr)
     struct mx_ep *mx = mxe(mr->ep);
     int rc = 0;
 
-    for (int c = 0; c < OFCCL__PEER_CLASSES; c++) {
+    for (int c = 0; c < mx->n; c++) {
         int r = mx->sub[c].be->mr_dereg(&m->sub[c]);
         rc = rc != 0 ? rc : r;
     }
@@ -451,16 +499,23 @@ static int mx_mr_dereg(ofccl__mr_t *mr)
     return rc;
 }
 
-/* ---- data path: each op to its peer's half ---- */
+/* ---- data path: each op to the transport that reaches its peer ---- */
 
 static int mx_post(ofccl__ep_t *ep, struct ofccl__tp_op *op)
 {
-    ofccl__ep_t *s = &mxe(ep)->sub[mxe(ep)->cls[op->peer]];
+    struct mx_ep *mx = mxe(ep);
+    int c = mx->cls[op->peer];
 
-    return s->be->post(s, op);
+    /* Memory of another kind: the first transport that reaches the peer with it. */
+    if (op->src_kind != OFCCL__MEM_HOST) {
+        bool same_host = c < mx->n - 1;
+        for (c = 0; c < mx->n - 1 && !reaches(mx, c, same_host, op->src_kind);)
+            c++;
+    }
+    return mx->sub[c].be->post(&mx->sub[c], op);
 }
 
-/* Both halves, the one read first alternating. An error entry in one is
+/* Every transport, the one read first rotating. An error entry in one is
  * reported once the entries read before it are delivered. */
 static int mx_cq_read(ofccl__ep_t *ep, struct ofccl__tp_cqe *ents, int n)
 {
@@ -469,8 +524,8 @@ static int mx_cq_read(ofccl__ep_t *ep, struct ofccl__tp_cqe *ents, int n)
 
     if (mx->err_sub >= 0)
         return OFCCL__TP_ERR_AVAIL;
-    for (int i = 0; i < OFCCL__PEER_CLASSES && count < n; i++) {
-        int c = (mx->first + i) % OFCCL__PEER_CLASSES;
+    for (int i = 0; i < mx->n && count < n; i++) {
+        int c = (mx->first + i) % mx->n;
         int k = mx->sub[c].be->cq_read(&mx->sub[c], ents + count, n - count);
 
         if (k == OFCCL__TP_ERR_AVAIL) {
@@ -481,20 +536,19 @@ static int mx_cq_read(ofccl__ep_t *ep, struct ofccl__tp_cqe *ents, int n)
             return count > 0 ? count : k;
         count += k;
     }
-    mx->first = (mx->first + 1) % OFCCL__PEER_CLASSES;
+    mx->first = (mx->first + 1) % mx->n;
     return count;
 }
 
 static int mx_cq_readerr(ofccl__ep_t *ep, struct ofccl__tp_cqerr *err)
 {
     struct mx_ep *mx = mxe(ep);
-    int c = mx->err_sub >= 0 ? mx->err_sub : OFCCL__PEER_LOCAL;
-    int rc = mx->sub[c].be->cq_readerr(&mx->sub[c], err);
+    int rc = -EAGAIN;
 
-    if (rc == -EAGAIN && mx->err_sub < 0) {
-        c = OFCCL__PEER_FABRIC;
+    if (mx->err_sub >= 0)
+        rc = mx->sub[mx->err_sub].be->cq_readerr(&mx->sub[mx->err_sub], err);
+    for (int c = 0; c < mx->n && rc == -EAGAIN && mx->err_sub < 0; c++)
         rc = mx->sub[c].be->cq_readerr(&mx->sub[c], err);
-    }
     mx->err_sub = -1;
     return rc;
 }
@@ -503,25 +557,27 @@ static bool mx_idle(const ofccl__ep_t *ep)
 {
     const struct mx_ep *mx = mxe(ep);
 
-    return mx->sub[OFCCL__PEER_LOCAL].be->idle(&mx->sub[OFCCL__PEER_LOCAL]) &&
-           mx->sub[OFCCL__PEER_FABRIC].be->idle(&mx->sub[OFCCL__PEER_FABRIC]);
+    for (int c = 0; c < mx->n; c++)
+        if (!mx->sub[c].be->idle(&mx->sub[c]))
+            return false;
+    return true;
 }
 
-/* Both halves' codes are errno values; the fabric's text covers both. */
+/* Every transport's codes are errno values; the fabric's text covers them. */
 static const char *mx_strerror(int err)
 {
     return ofccl__fabric_backend.strerror(err);
 }
 
-/* Each half watches the processes of the peers it reaches that it can
- * (the local half every one; the fabric half none today: shm, the fabric
- * provider that watches, is never the fabric half). */
+/* Each transport watches the processes of the peers it reaches that it can
+ * (the local transport every one; the fabric none today: shm, the fabric
+ * provider that watches, is never joined). */
 static int mx_peer_gone(ofccl__ep_t *ep, int *pid)
 {
     struct mx_ep *mx = mxe(ep);
     int peer = -1;
 
-    for (int c = 0; c < OFCCL__PEER_CLASSES && peer < 0; c++)
+    for (int c = 0; c < mx->n && peer < 0; c++)
         peer = mx->sub[c].be->peer_gone(&mx->sub[c], pid);
     return peer;
 }
@@ -529,8 +585,23 @@ static int mx_peer_gone(ofccl__ep_t *ep, int *pid)
 static int mx_peer_class(const ofccl__ep_t *ep, int peer)
 {
     const struct mx_ep *mx = mxe(ep);
+    int c;
 
-    return mx != NULL && peer >= 0 && peer < ep->params.size ? mx->cls[peer] : OFCCL__PEER_FABRIC;
+    if (mx == NULL || peer < 0 || peer >= ep->params.size)
+        return OFCCL__PEER_FABRIC;
+    c = mx->cls[peer];
+    return mx->sub[c].be->peer_class(&mx->sub[c], peer);
+}
+
+/* Never joined into another composite: it reaches what its transports do. */
+static bool mx_reaches(const ofccl__prov_t *prov, bool same_host, ofccl__mem_kind_t kind)
+{
+    const struct mx_prov *st = mxp(prov);
+
+    for (int c = 0; c < st->n; c++)
+        if (st->sub[c]->be->reaches(st->sub[c], same_host, kind))
+            return true;
+    return false;
 }
 
 const ofccl__backend_t ofccl__mixed_backend = {
@@ -548,10 +619,11 @@ const ofccl__backend_t ofccl__mixed_backend = {
     .ep_name = mx_ep_name,
     .insert_peers = mx_insert_peers,
     .peers_ready = mx_peers_ready,
+    .add_peer = mx_add_peer,
     .mr_reg = mx_mr_reg,
     .mr_dereg = mx_mr_dereg,
-    .mem_alloc = ofccl__lx_mem_alloc,
-    .mem_free = ofccl__lx_mem_free,
+    .mem_alloc = ofccl__tp_stub_mem_alloc, /* the first transport's (prov->mem_be) */
+    .mem_free = ofccl__tp_stub_mem_free,
     .post = mx_post,
     .cq_read = mx_cq_read,
     .cq_readerr = mx_cq_readerr,
@@ -560,7 +632,7 @@ const ofccl__backend_t ofccl__mixed_backend = {
     .op_name = ofccl__tp_op_name,
     .peer_gone = mx_peer_gone,
     .peer_map = ofccl__tp_stub_peer_map,
-    .add_peer = mx_add_peer,
     .wait_fd = ofccl__tp_stub_wait_fd,
+    .reaches = mx_reaches,
     .peer_class = mx_peer_class,
 };

@@ -44,6 +44,7 @@ int ofccl__mr_reg(ofccl__ep_t *ep, void *addr, size_t len, unsigned access, ofcc
     mr->len = len;
     mr->access = access;
     mr->ep = ep;
+    mr->kind = ofccl__mem_kind_of(addr);
     ret = ep->be->mr_reg(ep, mr, e);
     if (ret != 0) {
         free(mr);
@@ -105,7 +106,7 @@ void *ofccl__prov_mem_alloc_on(const ofccl__prov_t *prov, size_t len)
     a = calloc(1, sizeof(*a));
     if (a == NULL)
         return NULL;
-    a->addr = prov->be->mem_alloc(n, &a->cookie);
+    a->addr = prov->mem_be->mem_alloc(n, &a->cookie);
     if (a->addr == NULL) {
         saved = errno;
         free(a);
@@ -113,7 +114,7 @@ void *ofccl__prov_mem_alloc_on(const ofccl__prov_t *prov, size_t len)
         return NULL;
     }
     a->len = n;
-    a->be = prov->be;
+    a->be = prov->mem_be;
     pthread_mutex_lock(&allocs_lock);
     a->next = allocs;
     allocs = a;

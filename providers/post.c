@@ -95,6 +95,7 @@ static int check_rma(ofccl__ep_t *ep, const char *what, int peer, const void *sr
     tmpl->src = src;
     tmpl->len = len;
     tmpl->desc = lmr != NULL ? lmr->desc : NULL;
+    tmpl->src_kind = lmr != NULL ? lmr->kind : ofccl__mem_kind_of(src);
     /* Both addressing modes: base is the address under virtual addressing, else 0. */
     tmpl->raddr = rk->base + roff;
     tmpl->key = rk->key;
@@ -129,6 +130,8 @@ static int submit(ofccl__ep_t *ep, const struct ofccl__tp_op *tmpl, void *op_ctx
     op->key = tmpl->key;
     op->data = tmpl->data;
     op->peer = tmpl->peer;
+    op->src_kind = tmpl->src_kind;
+    op->ex = NULL;
     op->kind = tmpl->kind;
     op->step = 0;
     op->operand = tmpl->operand;

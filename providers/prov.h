@@ -20,6 +20,17 @@
 #include "err.h"
 #include "log.h"
 
+/* ---- memory kinds ----
+ * Where a buffer lives: host memory (OFCCL__MEM_HOST), or the memory of CUDA
+ * device N (N >= 0, the device ordinal). Registrations, pool buffers, memory
+ * references and a bucket's tensors carry it; an executor is chosen by it
+ * (exec_ops.h), and so, per peer, is a transport. */
+typedef int ofccl__mem_kind_t;
+#define OFCCL__MEM_HOST (-1)
+/* The kind of the memory at `p`, learned from where it lives (memkind.c:
+ * host memory for every pointer until a device kind is known here). */
+ofccl__mem_kind_t ofccl__mem_kind_of(const void *p);
+
 /* How arrivals are signalled; the values follow OFCCL_SIGNAL's choices (auto|cqdata|atomic). */
 enum ofccl__prov_signal {
     OFCCL__PROV_SIGNAL_AUTO = 0,   /* request only: the transport's choice */
@@ -165,7 +176,9 @@ typedef struct ofccl__prov_params {
     const char *host_id;
 } ofccl__prov_params_t;
 
-/* Which transport serves a peer of an endpoint (ofccl__ep_peer_class). */
+/* Which transport serves a peer of an endpoint (ofccl__ep_peer_class): one
+ * per transport a composite endpoint may join (mixed.c holds at most this
+ * many, and its endpoint names say how many it joined). */
 enum ofccl__peer_class {
     OFCCL__PEER_LOCAL = 0,  /* ofccl's shared-memory transport (same host) */
     OFCCL__PEER_FABRIC = 1, /* a libfabric provider */
@@ -195,6 +208,13 @@ typedef struct ofccl__ep_params {
     int size;              /* ranks in the communicator = AV entries */
     unsigned ops_inflight; /* op descriptors (in flight + EAGAIN retry queue) */
     unsigned rx_posted;    /* receives kept posted when caps.rx_cq_data */
+    /* Part of a composite endpoint (providers/mixed.c): a peer given no name
+     * is reached through another transport, and no op ever addresses it. */
+    bool partial;
+    /* The context's executors (exec_ops.h), which move the endpoint's bytes
+     * by the memory kinds involved; they outlive the endpoint. NULL: host
+     * memory only, moved by the host's mover. */
+    const struct ofccl__exec_reg *execs;
 } ofccl__ep_params_t;
 
 int ofccl__ep_open(ofccl__prov_t *prov, const ofccl__ep_params_t *params, ofccl__ep_t **out,
@@ -249,7 +269,8 @@ typedef struct ofccl__mr {
     unsigned access;
     void *handle; /* the transport's registration, opaque above this layer */
     ofccl__ep_t *ep;
-    bool shared; /* caps.peer_map and in memory peers can map (ofccl__ep_peer_map) */
+    bool shared;            /* caps.peer_map and in memory peers can map (ofccl__ep_peer_map) */
+    ofccl__mem_kind_t kind; /* where the region lives (ofccl__mem_kind_of at registration) */
 } ofccl__mr_t;
 
 /* What a peer needs to address a region: exchanged by the layer above. */
@@ -347,6 +368,15 @@ int ofccl__ep_peer_gone(ofccl__ep_t *ep, int *pid);
  * false; OFCCL_ERR_REMOTE_ERROR for a bad key, access or range. */
 int ofccl__ep_peer_map(ofccl__ep_t *ep, int peer, const ofccl__rkey_t *rk, uint64_t roff,
                        size_t len, unsigned access, void **ptr, ofccl__err_t *e);
+/* The same for any memory kind: *kind says which access the mapping gives,
+ * OFCCL__MEM_HOST for plain CPU loads and stores as above, a device ordinal
+ * N for a pointer that device N's copies and kernels use (an executor of
+ * that kind moves bytes through it; the CPU must not touch it).
+ * ofccl__ep_peer_map is this one refusing (OFCCL_ERR_NOT_SUPPORTED) a
+ * mapping the CPU cannot use. */
+int ofccl__ep_peer_map_kind(ofccl__ep_t *ep, int peer, const ofccl__rkey_t *rk, uint64_t roff,
+                            size_t len, unsigned access, void **ptr, ofccl__mem_kind_t *kind,
+                            ofccl__err_t *e);
 /* A descriptor that turns readable when the endpoint may have something for
  * ofccl__ep_progress, for poll(2); -1 where the transport has none (both
  * transports today: progress polls). */

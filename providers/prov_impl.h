@@ -19,12 +19,16 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "exec_ops.h"
 #include "prov.h"
 
 typedef struct ofccl__backend ofccl__backend_t;
 
 struct ofccl__prov {
     const ofccl__backend_t *be;
+    /* The backend whose allocator makes this handle's memory (be, or a
+     * composite's first transport's). */
+    const ofccl__backend_t *mem_be;
     void *be_state; /* the backend's own (fabric: fi_info, fabric, domain) */
     ofccl__prov_caps_t caps;
     const ofccl__log_t *log;
@@ -80,6 +84,11 @@ struct ofccl__tp_op {
     uint64_t raddr; /* remote address: the key's base plus the offset */
     uint64_t key;
     uint64_t data; /* CQ data of a WRITEDATA */
+    /* The source's memory kind (the local region's, else where it lives),
+     * and a copy in flight: its executor's ticket (exec_ops.h). */
+    ofccl__mem_kind_t src_kind;
+    uint64_t ticket;
+    const struct ofccl__exec *ex;
     int peer;
     uint16_t kind; /* enum ofccl__tp_op_kind */
     uint16_t step; /* the backend's: which step of a multi-step op is posted; 0 when submitted */
@@ -206,16 +215,19 @@ struct ofccl__backend {
     int (*peer_gone)(ofccl__ep_t *ep, int *pid); /* as ofccl__ep_peer_gone */
     /* As ofccl__ep_peer_map, after the generic checks, under ep->lock. */
     int (*peer_map)(ofccl__ep_t *ep, int peer, const ofccl__rkey_t *rk, uint64_t roff, size_t len,
-                    unsigned access, void **ptr, ofccl__err_t *e);
-    int (*wait_fd)(const ofccl__ep_t *ep);              /* as ofccl__ep_wait_fd */
+                    unsigned access, void **ptr, ofccl__mem_kind_t *kind, ofccl__err_t *e);
+    int (*wait_fd)(const ofccl__ep_t *ep); /* as ofccl__ep_wait_fd */
+    /* Can this transport reach a peer (on this rank's host or not) for ops
+     * on memory of `kind`? A composite asks its transports in order. */
+    bool (*reaches)(const ofccl__prov_t *prov, bool same_host, ofccl__mem_kind_t kind);
     int (*peer_class)(const ofccl__ep_t *ep, int peer); /* as ofccl__ep_peer_class */
 };
 
 /* The backends (fabric/, local/), in the order provider.c consults them. */
 extern const ofccl__backend_t ofccl__fabric_backend;
 extern const ofccl__backend_t ofccl__local_backend;
-/* The composite of the two (mixed.c): never chosen by name, only by
- * ofccl__prov_params_t.same_host_local. */
+/* The composite of an ordered list of them (mixed.c): never chosen by name,
+ * only by ofccl__prov_params_t.same_host_local. */
 extern const ofccl__backend_t ofccl__mixed_backend;
 /* Turn `*prov` (a fabric provider handle just opened) into the composite
  * that also holds a local one; leaves *prov as it was, and returns 0, where
@@ -231,14 +243,23 @@ void ofccl__tp_stub_peers_ready(ofccl__ep_t *ep);
 bool ofccl__tp_stub_idle(const ofccl__ep_t *ep);
 int ofccl__tp_stub_peer_gone(ofccl__ep_t *ep, int *pid);
 int ofccl__tp_stub_peer_map(ofccl__ep_t *ep, int peer, const ofccl__rkey_t *rk, uint64_t roff,
-                            size_t len, unsigned access, void **ptr, ofccl__err_t *e);
+                            size_t len, unsigned access, void **ptr, ofccl__mem_kind_t *kind,
+                            ofccl__err_t *e);
 int ofccl__tp_stub_wait_fd(const ofccl__ep_t *ep);
 int ofccl__tp_stub_add_peer(ofccl__ep_t *ep, int peer, const void *name, size_t len,
                             ofccl__err_t *e);
+/* No allocator of its own (a composite's memory comes from prov->mem_be). */
+void *ofccl__tp_stub_mem_alloc(size_t len, intptr_t *cookie);
+void ofccl__tp_stub_mem_free(void *ptr, size_t len, intptr_t cookie);
 /* The generic name of the op's kind ("RMA write", ...): an op_name. */
 const char *ofccl__tp_op_name(const ofccl__ep_t *ep, const struct ofccl__tp_op *op);
 
 /* ---- helpers the backends share ---- */
+/* The executor that moves bytes from memory of kind `src` into memory of
+ * kind `dst` for endpoint `ep` (the host's mover where the context
+ * registered none), or NULL where no executor serves the pair. */
+const ofccl__exec_t *ofccl__tp_exec(const ofccl__ep_t *ep, ofccl__mem_kind_t dst,
+                                    ofccl__mem_kind_t src);
 /* Append `item` to a ", "-separated list unless it is already there. */
 void ofccl__tp_list_add(char *buf, size_t len, const char *item);
 /* The allocation made by backend `be`'s allocator (ofccl__prov_mem_alloc;

@@ -171,6 +171,7 @@ static int open_one(const ofccl__prov_params_t *params, ofccl__prov_t **out, ofc
     if (prov == NULL)
         return ofccl__fail(log, OFCCL__SUB_PROV, e, OFCCL_ERR_NO_MEMORY, "out of memory");
     prov->be = be;
+    prov->mem_be = be;
     prov->log = log;
     if (params->fault != NULL)
         prov->fault = *params->fault;
@@ -268,9 +269,36 @@ int ofccl__tp_stub_peer_gone(ofccl__ep_t *ep, int *pid)
     return -1;
 }
 
-int ofccl__tp_stub_peer_map(ofccl__ep_t *ep, int peer, const ofccl__rkey_t *rk, uint64_t roff,
-                            size_t len, unsigned access, void **ptr, ofccl__err_t *e)
+void *ofccl__tp_stub_mem_alloc(size_t len, intptr_t *cookie)
 {
+    (void)len;
+    (void)cookie;
+    errno = ENOTSUP;
+    return NULL;
+}
+
+void ofccl__tp_stub_mem_free(void *ptr, size_t len, intptr_t cookie)
+{
+    (void)ptr;
+    (void)len;
+    (void)cookie;
+}
+
+const ofccl__exec_t *ofccl__tp_exec(const ofccl__ep_t *ep, ofccl__mem_kind_t dst,
+                                    ofccl__mem_kind_t src)
+{
+    static const ofccl__exec_t host = {&ofccl__exec_host_ops, NULL, OFCCL__MEM_HOST};
+
+    if (ep->params.execs != NULL)
+        return ofccl__exec_find(ep->params.execs, dst, src);
+    return dst == OFCCL__MEM_HOST && src == OFCCL__MEM_HOST ? &host : NULL;
+}
+
+int ofccl__tp_stub_peer_map(ofccl__ep_t *ep, int peer, const ofccl__rkey_t *rk, uint64_t roff,
+                            size_t len, unsigned access, void **ptr, ofccl__mem_kind_t *kind,
+                            ofccl__err_t *e)
+{
+    (void)kind;
     *ptr = NULL;
     return ofccl__fail(ep->prov->log, OFCCL__SUB_PROV, e, OFCCL_ERR_NOT_SUPPORTED,
                        "rank %d: %s cannot map peer %d's memory here", ep->params.rank,

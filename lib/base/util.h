@@ -38,6 +38,29 @@ static inline uint64_t ofccl__get_le64(const uint8_t *p)
     return (uint64_t)ofccl__get_le32(p) | (uint64_t)ofccl__get_le32(p + 4) << 32;
 }
 
+/* FNV-1a, 64 bits: hash `h` (OFCCL__FNV_BASIS to start) over `n` more bytes,
+ * and the hash of a string (NULL: of nothing), so that equal host
+ * identities give equal hashes wherever they are compared. */
+#define OFCCL__FNV_BASIS 0xcbf29ce484222325ull
+#define OFCCL__FNV_PRIME 0x100000001b3ull
+static inline uint64_t ofccl__fnv(uint64_t h, const void *p, size_t n)
+{
+    const uint8_t *b = (const uint8_t *)p;
+
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ b[i]) * OFCCL__FNV_PRIME;
+    return h;
+}
+
+static inline uint64_t ofccl__hash_str(const char *s)
+{
+    uint64_t h = OFCCL__FNV_BASIS;
+
+    for (; s != NULL && *s != '\0'; s++)
+        h = (h ^ (uint8_t)*s) * OFCCL__FNV_PRIME;
+    return h;
+}
+
 /* CRC-32 (IEEE 802.3 polynomial, reflected), `crc` = 0 to start. */
 uint32_t ofccl__crc32(uint32_t crc, const void *buf, size_t len);
 /* Fill `buf` from getrandom(2). Returns 0 or OFCCL_ERR_INTERNAL. */

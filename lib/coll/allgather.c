@@ -20,7 +20,7 @@ static void copy_out(ofccl__req_t *r)
     size_t total = r->block * (size_t)r->comm->size;
 
     if (total > 0) {
-        memcpy(r->copy_out, r->dst.ptr, total);
+        ofccl__exec_copy(r, r->copy_out, r->dst.ptr, total);
         r->comm->ctx->stats.staged_bytes += total;
     }
 }
@@ -48,7 +48,7 @@ int ofccl__post_allgather(ofccl__req_t *r)
     } else {
         const ofccl__mr_t *mr = ofccl__mem_find(comm, r->recvbuf, total);
         if (mr != NULL) {
-            r->dst = (ofccl__mem_ref_t){r->recvbuf, mr};
+            r->dst = ofccl__mem_ref(r->recvbuf, mr);
         } else {
             rc = ofccl__stage_acquire(comm, OFCCL__AG, total, &r->staging_idx, &r->dst);
             if (rc)
@@ -60,31 +60,28 @@ int ofccl__post_allgather(ofccl__req_t *r)
     /* Our own block goes where the result needs it anyway; we send from there,
      * so the source is registered whatever the caller passed. */
     own = (char *)r->dst.ptr + (size_t)comm->rank * r->block;
-    if (r->sendbuf != own && r->block &&
-        (r->algo == &ofccl__ag_direct || r->algo == &ofccl__ag_hier) &&
+    if (r->sendbuf != own && r->block && (r->algo->buffers & OFCCL__BUF_OWN_BEHIND) &&
         !ofccl__comm_caps(comm)->mr_local) {
-        /* Out of place, direct or hier, and the provider reads unregistered sources:
-         * send straight from sendbuf, and let the algorithm copy our block
-         * behind the sends, chunk by chunk, while each chunk is in cache
-         * (copying it all first, then sending from the copy, read and wrote
-         * it once more than needed: 1.6-2.9x slower from 8 MiB up). */
-        r->src =
-            (ofccl__mem_ref_t){(void *)r->sendbuf, ofccl__mem_find(comm, r->sendbuf, r->block)};
-        r->own_dst = own;
+        /* Out of place, an algorithm that can, and the provider reads
+         * unregistered sources: send straight from sendbuf, and let the
+         * algorithm copy our block behind the sends, chunk by chunk, while
+         * each chunk is in cache (copying it all first, then sending from the
+         * copy, read and wrote it once more than needed: 1.6-2.9x slower from
+         * 8 MiB up). */
+        r->src = ofccl__mem_ref((void *)r->sendbuf, ofccl__mem_find(comm, r->sendbuf, r->block));
     } else {
-        if (r->sendbuf != own && r->block)
-            memcpy(own, r->sendbuf, r->block);
-        r->src = (ofccl__mem_ref_t){own, r->dst.mr};
+        if (r->sendbuf != own && r->block &&
+            (rc = ofccl__exec_copy(r, own, r->sendbuf, r->block)) != 0)
+            return rc;
+        r->src = ofccl__mem_ref(own, r->dst.mr);
     }
     if (r->sendbuf != own && r->block && r->copy_out)
         comm->ctx->stats.staged_bytes += r->block;
-    /* Take: where peers can map our block (ofccl memory), announce it, so that
-     * ranks waiting for it can copy it themselves. */
-    if (r->algo == &ofccl__ag_take && r->block && comm->peer_ctrl_at != NULL && r->src.mr != NULL &&
-        r->src.mr->shared && (r->src.mr->access & OFCCL__ACC_REMOTE_READ)) {
-        r->out_mr = r->src.mr;
-        r->out = (char *)r->src.ptr;
-    }
+    /* Where peers can map our block (ofccl memory), announce it, so that
+     * ranks waiting for it can copy it themselves (takes). */
+    if ((r->algo->buffers & OFCCL__BUF_SHOW_SRC) && r->block && comm->peer_ctrl_at != NULL &&
+        r->src.mr != NULL && r->src.mr->shared && (r->src.mr->access & OFCCL__ACC_REMOTE_READ))
+        r->win2 = r->src;
     rc = ofccl__coll_start(r);
     if (rc && r->staging_idx >= 0)
         ofccl__stage_release(comm, OFCCL__AG, r->staging_idx);
@@ -118,7 +115,7 @@ static int allgather_unlocked(ofccl_comm_t *comm, const void *sendbuf, void *rec
                        (ofccl_redop_t){OFCCL_OP_SUM, 1}, block, req);
 }
 
-/* Public entry points: the same calls under the context lock (progress.c). */
+/* Public entry points: the same calls under the context lock (lock.c). */
 int ofccl_allgather(ofccl_comm_t *comm, const void *sendbuf, void *recvbuf, size_t count,
                     ofccl_dtype_t dtype, ofccl_req_t **req)
 {

@@ -42,7 +42,7 @@ static void tell_failed(ofccl_comm_t *comm, uint64_t seq, int round)
                           seq << 24 | ((uint64_t)comm->rank & 0xffffff), memory_order_relaxed);
     comm->barrier_op = (ofccl__op_t){.cb = NULL, .quiet = 1};
     for (int r = round; r < rounds(comm); r++)
-        ofccl__comm_put_word(comm, (comm->rank + (1 << r)) % comm->size, OFCCL__CTRL_BAR_FAIL_OUT,
+        ofccl__ctrl_put_word(comm, (comm->rank + (1 << r)) % comm->size, OFCCL__CTRL_BAR_FAIL_OUT,
                              OFCCL__CTRL_BAR_FAIL_IN, &comm->barrier_op);
 }
 
@@ -131,7 +131,7 @@ failed:
     return rc;
 }
 
-/* Public entry points: the same calls under the context lock (progress.c). */
+/* Public entry points: the same calls under the context lock (lock.c). */
 int ofccl_barrier(ofccl_comm_t *comm)
 {
     OFCCL__CHECK_HANDLE(comm);

@@ -19,7 +19,7 @@ static size_t round8(size_t v)
 static void copy_out(ofccl__req_t *r)
 {
     if (r->block > 0) {
-        memcpy(r->copy_out, r->dst.ptr, r->block);
+        ofccl__exec_copy(r, r->copy_out, r->dst.ptr, r->block);
         r->comm->ctx->stats.staged_bytes += r->block;
     }
 }
@@ -30,27 +30,27 @@ static void copy_out(ofccl__req_t *r)
 static int resolve_memory(ofccl__req_t *r)
 {
     ofccl_comm_t *comm = r->comm;
-    bool root = comm->rank == r->root;
+    bool root = comm->rank == r->root, read = (r->algo->buffers & OFCCL__BUF_PEERS_READ) != 0;
     void *buf = r->recvbuf;
     const ofccl__mr_t *mr = ofccl__mem_find(comm, buf, r->block);
     int rc;
 
-    if (r->algo == &ofccl__bc_pull && !root) {
+    if (read && !root) {
         r->out = buf; /* read from the root straight into it */
         return 0;
     }
-    if (mr != NULL &&
-        (r->algo != &ofccl__bc_pull || (mr->shared && (mr->access & OFCCL__ACC_REMOTE_READ)))) {
-        r->dst = (ofccl__mem_ref_t){buf, mr};
-    } else if (root && r->algo != &ofccl__bc_pull && !ofccl__comm_caps(comm)->mr_local) {
-        r->dst = (ofccl__mem_ref_t){buf, NULL}; /* the provider reads unregistered sources */
+    if (mr != NULL && (!read || (mr->shared && (mr->access & OFCCL__ACC_REMOTE_READ)))) {
+        r->dst = ofccl__mem_ref(buf, mr);
+    } else if (root && !read && !ofccl__comm_caps(comm)->mr_local) {
+        r->dst = ofccl__mem_ref(buf, NULL); /* the provider reads unregistered sources */
     } else {
         rc = ofccl__stage_acquire(comm, OFCCL__BC, r->block ? r->block : 1, &r->staging_idx,
                                   &r->dst);
         if (rc)
             return rc;
         if (root && r->block) {
-            memcpy(r->dst.ptr, buf, r->block);
+            if ((rc = ofccl__exec_copy(r, r->dst.ptr, buf, r->block)) != 0)
+                return rc;
             comm->ctx->stats.staged_bytes += r->block;
         } else if (!root) {
             r->copy_out = buf;
@@ -130,9 +130,10 @@ static int broadcast_locked(ofccl_comm_t *comm, void *buf, size_t count, ofccl_d
     r->block = block;
     r->root = root;
     r->op = (ofccl_redop_t){OFCCL_OP_SUM, 1};
-    if (comm->size == 1)
+    rc = ofccl__exec_choose(r, ofccl__mem_kind_of(buf), OFCCL__MEM_HOST);
+    if (rc == 0 && comm->size == 1)
         ofccl__coll_done_now(r, 0); /* the root's buffer is the result */
-    else if ((rc = ofccl__post_broadcast(r)) != 0) {
+    else if (rc != 0 || (rc = ofccl__post_broadcast(r)) != 0) {
         r->state = OFCCL__REQ_FREE;
         return rc;
     }
@@ -170,7 +171,7 @@ static int bucket_broadcast_locked(ofccl_comm_t *comm, const ofccl_tensor_t *ten
     return 0;
 }
 
-/* Public entry points: the same calls under the context lock (progress.c). */
+/* Public entry points: the same calls under the context lock (lock.c). */
 int ofccl_broadcast(ofccl_comm_t *comm, void *buf, size_t count, ofccl_dtype_t dtype, int root,
                     ofccl_req_t **req)
 {

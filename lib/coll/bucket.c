@@ -65,12 +65,11 @@ void ofccl__bucket_copy_in(ofccl__req_t *r, void *area)
     if (r->coll == OFCCL__BC) { /* the root's tensors, whole */
         size_t off = 0;
         for (int t = 0; t < r->ntensors; t++) {
-            size_t len = r->tensors[t].count * r->esize;
-            if (len)
-                memcpy(base + off, r->tensors[t].full, len);
+            size_t len = r->tensors[t].t.count * r->esize;
+            ofccl__exec_copy(r, base + off, r->tensors[t].t.full, len);
             off += len;
         }
-        memset(base + off, 0, r->block - off);
+        ofccl__exec_fill(r, base + off, 0, r->block - off);
         comm->ctx->stats.staged_bytes += r->block;
         return;
     }
@@ -78,15 +77,15 @@ void ofccl__bucket_copy_in(ofccl__req_t *r, void *area)
         /* Our shards into our own region; padding zeroed so results are defined. */
         size_t off = 0;
         for (int t = 0; t < r->ntensors; t++) {
-            const ofccl_tensor_t *x = &r->tensors[t];
+            const ofccl_tensor_t *x = &r->tensors[t].t;
             size_t slot = ofccl__bucket_chunk(x->count, n) * r->esize;
             size_t len = ofccl__bucket_shard(x->count, n, comm->rank) * r->esize;
-            if (len) /* an empty shard may have a NULL pointer */
-                memcpy(base + off, x->shard, len);
-            memset(base + off + len, 0, slot - len);
+            /* an empty shard may have a NULL pointer: no copy of 0 bytes reads it */
+            ofccl__exec_copy(r, base + off, x->shard, len);
+            ofccl__exec_fill(r, base + off + len, 0, slot - len);
             off += slot;
         }
-        memset(base + off, 0, r->block - off);
+        ofccl__exec_fill(r, base + off, 0, r->block - off);
         comm->ctx->stats.staged_bytes += r->block;
         return;
     }
@@ -95,15 +94,16 @@ void ofccl__bucket_copy_in(ofccl__req_t *r, void *area)
         char *region = base + (size_t)q * r->block;
         size_t off = 0;
         for (int t = 0; t < r->ntensors; t++) {
-            const ofccl_tensor_t *x = &r->tensors[t];
+            const ofccl_tensor_t *x = &r->tensors[t].t;
             size_t c = ofccl__bucket_chunk(x->count, n);
             size_t len = ofccl__bucket_shard(x->count, n, q) * r->esize;
             if (len)
-                memcpy(region + off, (const char *)x->full + (size_t)q * c * r->esize, len);
-            memset(region + off + len, 0, c * r->esize - len);
+                ofccl__exec_copy(r, region + off, (const char *)x->full + (size_t)q * c * r->esize,
+                                 len);
+            ofccl__exec_fill(r, region + off + len, 0, c * r->esize - len);
             off += c * r->esize;
         }
-        memset(region + off, 0, r->block - off);
+        ofccl__exec_fill(r, region + off, 0, r->block - off);
     }
     comm->ctx->stats.staged_bytes += r->block * (size_t)n;
 }
@@ -117,33 +117,39 @@ static void copy_out(ofccl__req_t *r)
 
     if (r->coll == OFCCL__BC) { /* every rank but the root: the whole tensors */
         for (int t = 0; t < r->ntensors && comm->rank != r->root; t++) {
-            size_t len = r->tensors[t].count * r->esize;
-            if (len)
-                memcpy(r->tensors[t].full, (const char *)r->dst.ptr + off, len);
+            size_t len = r->tensors[t].t.count * r->esize;
+            ofccl__exec_copy(r, r->tensors[t].t.full, (const char *)r->dst.ptr + off, len);
             off += len;
         }
         comm->ctx->stats.staged_bytes += comm->rank != r->root ? r->block : 0;
         return;
     }
     for (int t = 0; t < r->ntensors; t++) {
-        const ofccl_tensor_t *x = &r->tensors[t];
+        const ofccl_tensor_t *x = &r->tensors[t].t;
         size_t c = ofccl__bucket_chunk(x->count, n);
 
         if (r->coll == OFCCL__AG) {
             for (int q = 0; q < n; q++) {
                 size_t len = ofccl__bucket_shard(x->count, n, q) * r->esize;
                 if (len)
-                    memcpy((char *)x->full + (size_t)q * c * r->esize,
-                           (const char *)r->dst.ptr + (size_t)q * r->block + off, len);
+                    ofccl__exec_copy(r, (char *)x->full + (size_t)q * c * r->esize,
+                                     (const char *)r->dst.ptr + (size_t)q * r->block + off, len);
             }
         } else {
             size_t len = ofccl__bucket_shard(x->count, n, comm->rank) * r->esize;
-            if (len)
-                memcpy(x->shard, (const char *)r->out + off, len);
+            ofccl__exec_copy(r, x->shard, (const char *)r->out + off, len);
         }
         off += c * r->esize;
     }
     comm->ctx->stats.staged_bytes += r->coll == OFCCL__AG ? r->block * (size_t)n : r->block;
+}
+
+/* Where a tensor's memory lives: its full tensor's kind, or its shard's. */
+static ofccl__mem_kind_t tensor_kind(const ofccl_tensor_t *x)
+{
+    ofccl__mem_kind_t k = x->full != NULL ? ofccl__mem_kind_of(x->full) : OFCCL__MEM_HOST;
+
+    return k != OFCCL__MEM_HOST || x->shard == NULL ? k : ofccl__mem_kind_of(x->shard);
 }
 
 /* Validate the list and size the flat buffer; on success the request holds a copy. */
@@ -152,6 +158,7 @@ int ofccl__bucket_setup(ofccl_comm_t *comm, const char *what, const ofccl_tensor
 {
     size_t esize = ofccl_dtype_size(dtype), total = 0;
     size_t align = (size_t)ofccl__cfg_int(&comm->ctx->cfg, OFCCL__CFG_ALIGN);
+    ofccl__mem_kind_t kind = OFCCL__MEM_HOST;
     int n = comm->size;
 
     if (esize == 0)
@@ -177,20 +184,32 @@ int ofccl__bucket_setup(ofccl_comm_t *comm, const char *what, const ofccl_tensor
     total = (total + align - 1) / align * align;
     if (r->tcap < ntensors) {
         /* Grow-only per slot: steady-state training posts allocate nothing. */
-        ofccl_tensor_t *p = realloc(r->tensors, sizeof(*p) * (size_t)ntensors);
+        ofccl__tensor_t *p = realloc(r->tensors, sizeof(*p) * (size_t)ntensors);
         if (p == NULL)
             return ofccl__comm_fail(comm, OFCCL_ERR_NO_MEMORY, "%s: no memory for %d tensors", what,
                                     ntensors);
         r->tensors = p;
         r->tcap = ntensors;
     }
-    if (ntensors > 0)
-        memcpy(r->tensors, tensors, sizeof(*tensors) * (size_t)ntensors);
+    for (int t = 0; t < ntensors; t++) {
+        r->tensors[t].t = tensors[t];
+        r->tensors[t].kind = tensor_kind(&tensors[t]);
+        if (kind == OFCCL__MEM_HOST)
+            kind = r->tensors[t].kind;
+        else if (r->tensors[t].kind != OFCCL__MEM_HOST && r->tensors[t].kind != kind)
+            return ofccl__comm_fail(comm, OFCCL_ERR_NOT_SUPPORTED,
+                                    "%s: tensor %d is on cuda:%d, an earlier one on cuda:%d: a "
+                                    "bucket's tensors live on one device",
+                                    what, t, r->tensors[t].kind, kind);
+    }
     r->ntensors = ntensors;
     r->layout_hash = ofccl__layout_hash(tensors, ntensors);
     r->layout = NULL; /* published into staging when posted */
     r->bucket = 1;
     r->finish = copy_out;
+    /* Staging is host memory: the executor of the tensors' kind moves between them. */
+    if (ofccl__exec_choose(r, kind, OFCCL__MEM_HOST) != 0)
+        return OFCCL_ERR_NOT_SUPPORTED;
     r->dtype = dtype;
     r->esize = esize;
     r->block = total;
@@ -207,15 +226,19 @@ static int one_rank(ofccl__req_t *r)
     int rc = 0, t;
 
     for (t = 0; t < r->ntensors && rc == 0; t++) {
-        const ofccl_tensor_t *x = &r->tensors[t];
+        const ofccl_tensor_t *x = &r->tensors[t].t;
         const void *src = x->full;
         if (x->count == 0)
             continue;
-        if (r->coll == OFCCL__AG && x->full != x->shard)
-            memmove(x->full, x->shard, x->count * r->esize);
+        if (r->coll == OFCCL__AG && x->full != x->shard &&
+            ofccl__overlaps(x->full, x->count * r->esize, x->shard, x->count * r->esize))
+            memmove(x->full, x->shard,
+                    x->count * r->esize); /* host memory: nothing else overlaps */
+        else if (r->coll == OFCCL__AG && x->full != x->shard)
+            ofccl__exec_copy(r, x->full, x->shard, x->count * r->esize);
         else if (r->coll == OFCCL__RS)
-            rc = ofccl__reduce(r->dtype, r->op, x->shard, &src, 1, x->count,
-                               r->op.kind == OFCCL_OP_AVG ? 1 : 0);
+            rc = ofccl__exec_reduce(r, r->op, x->shard, &src, 1, x->count,
+                                    r->op.kind == OFCCL_OP_AVG ? 1 : 0);
     }
     if (rc) /* the only way a one-source reduction fails on checked arguments */
         return ofccl__comm_fail(r->comm, rc,
@@ -291,7 +314,7 @@ static int bucket_reduce_scatter_unlocked(ofccl_comm_t *comm, const ofccl_tensor
     return 0;
 }
 
-/* Public entry points: the same calls under the context lock (progress.c). */
+/* Public entry points: the same calls under the context lock (lock.c). */
 int ofccl_bucket_allgather(ofccl_comm_t *comm, const ofccl_tensor_t *tensors, int n,
                            ofccl_dtype_t dtype, ofccl_req_t **req)
 {

@@ -7,6 +7,7 @@
 #define OFCCL_COLL_COLL_H
 
 #include "engine.h"
+#include "exec.h"
 
 /* Identities of the algorithms in fingerprints: ranks must agree on them. */
 enum ofccl__algo_wire_id {
@@ -91,11 +92,19 @@ int ofccl__bcast_writer_of(const ofccl__req_t *r, uint32_t unit);
 uint64_t ofccl__bcast_need_of(const ofccl__req_t *r, int p);
 uint32_t ofccl__bcast_unit_of(const ofccl__req_t *r, int p, uint32_t k);
 int ofccl__bcast_done(ofccl__req_t *r);
-/* All-gather sending its block from sendbuf (r->own_dst set, direct and
- * hier): copy our block to its place behind the slowest peer's stream, each
- * chunk once every peer we write to has taken it (the block is the first
- * nchunks writes to each), while it is still in cache. True once all of it is
- * there (or there is nothing to copy). */
+/* All-gather sending its block from sendbuf (OFCCL__BUF_OWN_BEHIND: direct
+ * and hier), the private state of its request: where the block goes in the
+ * output (NULL: it is there already) and the chunks copied so far. */
+typedef struct ofccl__own_copy {
+    char *dst;
+    unsigned done;
+} ofccl__own_copy_t;
+/* The algorithm's `start`: whether the block is to be copied. */
+int ofccl__ag_own_start(ofccl__req_t *r);
+/* Copy our block to its place behind the slowest peer's stream, each chunk
+ * once every peer we write to has taken it (the block is the first nchunks
+ * writes to each), while it is still in cache. True once all of it is there
+ * (or there is nothing to copy). */
 bool ofccl__ag_copy_own(ofccl__req_t *r);
 /* All-gather, direct and take: post this rank's chunks not yet sent to peer p
  * (its block goes to p's buffer at rank * block), until flow control holds

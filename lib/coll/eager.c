@@ -23,8 +23,8 @@ int ofccl__eager_send(ofccl__req_t *r, size_t stride, size_t len)
         }
         o = ofccl__eager_out(comm, r->slot, p);
         ofccl__eager_header(r, o);
-        if (len)
-            memcpy(o + OFCCL__EAGER_HDR, payload, len);
+        if ((rc = ofccl__exec_copy(r, o + OFCCL__EAGER_HDR, payload, len)) != 0)
+            return rc;
         rc = ofccl__coll_put(r, p, o, comm->ctrl_mr, OFCCL__EAGER_HDR + len, 0, 0);
         if (rc == OFCCL_ERR_AGAIN) {
             all_sent = 0;

@@ -89,18 +89,31 @@ int ofccl__ag_put_own(ofccl__req_t *r, int p)
     return 0;
 }
 
+int ofccl__ag_own_start(ofccl__req_t *r)
+{
+    ofccl__own_copy_t *own = ofccl__algo_priv(r);
+    char *place = (char *)r->dst.ptr + (size_t)r->comm->rank * r->block;
+
+    /* Sent from sendbuf (OFCCL__BUF_OWN_BEHIND): copied to its place behind. */
+    own->dst = r->block && r->src.ptr != place ? place : NULL;
+    return 0;
+}
+
 bool ofccl__ag_copy_own(ofccl__req_t *r)
 {
+    ofccl__own_copy_t *own = ofccl__algo_priv(r);
     unsigned upto = r->nchunks;
 
-    if (r->own_dst == NULL)
+    if (own->dst == NULL)
         return true;
     for (int p = 0; p < r->comm->size; p++)
         if (r->i_write_to[p])
             upto = OFCCL__MIN(upto, r->sent[p]);
-    for (; r->own_done < upto; r->own_done++) {
-        size_t off = (size_t)r->own_done * r->chunk;
-        memcpy(r->own_dst + off, (const char *)r->src.ptr + off, ofccl__chunk_len(r, r->own_done));
+    for (; own->done < upto; own->done++) {
+        size_t off = (size_t)own->done * r->chunk;
+        if (ofccl__exec_copy(r, own->dst + off, (const char *)r->src.ptr + off,
+                             ofccl__chunk_len(r, own->done)) != 0)
+            return false; /* r failed, and says why */
     }
-    return r->own_done == r->nchunks;
+    return own->done == r->nchunks;
 }

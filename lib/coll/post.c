@@ -84,12 +84,13 @@ int ofccl__post_local(ofccl__req_t *r)
     int rc = 0;
 
     if (r->coll == OFCCL__AG) {
+        /* Distinct or the same: any other overlap is refused by the entry point. */
         if (r->block && r->sendbuf != r->recvbuf)
-            memmove(r->recvbuf, r->sendbuf, r->block);
+            rc = ofccl__exec_copy(r, r->recvbuf, r->sendbuf, r->block);
     } else if (r->block) {
         const void *src = r->sendbuf;
-        rc = ofccl__reduce(r->dtype, r->op, r->recvbuf, &src, 1, r->count,
-                           r->op.kind == OFCCL_OP_AVG ? 1 : 0);
+        rc = ofccl__exec_reduce(r, r->op, r->recvbuf, &src, 1, r->count,
+                                r->op.kind == OFCCL_OP_AVG ? 1 : 0);
     }
     ofccl__coll_done_now(r, rc);
     return rc;
@@ -111,9 +112,10 @@ int ofccl__post(ofccl_comm_t *comm, int coll, const void *sendbuf, void *recvbuf
     r->esize = ofccl_dtype_size(dtype);
     r->block = block;
     r->op = op;
-    if (comm->size == 1)
+    rc = ofccl__exec_choose(r, ofccl__mem_kind_of(sendbuf), ofccl__mem_kind_of(recvbuf));
+    if (rc == 0 && comm->size == 1)
         rc = ofccl__post_local(r);
-    else
+    else if (rc == 0)
         rc = coll == OFCCL__AG ? ofccl__post_allgather(r) : ofccl__post_reduce_scatter(r);
     if (rc) {
         r->state = OFCCL__REQ_FREE;

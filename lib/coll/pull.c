@@ -13,6 +13,10 @@ void ofccl__through_say(ofccl__req_t *r)
 {
     _Atomic uint64_t *mine = ofccl__coll_share_word(r, r->comm->rank, true);
 
+    /* Through only once the copies and sums out of the peers' buffers are
+     * done (an executor may finish later). */
+    if (!ofccl__exec_idle(r))
+        return;
     /* With release: every read of a peer's buffer (and write into one) comes
      * before. */
     if (atomic_load_explicit(mine, memory_order_relaxed) != r->seq + 1)

@@ -87,8 +87,11 @@ static int start(ofccl__req_t *r)
         size_t so, dof, len;
         const ofccl__mr_t *mr;
         ofccl__push_piece(pl, t, pl->me_send, pl->me_recv, &so, &dof, &len);
-        if (len)
-            memcpy((char *)r->dst.ptr + dof, piece_src(r, t, so, &mr, len), len);
+        int rc =
+            len ? ofccl__exec_copy(r, (char *)r->dst.ptr + dof, piece_src(r, t, so, &mr, len), len)
+                : 0;
+        if (rc)
+            return rc;
     }
     return 0;
 }

@@ -20,15 +20,6 @@
 #define DEFAULT_BUCKET ((size_t)64 << 20)
 #define PIECE_ALIGN 64 /* each tensor's slice starts on a cache line */
 
-static uint64_t fnv(uint64_t h, const void *p, size_t n)
-{
-    const uint8_t *b = p;
-
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ b[i]) * 0x100000001b3ull;
-    return h;
-}
-
 static size_t round_up(size_t v, size_t a)
 {
     return (v + a - 1) / a * a;
@@ -131,17 +122,17 @@ static int check_spec(ofccl_comm_t *comm, const ofccl_push_spec_t *sp)
 
 static view_t view_of(const ofccl_push_spec_t *sp)
 {
-    view_t v = {0xcbf29ce484222325ull, 0xcbf29ce484222325ull, 0xcbf29ce484222325ull,
+    view_t v = {OFCCL__FNV_BASIS, OFCCL__FNV_BASIS, OFCCL__FNV_BASIS,
                 sp->bucket_bytes ? sp->bucket_bytes : DEFAULT_BUCKET};
 
-    v.senders = fnv(fnv(v.senders, &sp->nsenders, sizeof(int)), sp->senders,
-                    sizeof(int) * (size_t)sp->nsenders);
-    v.receivers = fnv(fnv(v.receivers, &sp->nreceivers, sizeof(int)), sp->receivers,
-                      sizeof(int) * (size_t)sp->nreceivers);
-    v.tensors = fnv(v.tensors, &sp->ntensors, sizeof(int));
+    v.senders = ofccl__fnv(ofccl__fnv(v.senders, &sp->nsenders, sizeof(int)), sp->senders,
+                           sizeof(int) * (size_t)sp->nsenders);
+    v.receivers = ofccl__fnv(ofccl__fnv(v.receivers, &sp->nreceivers, sizeof(int)), sp->receivers,
+                             sizeof(int) * (size_t)sp->nreceivers);
+    v.tensors = ofccl__fnv(v.tensors, &sp->ntensors, sizeof(int));
     for (int t = 0; t < sp->ntensors; t++) {
         uint64_t c = sp->counts[t], d = sp->dtypes ? (uint64_t)sp->dtypes[t] : OFCCL_U8;
-        v.tensors = fnv(fnv(v.tensors, &c, 8), &d, 8);
+        v.tensors = ofccl__fnv(ofccl__fnv(v.tensors, &c, 8), &d, 8);
     }
     return v;
 }

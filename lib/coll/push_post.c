@@ -14,7 +14,7 @@
 static void copy_out(ofccl__req_t *r)
 {
     if (r->block > 0) {
-        memcpy(r->copy_out, r->dst.ptr, r->block);
+        ofccl__exec_copy(r, r->copy_out, r->dst.ptr, r->block);
         r->comm->ctx->stats.staged_bytes += r->block;
     }
 }
@@ -44,7 +44,7 @@ static int resolve_recv(ofccl__req_t *r, ofccl_push_plan_t *pl, int k, void *buf
     r->block = need;
     mr = ofccl__mem_find(comm, buf, need);
     if (mr != NULL) {
-        r->dst = (ofccl__mem_ref_t){buf, mr};
+        r->dst = ofccl__mem_ref(buf, mr);
         return 0;
     }
     rc = ofccl__stage_acquire(comm, OFCCL__PUSH, need ? need : 1, &r->staging_idx, &r->dst);
@@ -82,10 +82,19 @@ static int resolve_send(ofccl__req_t *r, ofccl_push_plan_t *pl, int k, void *con
         size_t s0 = OFCCL__MIN((size_t)pl->me_send * c, pl->counts[t]);
         size_t bytes = (OFCCL__MIN(s0 + c, pl->counts[t]) - s0) * pl->esize[t];
         if (bytes)
-            memcpy((char *)r->src.ptr + soff[t], shards[t], bytes);
+            rc = ofccl__exec_copy(r, (char *)r->src.ptr + soff[t], shards[t], bytes);
         comm->ctx->stats.staged_bytes += bytes;
     }
     return rc;
+}
+
+/* Where this sender's shards of bucket k live (the first one given). */
+static ofccl__mem_kind_t shards_kind(const ofccl_push_plan_t *pl, int k, void *const *shards)
+{
+    for (int t = pl->first[k]; shards != NULL && t < pl->first[k + 1]; t++)
+        if (shards[t] != NULL)
+            return ofccl__mem_kind_of(shards[t]);
+    return OFCCL__MEM_HOST;
 }
 
 static int push_bucket_locked(ofccl_push_plan_t *pl, int k, void *const *shards, void *buf,
@@ -120,7 +129,10 @@ static int push_bucket_locked(ofccl_push_plan_t *pl, int k, void *const *shards,
     r->op = (ofccl_redop_t){OFCCL_OP_SUM, 1};
     pl->bucket[r->slot] = k;
     pl->shards[r->slot] = shards;
-    rc = pl->me_recv >= 0 ? resolve_recv(r, pl, k, buf, len) : 0;
+    rc = ofccl__exec_choose(r, buf != NULL ? ofccl__mem_kind_of(buf) : OFCCL__MEM_HOST,
+                            pl->me_send >= 0 ? shards_kind(pl, k, shards) : OFCCL__MEM_HOST);
+    if (rc == 0 && pl->me_recv >= 0)
+        rc = resolve_recv(r, pl, k, buf, len);
     if (rc == 0 && pl->me_send >= 0)
         rc = resolve_send(r, pl, k, shards);
     if (rc == 0)

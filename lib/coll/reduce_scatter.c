@@ -15,24 +15,25 @@ static size_t round8(size_t v)
     return (v + 7) & ~(size_t)7;
 }
 
-/* Pull: where the output is ofccl memory that peers can map, announce it, so
- * that ranks done with their own block can take grains of this one. */
+/* Where the output is ofccl memory that peers can map, announce it, so that
+ * ranks done with their own block can take grains of this one (pull). */
 static void announce_out(ofccl__req_t *r)
 {
     ofccl_comm_t *comm = r->comm;
     const ofccl__mr_t *omr;
 
-    if (comm->peer_ctrl_at == NULL || r->block == 0)
+    if (!(r->algo->buffers & OFCCL__BUF_SHOW_OUT) || comm->peer_ctrl_at == NULL || r->block == 0)
         return;
     omr = r->bucket ? r->src.mr : ofccl__mem_find(comm, r->out, r->block);
     if (omr != NULL && omr->shared && (omr->access & OFCCL__ACC_REMOTE_WRITE))
-        r->out_mr = omr;
+        r->win2 = ofccl__mem_ref(r->out, omr);
 }
 
-/* Reduce-scatter on a provider that maps peers' memory: peers read our source
- * in place, so it must be memory they can map; anything else is copied into
- * staging first (logged once per communicator: it costs a copy). A bucket's
- * flat input is packed into staging anyway, its flat output after it. */
+/* An algorithm whose peers read our source in place (a provider that maps
+ * peers' memory): it must be memory they can map; anything else is copied
+ * into staging first (logged once per communicator: it costs a copy). A
+ * bucket's flat input is packed into staging anyway, its flat output after
+ * it. */
 static int post_rs_pull(ofccl__req_t *r, const ofccl__mr_t *smr)
 {
     ofccl_comm_t *comm = r->comm;
@@ -49,13 +50,13 @@ static int post_rs_pull(ofccl__req_t *r, const ofccl__mr_t *smr)
         r->out = (char *)r->src.ptr + total;
         ofccl__bucket_copy_in(r, r->src.ptr);
     } else if (smr != NULL && smr->shared && (smr->access & OFCCL__ACC_REMOTE_READ)) {
-        r->src = (ofccl__mem_ref_t){(void *)r->sendbuf, smr};
+        r->src = ofccl__mem_ref((void *)r->sendbuf, smr);
     } else {
         rc = ofccl__stage_acquire(comm, OFCCL__RS, total ? total : 1, &r->staging_idx, &r->src);
         if (rc)
             return rc;
-        if (total)
-            memcpy(r->src.ptr, r->sendbuf, total);
+        if (total && (rc = ofccl__exec_copy(r, r->src.ptr, r->sendbuf, total)) != 0)
+            return rc;
         comm->ctx->stats.staged_bytes += total;
         if (ofccl__comm_note_once(comm, OFCCL__NOTE_PULL_STAGED))
             OFCCL__INFO(&comm->ctx->log, OFCCL__SUB_COLL,
@@ -85,7 +86,7 @@ int ofccl__post_reduce_scatter(ofccl__req_t *r)
     r->out = r->recvbuf;
     if (r->algo->flags & OFCCL__ALGO_EAGER) /* straight into the peers' control regions */
         return ofccl__coll_start(r);
-    if (r->algo == &ofccl__rs_pull)
+    if (r->algo->buffers & OFCCL__BUF_PEERS_READ)
         return post_rs_pull(r, r->bucket ? NULL : ofccl__mem_find(comm, r->sendbuf, total));
     if (r->bucket) {
         copy_src = 0;
@@ -94,13 +95,11 @@ int ofccl__post_reduce_scatter(ofccl__req_t *r)
         /* Unregistered sources are fine unless the provider (or strict mode)
          * demands registered local buffers: then they are staged. */
         copy_src = smr == NULL && caps->mr_local;
-        r->src = (ofccl__mem_ref_t){(void *)r->sendbuf, smr};
+        r->src = ofccl__mem_ref((void *)r->sendbuf, smr);
     }
-    dst_bytes = r->algo == &ofccl__rs_ring || r->algo == &ofccl__rs_hier ? total - r->block : total;
-    if (r->algo == &ofccl__rs_ring)
-        fwd_bytes = total - r->block;
-    if (r->algo == &ofccl__rs_hier) /* a partial for each other host */
-        fwd_bytes = (size_t)(comm->nnodes - 1) * r->block;
+    dst_bytes = total;
+    if (r->algo->staging != NULL)
+        r->algo->staging(r, &dst_bytes, &fwd_bytes);
     dst_bytes = (dst_bytes + 63) & ~(size_t)63;
     fwd_bytes = (fwd_bytes + 63) & ~(size_t)63;
     need = round8(dst_bytes + fwd_bytes + (copy_src ? total : 0) +
@@ -112,20 +111,23 @@ int ofccl__post_reduce_scatter(ofccl__req_t *r)
     if (r->bucket)
         ofccl__layout_publish(r, (char *)stage.ptr + need);
     r->dst = stage;
-    r->fwd = (ofccl__mem_ref_t){(char *)stage.ptr + dst_bytes, stage.mr};
+    r->fwd = ofccl__mem_ref((char *)stage.ptr + dst_bytes, stage.mr);
     if (r->bucket) {
         /* Flat input (packed from the tensors) then the flat output. */
         char *flat = (char *)stage.ptr + dst_bytes + fwd_bytes;
-        r->src = (ofccl__mem_ref_t){flat, stage.mr};
+        r->src = ofccl__mem_ref(flat, stage.mr);
         r->out = flat + total;
         ofccl__bucket_copy_in(r, flat);
     }
     if (copy_src) {
         void *copy = (char *)stage.ptr + dst_bytes + fwd_bytes;
-        if (total) /* count 0 may come with NULL buffers */
-            memcpy(copy, r->sendbuf, total);
+        /* count 0 may come with NULL buffers */
+        if (total && (rc = ofccl__exec_copy(r, copy, r->sendbuf, total)) != 0) {
+            ofccl__stage_release(comm, OFCCL__RS, r->staging_idx);
+            return rc;
+        }
         comm->ctx->stats.staged_bytes += total;
-        r->src = (ofccl__mem_ref_t){copy, stage.mr};
+        r->src = ofccl__mem_ref(copy, stage.mr);
     }
     rc = ofccl__coll_start(r);
     if (rc)

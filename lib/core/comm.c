@@ -1,5 +1,8 @@
-/* Communicators: creation over the bootstrap, the sticky error state, signals
- * and the progress loop that dispatches them. */
+/* A communicator at work: its completion handlers, checks at the start of a
+ * call (a peer's notice, a member known gone, the sticky error), signals, the
+ * progress loop that dispatches them, aborts and timeouts. Creation and
+ * destruction are above it (world.c, setup.c); its state below
+ * (comm_state.c). */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -125,103 +128,6 @@ void ofccl__comm_handlers(ofccl_comm_t *comm)
     comm->handlers = (ofccl__ep_handlers_t){comm, on_done, on_error, on_remote_data};
 }
 
-/* A world communicator's exchange: the bootstrap. */
-static int boot_allgather(void *arg, const void *in, size_t len, void *out, size_t slot,
-                          size_t *lens, ofccl__err_t *e)
-{
-    return ofccl__boot_allgather(arg, in, len, out, slot, lens, e);
-}
-
-/* OFCCL_BOOT_EXCHANGE=lazy (or auto under PMIx, which serves records on
- * demand, from LAZY_AUTO_MIN_RANKS ranks on: below, collecting them costs
- * less than the extra exchanges): publish, read on first use. Where a
- * provider attaches every peer at once (shm, the local and per-peer
- * transports) creation then collects them all (setup.c). */
-#define LAZY_AUTO_MIN_RANKS 64
-static int boot_publish(void *arg, const void *in, size_t len, size_t slot,
-                        struct ofccl__boot_pub **out, ofccl__err_t *e)
-{
-    return ofccl__boot_publish(arg, true, in, len, slot, out, e);
-}
-
-static int boot_allreduce(void *arg, const uint64_t *in, uint64_t *out, int n, const uint8_t *ops,
-                          ofccl__err_t *e)
-{
-    return ofccl__boot_allreduce(arg, in, out, n, ops, e);
-}
-
-static int comm_world_locked(ofccl_ctx_t *ctx, ofccl_comm_t **out)
-{
-    ofccl__comm_init_t init = {"ofccl_comm_world", ctx->boot->rank, ctx->boot->size,
-                               ctx->boot->local_rank, ctx->boot->local_size};
-    int64_t mode = ofccl__cfg_int(&ctx->cfg, OFCCL__CFG_BOOT_EXCHANGE); /* auto|all|lazy */
-    ofccl__xchg_t x = {ctx->boot, boot_allgather, NULL, NULL};
-    int rc;
-
-    /* Every rank decides alike, from the job alone: were the provider part of
-     * it, ranks started with different ones would run different exchanges
-     * instead of naming the difference. */
-    if (mode == 2 ||
-        (mode == 0 && ctx->boot->size >= LAZY_AUTO_MIN_RANKS && ofccl__boot_can_get(ctx->boot) &&
-         strcmp(ctx->boot->ops->name, "pmix") == 0)) {
-        x.publish = boot_publish;
-        x.allreduce = boot_allreduce;
-    }
-
-    if (out == NULL)
-        return ofccl__fail(&ctx->log, OFCCL__SUB_CORE, &ctx->err, OFCCL_ERR_INVALID_ARG,
-                           "ofccl_comm_world: comm is NULL");
-    rc = ofccl__comm_create(ctx, &init, &x, out);
-    /* Ranks that run different exchanges (OFCCL_BOOT_EXCHANGE differs) meet
-     * as a failed fence or a size no rank expected: say which this one ran. */
-    if (rc == OFCCL_ERR_BOOTSTRAP || rc == OFCCL_ERR_CORRUPT) {
-        size_t n = strnlen(ctx->err.msg, sizeof(ctx->err.msg));
-
-        snprintf(ctx->err.msg + n, sizeof(ctx->err.msg) - n,
-                 " (this rank ran the %s exchange of setup records, OFCCL_BOOT_EXCHANGE=%s; ranks "
-                 "that run different ones fail here)",
-                 x.publish != NULL ? "lazy" : "collecting",
-                 mode == 2   ? "lazy"
-                 : mode == 1 ? "all"
-                             : "auto");
-    }
-    return rc;
-}
-
-static int comm_destroy_locked(ofccl_comm_t *comm)
-{
-    ofccl_ctx_t *ctx;
-
-    if (comm == NULL)
-        return OFCCL_ERR_INVALID_ARG;
-    ctx = comm->ctx;
-    if (comm->nwins > 0)
-        return ofccl__fail(&comm->ctx->log, OFCCL__SUB_CORE, &comm->err, OFCCL_ERR_BUSY,
-                           "ofccl_comm_destroy: %d registered window(s) still open", comm->nwins);
-    for (int s = 0; comm->coll != NULL && s < OFCCL__SLOTS; s++)
-        if (comm->coll->reqs[s].state == OFCCL__REQ_ACTIVE && !comm->sticky)
-            return ofccl__fail(&comm->ctx->log, OFCCL__SUB_CORE, &comm->err, OFCCL_ERR_BUSY,
-                               "ofccl_comm_destroy: collective #%llu is still running; wait "
-                               "for it (or abort the communicator) first",
-                               (unsigned long long)comm->coll->reqs[s].seq);
-    /* Local: give our own ops a moment to finish, but never wait on dead peers. */
-    if (comm->ops_pending > 0 && !comm->sticky)
-        ofccl__comm_quiesce(comm, ofccl__now_ns() + 1000000000ull, "destroy");
-    if (comm->gpu_free != NULL) /* lib/coll/gpu: its streams released first */
-        comm->gpu_free(comm);
-    ofccl__handle_remove(comm);
-    comm->ctx->ncomms--;
-    for (ofccl_comm_t **pp = &comm->ctx->comms; *pp != NULL; pp = &(*pp)->next)
-        if (*pp == comm) {
-            *pp = comm->next;
-            break;
-        }
-    ofccl__comm_free(comm);
-    if (ctx->trace != NULL) /* a job that never closes its context still leaves a trace */
-        ofccl__trace_write(ctx->trace);
-    return 0;
-}
-
 #define COMM_GETTER(fn, field)                                                                     \
     int fn(const ofccl_comm_t *comm, int *out)                                                     \
     {                                                                                              \
@@ -235,94 +141,6 @@ COMM_GETTER(ofccl_comm_rank, rank)
 COMM_GETTER(ofccl_comm_size, size)
 COMM_GETTER(ofccl_comm_local_rank, local_rank)
 COMM_GETTER(ofccl_comm_local_size, local_size)
-
-const char *ofccl_comm_last_error(const ofccl_comm_t *comm)
-{
-    if (!ofccl__handle_live(comm))
-        return comm ? "ofccl_comm_last_error: communicator destroyed"
-                    : "ofccl_comm_last_error: comm is NULL";
-    return comm->err.msg;
-}
-
-uint64_t ofccl__comm_next_seq(const ofccl_comm_t *comm)
-{
-    return comm->coll != NULL ? comm->coll->next_seq : 0;
-}
-
-uint64_t ofccl__comm_pos_now(const ofccl_comm_t *comm)
-{
-    return 2 * ofccl__comm_next_seq(comm);
-}
-
-/* Errors that leave the protocol out of step with the peers (a timeout or a
- * mismatch inside a collective leaves sequence numbers and buffers so) are
- * sticky: every call and request from their position on reports them. */
-static bool is_sticky(int code)
-{
-    return code == OFCCL_ERR_REMOTE_ERROR || code == OFCCL_ERR_PROVIDER ||
-           code == OFCCL_ERR_ABORTED || code == OFCCL_ERR_CORRUPT || code == OFCCL_ERR_TIMEOUT ||
-           code == OFCCL_ERR_MISMATCH;
-}
-
-static int fail_v(ofccl_comm_t *comm, uint64_t pos, int code, const char *fmt, va_list ap)
-{
-    char msg[OFCCL__ERRMSG_LEN];
-    int first = 0;
-
-    vsnprintf(msg, sizeof(msg), fmt, ap);
-    if (is_sticky(code)) {
-        first = comm->sticky == 0;
-        if (first)
-            comm->sticky = code;
-        if (pos < comm->fail_pos)
-            comm->fail_pos = pos;
-    }
-    /* Lower layers often name the rank already; say it once. */
-    if (strncmp(msg, "rank ", 5) == 0)
-        code = ofccl__fail(&comm->ctx->log, OFCCL__SUB_CORE, &comm->err, code, "%s", msg);
-    else
-        code = ofccl__fail(&comm->ctx->log, OFCCL__SUB_CORE, &comm->err, code, "rank %d: %s",
-                           comm->rank, msg);
-    if (first) /* what every later call reports as the cause */
-        ofccl__strlcpy(comm->sticky_msg, comm->err.msg, sizeof(comm->sticky_msg));
-    return code;
-}
-
-int ofccl__comm_fail(ofccl_comm_t *comm, int code, const char *fmt, ...)
-{
-    va_list ap;
-    int rc;
-
-    va_start(ap, fmt);
-    rc = fail_v(comm, 0, code, fmt, ap);
-    va_end(ap);
-    return rc;
-}
-
-int ofccl__comm_fail_at(ofccl_comm_t *comm, uint64_t pos, int code, const char *fmt, ...)
-{
-    va_list ap;
-    int rc;
-
-    va_start(ap, fmt);
-    rc = fail_v(comm, pos, code, fmt, ap);
-    va_end(ap);
-    return rc;
-}
-
-int ofccl__comm_failed_at(ofccl_comm_t *comm, uint64_t pos)
-{
-    ofccl__comm_usable(comm);
-    return ofccl__comm_covers(comm, pos);
-}
-
-void ofccl__comm_set_gone(ofccl_comm_t *comm, int p, int why)
-{
-    if (comm->gone != NULL && p >= 0 && p < comm->size && p != comm->rank && comm->gone[p] == 0) {
-        comm->gone[p] = (uint8_t)why;
-        comm->ngone++;
-    }
-}
 
 int ofccl__comm_check_at(ofccl_comm_t *comm, const char *what, uint64_t pos)
 {
@@ -369,24 +187,6 @@ void ofccl__comm_set_sink(ofccl_comm_t *comm, unsigned kind, ofccl__sig_sink_fn 
         comm->sinks[kind].fn = fn;
         comm->sinks[kind].arg = arg;
     }
-}
-
-uint64_t ofccl__comm_deadline(const ofccl_comm_t *comm, uint64_t now_ns)
-{
-    uint64_t ms = comm->timeout_ms;
-
-    return ms == 0 ? UINT64_MAX : now_ns + ms * 1000000ull;
-}
-
-int ofccl__comm_usable(ofccl_comm_t *comm)
-{
-    /* The flag is all ofccl_comm_abort touches; the message is written here,
-     * by the thread that holds the lock. */
-    if (atomic_load_explicit(&comm->aborted, memory_order_acquire) &&
-        (comm->sticky == 0 || comm->fail_pos > 0))
-        ofccl__comm_fail(comm, OFCCL_ERR_ABORTED, "communicator %u aborted by ofccl_comm_abort",
-                         comm->id);
-    return comm->sticky != 0 && comm->fail_pos == 0 ? comm->sticky : 0;
 }
 
 int ofccl_comm_abort(ofccl_comm_t *comm)
@@ -442,26 +242,6 @@ int ofccl__comm_signal(ofccl_comm_t *comm, int peer, unsigned kind, uint32_t pay
     }
 }
 
-int ofccl__comm_put_word(ofccl_comm_t *comm, int peer, unsigned src_word, unsigned dst_word,
-                         ofccl__op_t *op)
-{
-    uint64_t v = atomic_load_explicit(&comm->ctrl[src_word], memory_order_relaxed);
-    ofccl__err_t e;
-
-    if (!ofccl__comm_resolved(comm, peer))
-        return OFCCL_ERR_STATE;
-    if (comm->peer_ctrl_at != NULL && comm->peer_ctrl_at[peer] != NULL) {
-        atomic_store_explicit(&comm->peer_ctrl_at[peer][dst_word], v, memory_order_release);
-        return 0;
-    }
-    if (ofccl__ep_write(comm->ep, peer, (const void *)&comm->ctrl[src_word], sizeof(uint64_t),
-                        comm->ctrl_mr, &comm->peer_ctrl[peer], dst_word * sizeof(uint64_t), op,
-                        &e) != 0)
-        return e.code;
-    comm->ops_pending++;
-    return 1;
-}
-
 int ofccl__comm_quiesce(ofccl_comm_t *comm, uint64_t deadline_ns, const char *what)
 {
     ofccl__idle_t idle = {0};
@@ -478,17 +258,4 @@ int ofccl__comm_quiesce(ofccl_comm_t *comm, uint64_t deadline_ns, const char *wh
                                     comm->ops_pending);
     }
     return 0;
-}
-
-/* Public entry points: the same calls under the context lock (progress.c). */
-int ofccl_comm_world(ofccl_ctx_t *ctx, ofccl_comm_t **out)
-{
-    OFCCL__CHECK_HANDLE(ctx);
-    OFCCL__LOCKED(ctx, comm_world_locked(ctx, out));
-}
-
-int ofccl_comm_destroy(ofccl_comm_t *comm)
-{
-    OFCCL__CHECK_HANDLE(comm);
-    OFCCL__LOCKED(comm->ctx, comm_destroy_locked(comm));
 }

@@ -1,6 +1,6 @@
 /*
  * Private to lib/core: what communicator creation (setup.c) and the
- * communicator's own calls (comm.c) share.
+ * communicator's own calls (comm.c, world.c) share.
  */
 #ifndef OFCCL_CORE_COMM_IMPL_H
 #define OFCCL_CORE_COMM_IMPL_H

@@ -13,6 +13,7 @@
 #include "boot.h"
 #include "config.h"
 #include "err.h"
+#include "exec_ops.h"
 #include "log.h"
 #include "ofccl.h"
 #include "prov.h"
@@ -47,7 +48,7 @@ struct ofccl_ctx {
     uint32_t comm_seq;        /* communicators created so far: gives each one an id */
     struct ofccl_mem *memreg; /* ofccl_mem_register cache (pool.c) */
     ofccl_stats_t stats;
-    /* progress.c: the lock every public call holds, and the progress thread */
+    /* lock.c: the lock every public call holds; progress.c: the progress thread */
     pthread_mutex_t lock;
     int lock_init;
     pthread_t thread;
@@ -71,6 +72,8 @@ struct ofccl_ctx {
     atomic_uint dead_count;
     int dead_watched;
     ofccl__link_t link[OFCCL__LINK_CLASSES]; /* this rank's cost-model constants (links.c) */
+    /* The executors, one per memory kind (exec.h): the host's from creation. */
+    ofccl__exec_reg_t execs;
 };
 
 /* ---- signals: 32 bits of immediate data, so they fit verbs and EFA ----
@@ -135,7 +138,7 @@ struct ofccl_comm {
     ofccl__err_t err;
     int sticky;                             /* first fatal error: what later calls report */
     char sticky_msg[OFCCL__ERRMSG_LEN / 2]; /* its message */
-    /* Where the failures so far begin (comm.c, positions): every call and
+    /* Where the failures so far begin (comm_state.c, positions): every call and
      * request at or after it fails with `sticky`; one before it runs on and
      * fails only for what it needs itself. 0 when a failure concerns
      * everything (an abort, a broken endpoint); UINT64_MAX while none. */
@@ -211,8 +214,8 @@ struct ofccl_comm {
      * down when the communicator is destroyed. */
     struct ofccl__gcomm *gpu;
     void (*gpu_free)(ofccl_comm_t *comm);
-    struct ofccl__pool *pool;       /* staging and user pool buffers (pool.c) */
-    ofccl_comm_t *next;             /* the context's list of communicators */
+    struct ofccl__pool *pool; /* staging and user pool buffers (pool.c) */
+    ofccl_comm_t *next;       /* the context's list of communicators */
 };
 
 /* ---- context internals ---- */
@@ -335,7 +338,7 @@ static inline bool ofccl__comm_resolved(const ofccl_comm_t *comm, int peer)
 }
 /* Name of the host rank `rank` runs on, for messages ("?" if unknown). */
 const char *ofccl__comm_host(const ofccl_comm_t *comm, int rank);
-/* ---- positions: the order of a communicator's calls (comm.c) ----
+/* ---- positions: the order of a communicator's calls (comm_state.c) ----
  * Collective s is at 2s + 1. A call that is not a collective (a barrier, a
  * pool allocation, a window) made while s is the next collective to be posted
  * is at 2s: after s - 1, before s. A failure at a position covers it and every
@@ -373,10 +376,6 @@ static inline int ofccl__comm_gone(const ofccl_comm_t *comm, int p)
     return comm->gone != NULL ? comm->gone[p] : 0;
 }
 void ofccl__comm_set_gone(ofccl_comm_t *comm, int p, int why);
-/* Fail creation with MISMATCH: setting `id` (a row of the settings table) is
- * `theirs` on rank r and `mine` here, both formatted as the user writes them. */
-int ofccl__comm_setting_differs(ofccl_comm_t *comm, int id, int r, const char *theirs,
-                                const char *mine);
 /* Start of a call that needs a usable communicator, at position `pos`
  * (ofccl__comm_pos_now, or a collective's): 0, or its sticky error with a
  * message naming `what`, the communicator and the first error (or the abort).
@@ -404,7 +403,7 @@ uint64_t ofccl__comm_deadline(const ofccl_comm_t *comm, uint64_t now_ns);
  * mapped here (0), else an RMA write whose completion goes to `op` (1, the
  * write is in flight), or an error (the peer is not resolved, or the write
  * could not be posted). */
-int ofccl__comm_put_word(ofccl_comm_t *comm, int peer, unsigned src_word, unsigned dst_word,
+int ofccl__ctrl_put_word(ofccl_comm_t *comm, int peer, unsigned src_word, unsigned dst_word,
                          ofccl__op_t *op);
 /* Wait until every op this communicator posted has completed. */
 int ofccl__comm_quiesce(ofccl_comm_t *comm, uint64_t deadline_ns, const char *what);

@@ -1,5 +1,6 @@
 /*
- * The control region of a communicator: where in it each kind of word lives.
+ * The control region of a communicator: where in it each kind of word lives,
+ * and writing one of this rank's words into a peer's (failure words).
  * Peers write into these words (descriptors, counters, eager slots), so every
  * rank must compute the same layout from the communicator size and
  * OFCCL_EAGER_BYTES (checked when the communicator is created).
@@ -113,4 +114,24 @@ const uint8_t *ofccl__eager_in(const ofccl_comm_t *comm, uint64_t seq, int from)
 uint64_t ofccl__eager_in_offset(const ofccl_comm_t *comm, uint64_t seq, int from)
 {
     return ofccl__ctrl_eager_in(comm, seq, from) * sizeof(uint64_t);
+}
+
+int ofccl__ctrl_put_word(ofccl_comm_t *comm, int peer, unsigned src_word, unsigned dst_word,
+                         ofccl__op_t *op)
+{
+    uint64_t v = atomic_load_explicit(&comm->ctrl[src_word], memory_order_relaxed);
+    ofccl__err_t e;
+
+    if (!ofccl__comm_resolved(comm, peer))
+        return OFCCL_ERR_STATE;
+    if (comm->peer_ctrl_at != NULL && comm->peer_ctrl_at[peer] != NULL) {
+        atomic_store_explicit(&comm->peer_ctrl_at[peer][dst_word], v, memory_order_release);
+        return 0;
+    }
+    if (ofccl__ep_write(comm->ep, peer, (const void *)&comm->ctrl[src_word], sizeof(uint64_t),
+                        comm->ctrl_mr, &comm->peer_ctrl[peer], dst_word * sizeof(uint64_t), op,
+                        &e) != 0)
+        return e.code;
+    comm->ops_pending++;
+    return 1;
 }

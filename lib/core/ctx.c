@@ -4,8 +4,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core.h"
 #include "dump.h"
+#include "engine_impl.h"
+#include "exec.h"
 #include "pool.h"
 #include "trace.h"
 #include "util.h"
@@ -212,6 +213,7 @@ static int ctx_open(ofccl_ctx_t *ctx, const ofccl_ctx_params_t *params)
     int rc;
 
     ofccl__log_init(&ctx->log);
+    ofccl__exec_init(ctx);
     rc = ofccl__config_load(&ctx->cfg, params ? params->settings : NULL, NULL, NULL, e);
     if (rc) {
         OFCCL__WARN(&ctx->log, OFCCL__SUB_CORE, "%s", e->msg);
@@ -371,4 +373,29 @@ const char *ofccl_ctx_last_error(const ofccl_ctx_t *ctx)
 const char *ofccl_ctx_provider(const ofccl_ctx_t *ctx)
 {
     return ofccl__handle_live(ctx) ? ofccl__prov_caps(ctx->prov)->name : "";
+}
+
+/* What the context has done so far, its communicators' counters summed. */
+int ofccl_ctx_stats(const ofccl_ctx_t *ctx, ofccl_stats_t *stats)
+{
+    uint64_t bytes[OFCCL__PEER_CLASSES];
+    ofccl_stats_t s;
+    size_t want;
+
+    OFCCL__CHECK_HANDLE(ctx);
+    if (stats == NULL || stats->size < offsetof(ofccl_stats_t, peers_resolved))
+        return OFCCL_ERR_INVALID_ARG;
+    want = OFCCL__MIN(stats->size, sizeof(s));
+    s = ctx->stats;
+    s.size = want;
+    ofccl__prov_bytes(ctx->prov, bytes);
+    s.local_bytes = bytes[OFCCL__PEER_LOCAL];
+    s.fabric_bytes = bytes[OFCCL__PEER_FABRIC];
+    s.peers_resolved = s.op_contexts = 0;
+    for (const ofccl_comm_t *c = ctx->comms; c != NULL; c = c->next) {
+        s.peers_resolved += (uint64_t)ofccl__comm_peers_resolved(c);
+        s.op_contexts += ofccl__coll_op_contexts(c);
+    }
+    memcpy(stats, &s, want);
+    return 0;
 }

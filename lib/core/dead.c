@@ -70,27 +70,6 @@ const char *ofccl__dead_source(const ofccl_comm_t *comm, int p)
     return atomic_load_explicit(&ctx->dead_why[comm->world_of[p]], memory_order_relaxed);
 }
 
-/* Only what rank p still owes r counts (its descriptor, its data), as for a
- * peer whose exit the local transport sees: a rank that ended cleanly after
- * its part (PMIX_EVENT_PROC_TERMINATED) may leave our last completions to it
- * still to be reaped, and must not fail a request that has all it needs. */
-int ofccl__dead_needed(const ofccl__req_t *r, const char **source)
-{
-    const ofccl_comm_t *comm = r->comm;
-
-    *source = NULL;
-    if (atomic_load_explicit(&comm->ctx->dead_count, memory_order_acquire) == 0)
-        return -1;
-    for (int p = 0; p < comm->size; p++) {
-        const char *s = p != comm->rank ? ofccl__dead_source(comm, p) : NULL;
-        if (s != NULL && ofccl__coll_owes(r, p)) {
-            *source = s;
-            return p;
-        }
-    }
-    return -1;
-}
-
 void ofccl__dead_name(const ofccl_comm_t *comm, int p, const char *source, char *buf, size_t len)
 {
     snprintf(buf, len, "rank %d (world rank %d) on %s has exited, reported by the launcher (%s)", p,

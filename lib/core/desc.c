@@ -108,10 +108,10 @@ int ofccl__desc_send(ofccl__req_t *r)
     d[9] = r->bucket ? r->layout_hash : 0;
     d[10] = r->bucket ? (uint64_t)r->ntensors : 0;
     d[11] = r->bucket && r->dst.mr ? (uint64_t)((char *)r->layout - (char *)r->dst.mr->addr) : 0;
-    d[12] = r->out_mr ? r->out_mr->base : 0;
-    d[13] = r->out_mr ? r->out_mr->key : 0;
-    d[14] = r->out_mr ? r->out_mr->len : 0;
-    d[15] = r->out_mr ? (uint64_t)((char *)r->out - (char *)r->out_mr->addr) : 0;
+    d[12] = r->win2.mr ? r->win2.mr->base : 0;
+    d[13] = r->win2.mr ? r->win2.mr->key : 0;
+    d[14] = r->win2.mr ? r->win2.mr->len : 0;
+    d[15] = r->win2.mr ? (uint64_t)((char *)r->win2.ptr - (char *)r->win2.mr->addr) : 0;
     for (; r->descs_sent < r->nfrom; r->descs_sent++) {
         int p = r->from[r->descs_sent];
         ofccl__wop_t *w;

@@ -12,31 +12,10 @@
 #include <string.h>
 
 #include "engine_impl.h"
+#include "exec.h"
 #include "util.h"
 #include "pool.h"
 #include "trace.h"
-
-const char *ofccl__coll_name(int coll)
-{
-    static const char *const names[] = {"?", "all-gather", "reduce-scatter", "broadcast", "push"};
-    return names[coll >= 1 && coll <= OFCCL__PUSH ? coll : 0];
-}
-
-int ofccl__coll_fail(ofccl__req_t *r, int code, const char *fmt, ...)
-{
-    char msg[OFCCL__ERRMSG_LEN - 96];
-    va_list ap;
-
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
-    va_end(ap);
-    if (r->status == 0)
-        r->status = code;
-    /* The failure is this collective's: the ones before it run on. */
-    return ofccl__comm_fail_at(r->comm, ofccl__pos_coll(r->seq), code, "%s #%llu (%s): %s",
-                               ofccl__coll_name(r->coll), (unsigned long long)r->seq,
-                               r->algo ? r->algo->name : "?", msg);
-}
 
 /* ---- init ---- */
 int ofccl__coll_init(ofccl_comm_t *comm)
@@ -59,7 +38,7 @@ int ofccl__coll_init(ofccl_comm_t *comm)
         r->slot = (unsigned)s;
         /* The per-peer state a new collective starts from zero, in one
          * block so that posting clears it with one memset. */
-        r->peer_state_bytes = n * (sizeof(*r->sig_mask) + 4 * sizeof(uint32_t) + 4);
+        r->peer_state_bytes = n * (sizeof(*r->sig_mask) + 4 * sizeof(uint32_t) + 3);
         r->sig_mask = calloc(1, r->peer_state_bytes);
         if (r->sig_mask != NULL) {
             r->sent = (uint32_t *)(r->sig_mask + n);
@@ -69,7 +48,6 @@ int ofccl__coll_init(ofccl_comm_t *comm)
             r->writes_to_me = (uint8_t *)(r->from_cnt + n);
             r->i_write_to = r->writes_to_me + n;
             r->peer_ready = r->i_write_to + n;
-            r->claimed = r->peer_ready + n;
         }
         r->peer_rk = calloc(n, sizeof(*r->peer_rk));
         r->peer_off = calloc(n, sizeof(*r->peer_off));
@@ -81,12 +59,11 @@ int ofccl__coll_init(ofccl_comm_t *comm)
             r->awaiting = r->from + n;
         }
         r->srcs = calloc(n, sizeof(*r->srcs));
-        r->peer_at = calloc(n, sizeof(*r->peer_at));
-        r->peer_out = calloc(n, sizeof(*r->peer_out));
+        r->priv = calloc(1, OFCCL__ALGO_PRIV_FIXED + n * OFCCL__ALGO_PRIV_PER_PEER);
         if (comm->ctx->trace != NULL && (r->tr = calloc(n, sizeof(*r->tr))) == NULL)
             return OFCCL_ERR_NO_MEMORY;
         if (!r->sig_mask || !r->peer_rk || !r->peer_off || !r->unit_cnt || !r->seen || !r->to ||
-            !r->srcs || !r->peer_at || !r->peer_out)
+            !r->srcs || !r->priv)
             return OFCCL_ERR_NO_MEMORY;
     }
     cs->eager_bytes = (size_t)ofccl__cfg_int(&comm->ctx->cfg, OFCCL__CFG_EAGER_BYTES);
@@ -112,8 +89,7 @@ void ofccl__coll_fini(ofccl_comm_t *comm)
         free(r->seen);
         free(r->to); /* and from, awaiting */
         free(r->srcs);
-        free(r->peer_at);
-        free(r->peer_out);
+        free(r->priv);
         free(r->tensors);
         free(r->tr);
     }
@@ -131,6 +107,10 @@ static void req_reset(ofccl__req_t *r)
     memset(r->sig_mask, 0, r->peer_state_bytes);
     r->status = 0;
     r->finished = 0;
+    r->finishing = 0;
+    /* Host memory until the entry point learns its buffers' kinds. */
+    r->exec = &r->comm->ctx->execs.ex[0];
+    r->exec_busy = false;
     r->arrived = 0;
     r->reduced = 0;
     r->descs_sent = 0;
@@ -142,14 +122,11 @@ static void req_reset(ofccl__req_t *r)
     r->finish = NULL;
     r->tag = 0;
     r->algo_state = NULL;
-    r->own_dst = NULL;
-    r->out_mr = NULL;
-    r->take_k = 0;
-    r->own_done = 0;
+    r->win2 = ofccl__mem_ref(NULL, NULL);
     r->out = NULL;
     r->staging_idx = -1;
     r->bucket = 0;
-    r->src = r->dst = r->fwd = (ofccl__mem_ref_t){NULL, NULL};
+    r->src = r->dst = r->fwd = ofccl__mem_ref(NULL, NULL);
 }
 
 /* Claim the next sequence number's slot. */
@@ -230,6 +207,11 @@ int ofccl__coll_start(ofccl__req_t *r)
         }
     }
     r->unit_span = 0;
+    if (r->algo->priv_fixed > OFCCL__ALGO_PRIV_FIXED ||
+        r->algo->priv_per_peer > OFCCL__ALGO_PRIV_PER_PEER)
+        return ofccl__coll_fail(r, OFCCL_ERR_INTERNAL,
+                                "the algorithm keeps more state than a request holds");
+    memset(r->priv, 0, r->algo->priv_fixed + (size_t)comm->size * r->algo->priv_per_peer);
     rc = r->algo->plan(r);
     if (rc)
         return rc;
@@ -288,21 +270,32 @@ int ofccl__coll_start(ofccl__req_t *r)
     return 0;
 }
 
+/* Run the finish step once; the request is done once its executor work (the
+ * finish step's copies, or what a failed request left in flight) is, and only
+ * then is its staging released. Called again from progress until then. */
 static void complete(ofccl__req_t *r)
 {
-    ofccl__ctx_moved(r->comm->ctx);
-    ofccl__coll_history(r, 1);
-    uint64_t finish_ns = 0;
-
-    if (r->status == 0 && r->finish != NULL) {
-        if (r->comm->ctx->trace != NULL)
-            finish_ns = ofccl__now_ns();
-        r->finish(r);
+    if (!r->finishing) {
+        r->finishing = 1;
+        ofccl__ctx_moved(r->comm->ctx);
+        ofccl__coll_history(r, 1);
+        r->finish_ns = 0;
+        if (r->status == 0 && r->finish != NULL) {
+            if (r->comm->ctx->trace != NULL)
+                r->finish_ns = ofccl__now_ns();
+            r->finish(r);
+        }
+    }
+    if (!ofccl__exec_idle(r) && (ofccl__exec_pump(r), !ofccl__exec_idle(r)))
+        return;
+    if (r->algo == NULL) { /* completed at post (ofccl__coll_done_now) */
+        r->state = OFCCL__REQ_DONE;
+        return;
     }
     if (r->status != 0 && r->algo != NULL && r->algo->abort != NULL)
         r->algo->abort(r);
     if (r->comm->ctx->trace != NULL)
-        ofccl__trace_req_done(r, finish_ns);
+        ofccl__trace_req_done(r, r->finish_ns);
     if (r->staging_idx >= 0) {
         ofccl__stage_release(r->comm, r->coll, r->staging_idx);
         r->staging_idx = -1;
@@ -326,6 +319,29 @@ static int signals_owed(const ofccl__req_t *r)
         if (r->sig_mask[r->from[i]] && !ofccl__comm_gone(r->comm, r->from[i]))
             return 1;
     return 0;
+}
+
+/* The lowest rank the launcher reports gone (dead.c answers) that still
+ * owes r a descriptor or data, or -1; *source names the report. Only what
+ * rank p still owes r counts (its descriptor, its data), as for a peer
+ * whose exit the local transport sees: a rank that ended cleanly after its
+ * part (PMIX_EVENT_PROC_TERMINATED) may leave our last completions to it
+ * still to be reaped, and must not fail a request that has all it needs. */
+static int dead_owing(const ofccl__req_t *r, const char **source)
+{
+    const ofccl_comm_t *comm = r->comm;
+
+    *source = NULL;
+    if (atomic_load_explicit(&comm->ctx->dead_count, memory_order_acquire) == 0)
+        return -1;
+    for (int p = 0; p < comm->size; p++) {
+        const char *s = p != comm->rank ? ofccl__dead_source(comm, p) : NULL;
+        if (s != NULL && ofccl__coll_owes(r, p)) {
+            *source = s;
+            return p;
+        }
+    }
+    return -1;
 }
 
 /* A peer known gone (a notice, the transport) that r still needs something
@@ -385,6 +401,13 @@ static int req_progress(ofccl__req_t *r, bool check_clock)
 
     if (r->state != OFCCL__REQ_ACTIVE)
         return 0;
+    if (r->finishing) {
+        complete(r);
+        return 0;
+    }
+    /* Work an executor completes later (a device's): tested on every pass. */
+    if (!ofccl__exec_idle(r))
+        ofccl__exec_pump(r);
     /* A failure at this collective or an earlier one: this one cannot
      * complete on every rank. One after it does not concern it. */
     if (r->status == 0 && ofccl__comm_covers(comm, ofccl__pos_coll(r->seq)))
@@ -424,7 +447,7 @@ static int req_progress(ofccl__req_t *r, bool check_clock)
             r->status = rc;
     }
     if (r->status == 0 && r->finished && r->ops_out == 0 && !signals_owed(r) &&
-        r->descs_sent == r->nfrom) {
+        r->descs_sent == r->nfrom && ofccl__exec_idle(r)) {
         complete(r);
         return 0;
     }
@@ -436,7 +459,7 @@ static int req_progress(ofccl__req_t *r, bool check_clock)
         int pid = -1, told_gone = -1, told = 0, gone, culprit = ofccl__notice_culprit(comm);
         bool named = false; /* cause says why `gone` is gone */
         /* The launcher's word first: first-hand, and every rank hears it. */
-        gone = ofccl__dead_needed(r, &reported);
+        gone = dead_owing(r, &reported);
         /* Then a peer's notice, where it concerns this collective: it is
          * about this one or an earlier one, or about a rank this one still
          * needs something from. */
@@ -533,6 +556,10 @@ void ofccl__coll_done_now(ofccl__req_t *r, int status)
     r->algo = NULL;
     r->status = status;
     r->state = OFCCL__REQ_DONE;
+    if (!ofccl__exec_idle(r)) { /* done once its executor's copies are (progress) */
+        r->state = OFCCL__REQ_ACTIVE;
+        r->finishing = 1;
+    }
 }
 
 bool ofccl__coll_lockfree_watch(const ofccl__req_t *r)
@@ -617,24 +644,6 @@ _Atomic uint64_t *ofccl__coll_take_word(const ofccl__req_t *r, int owner, int fr
     size_t w = ofccl__ctrl_take(comm->size, r->slot, from);
 
     return owner == comm->rank ? &comm->ctrl[w] : &comm->peer_ctrl_at[owner][w];
-}
-
-const ofccl__prov_caps_t *ofccl__comm_caps(const ofccl_comm_t *comm)
-{
-    return ofccl__ep_caps(comm->ep);
-}
-
-bool ofccl__comm_peer_local(const ofccl_comm_t *comm, int p)
-{
-    return ofccl__ep_peer_class(comm->ep, p) == OFCCL__PEER_LOCAL;
-}
-
-bool ofccl__comm_note_once(ofccl_comm_t *comm, unsigned bit)
-{
-    bool first = !(comm->coll->notes & (1u << bit));
-
-    comm->coll->notes |= 1u << bit;
-    return first;
 }
 
 bool ofccl__coll_uses(const ofccl_comm_t *comm, const void *algo_state)

@@ -51,11 +51,26 @@ typedef struct ofccl__wop {
     uint64_t t0;
 } ofccl__wop_t;
 
-/* A memory area: where it is locally, and the registration covering it. */
+/* A memory area: where it is locally, the registration covering it, and the
+ * kind of memory it is (the registration's, else where it lives). */
 typedef struct ofccl__mem_ref {
     void *ptr;
     const ofccl__mr_t *mr; /* NULL: unregistered */
+    ofccl__mem_kind_t kind;
 } ofccl__mem_ref_t;
+
+/* A reference to `ptr` in `mr` (may be NULL), with its memory kind. */
+static inline ofccl__mem_ref_t ofccl__mem_ref(void *ptr, const ofccl__mr_t *mr)
+{
+    return (ofccl__mem_ref_t){ptr, mr, mr != NULL ? mr->kind : ofccl__mem_kind_of(ptr)};
+}
+
+/* A bucket's tensor as a request keeps it: the caller's, and the kind of
+ * memory it lives in. */
+typedef struct ofccl__tensor {
+    ofccl_tensor_t t;
+    ofccl__mem_kind_t kind;
+} ofccl__tensor_t;
 
 /* What an algorithm is, for the engine. */
 enum ofccl__algo_flag {
@@ -70,6 +85,30 @@ enum ofccl__algo_flag {
      * the stream when the request fails. */
     OFCCL__ALGO_STREAM = 1u << 2,
 };
+
+/* How an algorithm uses the caller's buffers: what the entry points resolve
+ * for it before it is started (allgather.c, reduce_scatter.c, broadcast.c). */
+enum ofccl__algo_buf {
+    /* Peers read this rank's source in place through their mappings: it
+     * must be ofccl memory they can map (else it is staged first), it is
+     * what the descriptor announces, and a receiver copies or sums into its
+     * own output itself (no staging for peers' writes). */
+    OFCCL__BUF_PEERS_READ = 1u << 0,
+    /* All-gather: the block may be sent straight from sendbuf and copied to
+     * its place in the output behind the sends (ofccl__ag_copy_own). */
+    OFCCL__BUF_OWN_BEHIND = 1u << 1,
+    /* Announce this rank's block as the descriptor's second window, where
+     * peers can map it, so that they may read it themselves. */
+    OFCCL__BUF_SHOW_SRC = 1u << 2,
+    /* Announce this rank's output as the second window, where peers can map
+     * it, so that they may write parts of it themselves. */
+    OFCCL__BUF_SHOW_OUT = 1u << 3,
+};
+
+/* What an algorithm may keep per request (ofccl__algo_priv): this many bytes,
+ * plus this many per rank of the communicator, allocated with it. */
+#define OFCCL__ALGO_PRIV_FIXED 64
+#define OFCCL__ALGO_PRIV_PER_PEER 16
 
 typedef struct ofccl__algo {
     size_t size; /* sizeof(ofccl__algo_t) */
@@ -104,13 +143,22 @@ typedef struct ofccl__algo {
     /* The request failed: undo what would otherwise wait for it (a
      * stream-ordered request's stream). May be NULL. */
     void (*abort)(ofccl__req_t *r);
+    unsigned buffers; /* enum ofccl__algo_buf */
+    /* Staging bytes of a reduce-scatter: where peers write (*dst) and for
+     * the partial sums it forwards (*fwd). May be NULL: *dst = size * block,
+     * *fwd = 0. */
+    void (*staging)(const ofccl__req_t *r, size_t *dst, size_t *fwd);
+    /* Its private state per request, zeroed before `plan`: priv_fixed bytes
+     * plus priv_per_peer per rank, within OFCCL__ALGO_PRIV_*. */
+    size_t priv_fixed, priv_per_peer;
 } ofccl__algo_t;
 
 struct ofccl_req {
     ofccl_comm_t *comm;
     int state; /* enum ofccl__req_state */
     int status;
-    int finished; /* set by the algorithm */
+    int finished;  /* set by the algorithm */
+    int finishing; /* completing: the finish step ran, its executor work may be in flight */
     uint64_t seq;
     unsigned slot;
     const ofccl__algo_t *algo;
@@ -137,14 +185,15 @@ struct ofccl_req {
     ofccl__mem_ref_t fwd; /* RS ring, hier: reduced partials sent on to peers */
     void *out;            /* RS: where the reduced block goes (user recvbuf) */
     void *copy_out;       /* AG staged: user recvbuf to copy dst into at completion */
-    char *own_dst;        /* AG direct sending from sendbuf: where our block goes */
-    unsigned own_done;    /* chunks of it copied there so far */
-    int staging_idx;      /* staging set held, -1 if none */
+    /* The descriptor's second window (ptr NULL: none), OFCCL__BUF_SHOW_*:
+     * where peers may read this rank's block or write its output. */
+    ofccl__mem_ref_t win2;
+    int staging_idx; /* staging set held, -1 if none */
     /* Run when the request completes successfully, before its staging is
      * released: copying staged results out (set by lib/coll). */
     void (*finish)(ofccl__req_t *r);
-    int bucket;              /* 1: bucket request, copy-in/out to tensors */
-    ofccl_tensor_t *tensors; /* bucket: copy of the caller's list (grow-only, per slot) */
+    int bucket;               /* 1: bucket request, copy-in/out to tensors */
+    ofccl__tensor_t *tensors; /* bucket: copy of the caller's list (grow-only, per slot) */
     int ntensors, tcap;
     uint64_t layout_hash; /* bucket: hash of the tensors' element counts */
     /* bucket: the counts, published in r->dst's registration for a peer that
@@ -178,32 +227,40 @@ struct ofccl_req {
     int named;              /* failed after a peer's mismatch notice: own check made */
 
     /* counters: the whole state of the pipeline */
-    uint32_t *unit_cnt;        /* [MAX_UNITS] arrivals per unit */
-    uint64_t arrived;          /* total arrivals */
-    uint64_t *seen;            /* [size] atomic path: per-writer counter already folded */
-    uint32_t *sent;            /* [size] units posted to that peer */
-    uint32_t *inflight;        /* [size] writes in flight to that peer */
-    uint32_t *sig_next;        /* [size] atomic path: next write (k) to signal */
-    uint32_t *from_cnt;        /* [size] units arrived from that writer */
-    uint64_t *sig_mask;        /* [size] atomic path: delivered, unsignalled units */
-    uint8_t *claimed;          /* [size] the algorithm's flags per peer (allgather/take.c) */
-    size_t peer_state_bytes;   /* sig_mask, sent, inflight, sig_next, from_cnt, writes_to_me,
-                                  i_write_to, peer_ready and claimed: one block, in this order */
-    uint32_t reduced;          /* RS: units reduced */
-    unsigned ops_out;          /* ops of this request not yet completed (wops it holds) */
-    const void **srcs;         /* [size] reduction sources */
-    const char **peer_at;      /* [size] pull: peer p's source (RS: all blocks), mapped here */
-    char **peer_out;           /* [size] RS pull: peer p's output, mapped here where announced */
-    const ofccl__mr_t *out_mr; /* RS pull: r->out's registration where peers may write it */
-    size_t grain;              /* RS pull: bytes of a block taken at once */
-    unsigned ngrains;          /* RS pull: grains per block */
-    int take_k;                /* RS pull: blocks this rank is through with, from its own on */
+    uint32_t *unit_cnt;      /* [MAX_UNITS] arrivals per unit */
+    uint64_t arrived;        /* total arrivals */
+    uint64_t *seen;          /* [size] atomic path: per-writer counter already folded */
+    uint32_t *sent;          /* [size] units posted to that peer */
+    uint32_t *inflight;      /* [size] writes in flight to that peer */
+    uint32_t *sig_next;      /* [size] atomic path: next write (k) to signal */
+    uint32_t *from_cnt;      /* [size] units arrived from that writer */
+    uint64_t *sig_mask;      /* [size] atomic path: delivered, unsignalled units */
+    size_t peer_state_bytes; /* sig_mask, sent, inflight, sig_next, from_cnt, writes_to_me,
+                                i_write_to and peer_ready: one block, in this order */
+    uint32_t reduced;        /* RS: units reduced */
+    unsigned ops_out;        /* ops of this request not yet completed (wops it holds) */
+    const void **srcs;       /* [size] reduction sources */
+    /* The algorithm's own state for this request (ofccl__algo_priv). */
+    void *priv;
     /* OFCCL_TRACE: per-peer times ([size], NULL when off) and the post time */
     struct ofccl__trace_peer *tr;
     uint64_t tr_t0;
+    uint64_t finish_ns; /* tracing: when the finish step began (0: none) */
+
+    /* The executor of the request's copies and reductions (exec.h), chosen
+     * by its buffers' memory kinds; the ticket of its latest work still in
+     * flight, where it completes later. */
+    const ofccl__exec_t *exec;
+    uint64_t exec_ticket;
+    bool exec_busy;
 };
 
 /* ---- for algorithms ---- */
+/* The algorithm's private state of request r (ofccl__algo_t.priv_*). */
+static inline void *ofccl__algo_priv(const ofccl__req_t *r)
+{
+    return r->priv;
+}
 static inline unsigned ofccl__unit(const ofccl__req_t *r, unsigned step, unsigned chunk)
 {
     return step * r->nchunks + chunk;

@@ -129,11 +129,6 @@ int ofccl__coll_first_owing(const ofccl__req_t *r);
 /* Does rank p still owe request r a descriptor or data? */
 bool ofccl__coll_owes(const ofccl__req_t *r, int p);
 
-/* ---- ranks the launcher reports gone (dead.c) ----
- * The lowest such rank that still owes request r a descriptor or data, or -1;
- * *source names the report. */
-int ofccl__dead_needed(const ofccl__req_t *r, const char **source);
-
 /* ---- the engine in a communicator (engine.c), for comm.c, wait.c, progress.c ---- */
 int ofccl__coll_init(ofccl_comm_t *comm);
 void ofccl__coll_fini(ofccl_comm_t *comm);

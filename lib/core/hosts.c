@@ -25,13 +25,6 @@ int ofccl__hosts_add(ofccl_comm_t *comm, int r, const char *name)
     return 0;
 }
 
-const char *ofccl__comm_host(const ofccl_comm_t *comm, int rank)
-{
-    if (comm->host_of == NULL || rank < 0 || rank >= comm->size)
-        return "?";
-    return comm->host_name[comm->host_of[rank]];
-}
-
 /* Hosts by identity from every rank's host key (keys[size]): node_of,
  * node_idx, and, where every host has as many ranks, node_rank. */
 int ofccl__nodes_from_keys(ofccl_comm_t *comm, const uint64_t *keys)

@@ -16,30 +16,31 @@
 
 #define DIFF_READ_NS 500000000ull /* how long naming the tensor may take */
 
-/* FNV-1a over the counts' bytes, then the number of tensors. */
+/* FNV-1a over the counts' bytes (little-endian), then the number of tensors. */
 static uint64_t fnv_count(uint64_t h, uint64_t count)
 {
-    for (int b = 0; b < 8; b++)
-        h = (h ^ ((count >> (8 * b)) & 0xff)) * 0x100000001b3ull;
-    return h;
+    uint8_t le[8];
+
+    ofccl__put_le64(le, count);
+    return ofccl__fnv(h, le, sizeof(le));
 }
 
 static uint64_t counts_hash(const uint64_t *counts, size_t n)
 {
-    uint64_t h = 0xcbf29ce484222325ull;
+    uint64_t h = OFCCL__FNV_BASIS;
 
     for (size_t k = 0; k < n; k++)
         h = fnv_count(h, counts[k]);
-    return (h ^ (uint64_t)n) * 0x100000001b3ull;
+    return (h ^ (uint64_t)n) * OFCCL__FNV_PRIME;
 }
 
 uint64_t ofccl__layout_hash(const ofccl_tensor_t *t, int n)
 {
-    uint64_t h = 0xcbf29ce484222325ull;
+    uint64_t h = OFCCL__FNV_BASIS;
 
     for (int k = 0; k < n; k++)
         h = fnv_count(h, t[k].count);
-    return (h ^ (uint64_t)(unsigned)n) * 0x100000001b3ull;
+    return (h ^ (uint64_t)(unsigned)n) * OFCCL__FNV_PRIME;
 }
 
 /* The published area: [counts n | hash] [a peer's counts n | its hash]. */
@@ -55,7 +56,7 @@ void ofccl__layout_publish(ofccl__req_t *r, void *area)
 
     r->layout = w;
     for (size_t k = 0; k < n; k++)
-        w[k] = r->tensors[k].count;
+        w[k] = r->tensors[k].t.count;
     w[n] = r->layout_hash;
     memset(w + n + 1, 0, (n + 1) * sizeof(uint64_t));
 }

@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "core.h"
+#include "setup_record.h"
 #include "util.h"
 
 #define LOCAL_ALPHA_NS 200u
@@ -158,7 +159,7 @@ int ofccl__links_agree(ofccl_comm_t *comm, const ofccl__link_t (*all)[OFCCL__LIN
                 ofccl__link_format(l, b, sizeof(b));
                 ofccl__link_format(mine, a, sizeof(a));
                 free(v);
-                return ofccl__comm_setting_differs(comm, id, r, b, a);
+                return ofccl__setup_rec_setting_differs(comm, id, r, b, a);
             }
             v[r] = l->alpha_ns;
             v[n + r] = l->mbps;

@@ -82,7 +82,7 @@ static void send_word(ofccl_comm_t *comm, uint64_t seq, int reason, int culprit,
         /* Lazily created: only the peers this rank works with (resolved)
          * hear it directly; resolving all others on a failure path would
          * stall. */
-        if (ofccl__comm_put_word(comm, p, OFCCL__CTRL_NOTICE_OUT, OFCCL__CTRL_NOTICE_IN,
+        if (ofccl__ctrl_put_word(comm, p, OFCCL__CTRL_NOTICE_OUT, OFCCL__CTRL_NOTICE_IN,
                                  &comm->notice_op) == 1)
             comm->notices_out++;
     }

@@ -139,14 +139,14 @@ int ofccl__stage_acquire(ofccl_comm_t *comm, int coll, size_t bytes, int *idx,
         rc = alloc_registered(comm, bytes, &p, &mr);
         if (rc)
             return rc;
-        set[k] = (ofccl__stage_t){p, mr, mr->len, 0};
+        set[k] = (ofccl__stage_t){p, mr, mr->len, 0, mr->kind};
         comm->ctx->stats.pool_grows++;
         OFCCL__DEBUG(&comm->ctx->log, OFCCL__SUB_MEM, "staging buffer %d grown to %zu bytes", k,
                      mr->len);
     }
     set[k].busy = 1;
     *idx = k;
-    *ref = (ofccl__mem_ref_t){set[k].ptr, set[k].mr};
+    *ref = ofccl__mem_ref(set[k].ptr, set[k].mr);
     return 0;
 }
 
@@ -184,6 +184,7 @@ static int buffer_alloc_unlocked(ofccl_comm_t *comm, size_t bytes, void **ptr)
         return rc;
     }
     u->bytes = bytes;
+    u->kind = u->mr->kind;
     u->next = comm->pool->user;
     comm->pool->user = u;
     *ptr = u->ptr;
@@ -250,6 +251,7 @@ static int mem_register_unlocked(ofccl_ctx_t *ctx, void *ptr, size_t len, ofccl_
     m->addr = ptr;
     m->len = len;
     m->refs = 1;
+    m->kind = ofccl__mem_kind_of(ptr);
     if (ofccl__handle_add(m) != 0) {
         free(m);
         return ofccl__fail(&ctx->log, OFCCL__SUB_MEM, &ctx->err, OFCCL_ERR_NO_MEMORY,
@@ -417,31 +419,7 @@ void ofccl__memreg_forget_comm(ofccl_comm_t *comm)
                 drop_comm_mr(m, k);
 }
 
-int ofccl_ctx_stats(const ofccl_ctx_t *ctx, ofccl_stats_t *stats)
-{
-    uint64_t bytes[OFCCL__PEER_CLASSES];
-    ofccl_stats_t s;
-    size_t want;
-
-    OFCCL__CHECK_HANDLE(ctx);
-    if (stats == NULL || stats->size < offsetof(ofccl_stats_t, peers_resolved))
-        return OFCCL_ERR_INVALID_ARG;
-    want = OFCCL__MIN(stats->size, sizeof(s));
-    s = ctx->stats;
-    s.size = want;
-    ofccl__prov_bytes(ctx->prov, bytes);
-    s.local_bytes = bytes[OFCCL__PEER_LOCAL];
-    s.fabric_bytes = bytes[OFCCL__PEER_FABRIC];
-    s.peers_resolved = s.op_contexts = 0;
-    for (const ofccl_comm_t *c = ctx->comms; c != NULL; c = c->next) {
-        s.peers_resolved += (uint64_t)ofccl__comm_peers_resolved(c);
-        s.op_contexts += ofccl__coll_op_contexts(c);
-    }
-    memcpy(stats, &s, want);
-    return 0;
-}
-
-/* Public entry points: the same calls under the context lock (progress.c). */
+/* Public entry points: the same calls under the context lock (lock.c). */
 int ofccl_buffer_alloc(ofccl_comm_t *comm, size_t bytes, void **ptr)
 {
     OFCCL__CHECK_HANDLE(comm);

@@ -14,12 +14,14 @@ typedef struct ofccl__stage {
     ofccl__mr_t *mr;
     size_t bytes;
     int busy;
+    ofccl__mem_kind_t kind; /* where it lives (its registration's kind) */
 } ofccl__stage_t;
 
 typedef struct ofccl__ubuf {
     void *ptr;
     size_t bytes;
     ofccl__mr_t *mr;
+    ofccl__mem_kind_t kind; /* where it lives (its registration's kind) */
     struct ofccl__ubuf *next;
 } ofccl__ubuf_t;
 
@@ -37,7 +39,8 @@ struct ofccl_mem {
     char *addr;
     size_t len;
     int refs;
-    int owned; /* allocated by ofccl_mem_alloc: ofccl_mem_free releases the memory */
+    int owned;              /* allocated by ofccl_mem_alloc: ofccl_mem_free releases the memory */
+    ofccl__mem_kind_t kind; /* where the range lives (ofccl__mem_kind_of) */
     struct {
         ofccl_comm_t *comm;
         ofccl__mr_t *mr;

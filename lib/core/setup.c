@@ -15,207 +15,9 @@
 #include "comm_impl.h"
 #include "engine_impl.h"
 #include "pool.h"
+#include "setup_record.h"
 #include "trace.h"
 #include "util.h"
-
-/* The setup blob's payload, little-endian on the wire: fixed words (among
- * them the cost model's link constants, links.c), the provider and host
- * names, the control region, the values of every setting that must agree
- * across ranks (config.h: scope AGREE), the endpoint name. */
-#define SETUP_NAME_LEN 64
-#define SETUP_AGREE_MAX 32
-#define SETUP_FIXED (4 * (8 + 3 * OFCCL__LINK_CLASSES) + 2 * SETUP_NAME_LEN + 8 * 4)
-#define SETUP_MAX (SETUP_FIXED + 8 * SETUP_AGREE_MAX + OFCCL__NAME_MAX)
-
-typedef struct setup {
-    uint32_t size, comm_id, signal_mode, strict, cq_data_size, nagree, namelen;
-    uint32_t world; /* the rank in the bootstrap's job (the launcher's rank) */
-    ofccl__link_t link[OFCCL__LINK_CLASSES]; /* this rank's: configured or measured */
-    char prov[SETUP_NAME_LEN];
-    char host[SETUP_NAME_LEN]; /* the host's name, for messages */
-    uint64_t host_key;         /* a hash of the host's identity: ranks on one host share it */
-    uint64_t ctrl_base, ctrl_key, ctrl_len;
-    int64_t agree[SETUP_AGREE_MAX]; /* in table order, string settings excluded */
-    uint8_t name[OFCCL__NAME_MAX];
-} setup_t;
-
-static bool agree_param(int id)
-{
-    return ofccl__cfg_params[id].agree && ofccl__cfg_params[id].type != OFCCL__CT_STRING;
-}
-
-static void setup_agree_fill(const ofccl__config_t *cfg, setup_t *s)
-{
-    s->nagree = 0;
-    for (int id = 0; id < OFCCL__CFG_COUNT && s->nagree < SETUP_AGREE_MAX; id++)
-        if (agree_param(id))
-            s->agree[s->nagree++] = ofccl__cfg_int(cfg, id);
-}
-
-static size_t setup_pack(const setup_t *s, uint8_t *out)
-{
-    const uint32_t w32[] = {
-        s->size,           s->comm_id,        s->signal_mode,      s->strict,
-        s->cq_data_size,   s->nagree,         s->namelen,          s->link[0].alpha_ns,
-        s->link[0].mbps,   s->link[0].source, s->link[1].alpha_ns, s->link[1].mbps,
-        s->link[1].source, s->world};
-    const uint64_t w64[] = {s->host_key, s->ctrl_base, s->ctrl_key, s->ctrl_len};
-    uint8_t *p = out;
-
-    for (size_t k = 0; k < OFCCL__ARRAY_LEN(w32); k++, p += 4)
-        ofccl__put_le32(p, w32[k]);
-    memcpy(p, s->prov, SETUP_NAME_LEN);
-    memcpy(p + SETUP_NAME_LEN, s->host, SETUP_NAME_LEN);
-    p += 2 * SETUP_NAME_LEN;
-    for (size_t k = 0; k < OFCCL__ARRAY_LEN(w64); k++, p += 8)
-        ofccl__put_le64(p, w64[k]);
-    for (uint32_t k = 0; k < s->nagree; k++, p += 8)
-        ofccl__put_le64(p, (uint64_t)s->agree[k]);
-    memcpy(p, s->name, s->namelen);
-    return (size_t)(p - out) + s->namelen;
-}
-
-/* Untrusted input: check every length before use. */
-static int setup_unpack(ofccl_comm_t *comm, int from, const uint8_t *in, size_t len, setup_t *s)
-{
-    uint32_t *w32[] = {
-        &s->size,           &s->comm_id,        &s->signal_mode,      &s->strict,
-        &s->cq_data_size,   &s->nagree,         &s->namelen,          &s->link[0].alpha_ns,
-        &s->link[0].mbps,   &s->link[0].source, &s->link[1].alpha_ns, &s->link[1].mbps,
-        &s->link[1].source, &s->world};
-    uint64_t *w64[] = {&s->host_key, &s->ctrl_base, &s->ctrl_key, &s->ctrl_len};
-    const uint8_t *p = in;
-
-    if (len < SETUP_FIXED)
-        return ofccl__comm_fail(comm, OFCCL_ERR_CORRUPT,
-                                "comm setup: rank %d sent %zu bytes, at least %d expected", from,
-                                len, SETUP_FIXED);
-    for (size_t k = 0; k < OFCCL__ARRAY_LEN(w32); k++, p += 4)
-        *w32[k] = ofccl__get_le32(p);
-    memcpy(s->prov, p, SETUP_NAME_LEN);
-    s->prov[SETUP_NAME_LEN - 1] = '\0';
-    memcpy(s->host, p + SETUP_NAME_LEN, SETUP_NAME_LEN);
-    s->host[SETUP_NAME_LEN - 1] = '\0';
-    p += 2 * SETUP_NAME_LEN;
-    for (size_t k = 0; k < OFCCL__ARRAY_LEN(w64); k++, p += 8)
-        *w64[k] = ofccl__get_le64(p);
-    if (s->nagree > SETUP_AGREE_MAX || s->namelen == 0 || s->namelen > OFCCL__NAME_MAX ||
-        len != SETUP_FIXED + 8 * (size_t)s->nagree + s->namelen)
-        return ofccl__comm_fail(comm, OFCCL_ERR_CORRUPT,
-                                "comm setup: rank %d sent %u settings and an endpoint name of %u "
-                                "bytes in a %zu-byte record",
-                                from, s->nagree, s->namelen, len);
-    if (s->world >= (uint32_t)comm->ctx->boot->size)
-        return ofccl__comm_fail(comm, OFCCL_ERR_CORRUPT,
-                                "comm setup: rank %d says it is rank %u of a job of %d", from,
-                                s->world, comm->ctx->boot->size);
-    if (s->ctrl_len < comm->ctrl_words * sizeof(uint64_t))
-        return ofccl__comm_fail(comm, OFCCL_ERR_CORRUPT,
-                                "comm setup: rank %d advertised a control region of %llu bytes",
-                                from, (unsigned long long)s->ctrl_len);
-    for (int c = 0; c < OFCCL__LINK_CLASSES; c++)
-        if (s->link[c].source > OFCCL__LINK_CONFIGURED || s->link[c].mbps == 0)
-            return ofccl__comm_fail(comm, OFCCL_ERR_CORRUPT,
-                                    "comm setup: rank %d sent link constants %u ns, %u MB/s, "
-                                    "source %u",
-                                    from, s->link[c].alpha_ns, s->link[c].mbps, s->link[c].source);
-    for (uint32_t k = 0; k < s->nagree; k++, p += 8)
-        s->agree[k] = (int64_t)ofccl__get_le64(p);
-    memcpy(s->name, p, s->namelen);
-    return 0;
-}
-
-/* Every rank must agree on what shapes the wire protocol. */
-static int setup_check(ofccl_comm_t *comm, int from, const setup_t *mine, const setup_t *theirs)
-{
-    static const char *const modes[] = {"?", "cqdata", "atomic"};
-#define SETUP_MISMATCH(field, fmt, a, b)                                                           \
-    return ofccl__comm_fail(comm, OFCCL_ERR_MISMATCH,                                              \
-                            "comm setup: rank %d has " field " " fmt ", rank %d has " fmt          \
-                            "; every rank must use the same OFCCL_PROVIDER, OFCCL_STRICT, "        \
-                            "OFCCL_SIGNAL and OFCCL_PEER_TRANSPORT",                               \
-                            from, b, comm->rank, a)
-    if (theirs->size != mine->size)
-        SETUP_MISMATCH("job size", "%u", mine->size, theirs->size);
-    if (strcmp(theirs->prov, mine->prov) != 0)
-        SETUP_MISMATCH("provider", "%s", mine->prov, theirs->prov);
-    if (theirs->strict != mine->strict)
-        SETUP_MISMATCH("strict mode", "%u", mine->strict, theirs->strict);
-    if (theirs->signal_mode != mine->signal_mode)
-        SETUP_MISMATCH("signal path", "%s", modes[mine->signal_mode % 3],
-                       modes[theirs->signal_mode % 3]);
-    if (theirs->nagree != mine->nagree)
-        SETUP_MISMATCH("a library build with a settings count of", "%u", mine->nagree,
-                       theirs->nagree);
-#undef SETUP_MISMATCH
-    for (int id = 0, k = 0; id < OFCCL__CFG_COUNT && k < (int)mine->nagree; id++) {
-        char a[64], b[64];
-        if (!agree_param(id))
-            continue;
-        if (theirs->agree[k] != mine->agree[k]) {
-            ofccl__config_format(id, theirs->agree[k], b, sizeof(b));
-            ofccl__config_format(id, mine->agree[k], a, sizeof(a));
-            return ofccl__comm_setting_differs(comm, id, from, b, a);
-        }
-        k++;
-    }
-    return 0;
-}
-
-int ofccl__comm_setting_differs(ofccl_comm_t *comm, int id, int r, const char *theirs,
-                                const char *mine)
-{
-    return ofccl__comm_fail(comm, OFCCL_ERR_MISMATCH,
-                            "comm setup: rank %d has OFCCL_%s=%s, rank %d has OFCCL_%s=%s; it "
-                            "must be equal on every rank (settings of scope 'all' in `ofccl_info "
-                            "-c`)",
-                            r, ofccl__cfg_params[id].name, theirs, comm->rank,
-                            ofccl__cfg_params[id].name, mine);
-}
-
-/* Rank r's encoded record: decoded, unpacked and checked against ours. */
-static int decode_check(ofccl_comm_t *comm, int r, const uint8_t *blob, size_t len,
-                        const setup_t *mine, setup_t *theirs)
-{
-    const void *payload;
-    size_t plen;
-    int rc;
-
-    if (len == 0)
-        return ofccl__comm_fail(comm, OFCCL_ERR_REMOTE_ERROR,
-                                "comm setup: rank %d could not set up its side of the "
-                                "communicator (its own error says why)",
-                                r);
-    rc = ofccl__blob_decode(blob, len, OFCCL__BLOB_COMM, (uint32_t)r, &payload, &plen, &comm->err);
-    if (rc)
-        return ofccl__comm_fail(comm, rc, "%s", comm->err.msg);
-    rc = setup_unpack(comm, r, payload, plen, theirs);
-    if (rc == 0)
-        rc = setup_check(comm, r, mine, theirs);
-    return rc;
-}
-
-size_t ofccl__setup_slot(void)
-{
-    return OFCCL__BLOB_HDR + SETUP_MAX;
-}
-
-int ofccl__setup_accept(ofccl_comm_t *comm, int r, const uint8_t *blob, size_t len,
-                        ofccl__peer_rec_t *out)
-{
-    setup_t theirs;
-    int rc = decode_check(comm, r, blob, len, comm->setup_mine, &theirs);
-
-    if (rc)
-        return rc;
-    out->comm_id = theirs.comm_id;
-    out->host_key = theirs.host_key;
-    ofccl__strlcpy(out->host, theirs.host, sizeof(out->host));
-    out->ctrl = (ofccl__rkey_t){theirs.ctrl_base, theirs.ctrl_key, theirs.ctrl_len};
-    memcpy(out->name, theirs.name, theirs.namelen);
-    out->namelen = theirs.namelen;
-    return 0;
-}
 
 /* Map one peer's control region (caps.peer_map). */
 int ofccl__setup_map_peer(ofccl_comm_t *comm, int p)
@@ -252,21 +54,13 @@ static int map_peer_ctrl(ofccl_comm_t *comm)
 }
 
 /* FNV-1a of the host identity string. */
-static uint64_t host_key(const char *id)
-{
-    uint64_t h = 0xcbf29ce484222325ull;
-
-    for (; *id != '\0'; id++)
-        h = (h ^ (uint8_t)*id) * 0x100000001b3ull;
-    return h;
-}
-
 /* This rank's half: endpoint, control region, and its record encoded in `blob`. */
-static int setup_local(ofccl_comm_t *comm, setup_t *mine, uint8_t *blob, size_t cap, size_t *blen)
+static int setup_local(ofccl_comm_t *comm, ofccl__setup_rec_t *mine, uint8_t *blob, size_t cap,
+                       size_t *blen)
 {
     ofccl_ctx_t *ctx = comm->ctx;
     const ofccl__prov_caps_t *caps = ofccl__prov_caps(ctx->prov);
-    uint8_t packed[SETUP_MAX];
+    uint8_t packed[OFCCL__SETUP_REC_MAX];
     size_t len;
     int rc;
 
@@ -278,6 +72,7 @@ static int setup_local(ofccl_comm_t *comm, setup_t *mine, uint8_t *blob, size_t 
         .size = comm->size,
         .ops_inflight = (unsigned)ofccl__cfg_int(&ctx->cfg, OFCCL__CFG_OPS_INFLIGHT),
         .rx_posted = (unsigned)ofccl__cfg_int(&ctx->cfg, OFCCL__CFG_RX_POSTED),
+        .execs = &ctx->execs,
     };
     rc = ofccl__ep_open(ctx->prov, &ep_params, &comm->ep, &comm->err);
     if (rc)
@@ -301,11 +96,11 @@ static int setup_local(ofccl_comm_t *comm, setup_t *mine, uint8_t *blob, size_t 
     mine->signal_mode = (uint32_t)comm->signal_mode;
     mine->strict = caps->strict;
     mine->cq_data_size = (uint32_t)caps->cq_data_size;
-    setup_agree_fill(&ctx->cfg, mine);
+    ofccl__setup_rec_agree_fill(&ctx->cfg, mine);
     memcpy(mine->link, ctx->link, sizeof(mine->link));
     ofccl__strlcpy(mine->prov, caps->name, sizeof(mine->prov));
     ofccl__strlcpy(mine->host, ctx->boot->hostname, sizeof(mine->host));
-    mine->host_key = host_key(ctx->boot->host_id);
+    mine->host_key = ofccl__hash_str(ctx->boot->host_id);
     mine->ctrl_base = comm->ctrl_mr->base;
     mine->ctrl_key = comm->ctrl_mr->key;
     mine->ctrl_len = comm->ctrl_mr->len;
@@ -315,17 +110,17 @@ static int setup_local(ofccl_comm_t *comm, setup_t *mine, uint8_t *blob, size_t 
         return ofccl__comm_fail(comm, rc, "%s", comm->err.msg);
     mine->namelen = (uint32_t)len;
     *blen = ofccl__blob_encode(blob, cap, OFCCL__BLOB_COMM, (uint32_t)comm->rank, packed,
-                               setup_pack(mine, packed));
+                               ofccl__setup_rec_pack(mine, packed));
     return 0;
 }
 
 /* Every member's record: check it, learn its host, insert the peers and map
  * their control regions. *id gets the communicator's number (the highest
  * proposal). */
-static int setup_peers(ofccl_comm_t *comm, const setup_t *mine, const uint8_t *all, size_t slot,
-                       const size_t *lens, uint32_t *id)
+static int setup_peers(ofccl_comm_t *comm, const ofccl__setup_rec_t *mine, const uint8_t *all,
+                       size_t slot, const size_t *lens, uint32_t *id)
 {
-    setup_t *theirs = calloc((size_t)comm->size, sizeof(*theirs));
+    ofccl__setup_rec_t *theirs = calloc((size_t)comm->size, sizeof(*theirs));
     uint64_t *keys = calloc((size_t)comm->size, sizeof(*keys));
     uint8_t *names = malloc(OFCCL__NAME_MAX * (size_t)comm->size);
     size_t *namelens = calloc((size_t)comm->size, sizeof(*namelens));
@@ -344,7 +139,7 @@ static int setup_peers(ofccl_comm_t *comm, const setup_t *mine, const uint8_t *a
     }
     *id = mine->comm_id;
     for (int r = 0; r < comm->size && rc == 0; r++) {
-        rc = decode_check(comm, r, all + slot * (size_t)r, lens[r], mine, &theirs[r]);
+        rc = ofccl__setup_rec_decode(comm, r, all + slot * (size_t)r, lens[r], mine, &theirs[r]);
         if (rc == 0)
             rc = ofccl__hosts_add(comm, r, theirs[r].host);
         if (rc)
@@ -394,9 +189,9 @@ out:
  * local transport; the same on every rank unless OFCCL_PROVIDER differs,
  * which the neighbours' check has caught by now): every rank collects every
  * record after all, as under OFCCL_BOOT_EXCHANGE=all. */
-static int setup_collect_all(ofccl_comm_t *comm, const ofccl__xchg_t *x, const setup_t *mine,
-                             const uint8_t *blob, size_t blen, size_t slot, uint64_t released,
-                             uint32_t *id)
+static int setup_collect_all(ofccl_comm_t *comm, const ofccl__xchg_t *x,
+                             const ofccl__setup_rec_t *mine, const uint8_t *blob, size_t blen,
+                             size_t slot, uint64_t released, uint32_t *id)
 {
     uint8_t *all = malloc(slot * (size_t)comm->size);
     size_t *lens = calloc((size_t)comm->size, sizeof(*lens));
@@ -422,9 +217,9 @@ static int setup_collect_all(ofccl_comm_t *comm, const ofccl__xchg_t *x, const s
 int ofccl__comm_create(ofccl_ctx_t *ctx, const ofccl__comm_init_t *init, const ofccl__xchg_t *x,
                        ofccl_comm_t **out)
 {
-    size_t slot = OFCCL__BLOB_HDR + SETUP_MAX, blen = 0, *lens = NULL;
-    uint8_t blob[OFCCL__BLOB_HDR + SETUP_MAX], *all = NULL;
-    setup_t mine = {0};
+    size_t slot = OFCCL__BLOB_HDR + OFCCL__SETUP_REC_MAX, blen = 0, *lens = NULL;
+    uint8_t blob[OFCCL__BLOB_HDR + OFCCL__SETUP_REC_MAX], *all = NULL;
+    ofccl__setup_rec_t mine = {0};
     uint64_t released;
     uint32_t id = 0;
     ofccl__err_t e;
@@ -522,7 +317,7 @@ int ofccl__comm_create_none(ofccl_ctx_t *ctx, const ofccl__xchg_t *x)
     int rc;
 
     /* The two exchanges ofccl__comm_create makes, with nothing to give or take. */
-    rc = x->allgather(x->arg, NULL, 0, &none, OFCCL__BLOB_HDR + SETUP_MAX, &len, &e);
+    rc = x->allgather(x->arg, NULL, 0, &none, OFCCL__BLOB_HDR + OFCCL__SETUP_REC_MAX, &len, &e);
     if (rc == 0)
         rc = x->allgather(x->arg, NULL, 0, &none, OFCCL__STATUS_LEN, &len, &e);
     ctx->comm_seq++;

@@ -87,7 +87,7 @@ static int req_free_unlocked(ofccl_req_t *req)
     return 0;
 }
 
-/* Public entry points: the same calls under the context lock (progress.c). */
+/* Public entry points: the same calls under the context lock (lock.c). */
 int ofccl_progress(ofccl_ctx_t *ctx)
 {
     OFCCL__CHECK_HANDLE(ctx);

@@ -192,6 +192,14 @@ static int fab_close(ofccl__prov_t *prov)
     return rc;
 }
 
+/* Host memory of any peer (device memory: where FI_HMEM is offered, later). */
+static bool fab_reaches(const ofccl__prov_t *prov, bool same_host, ofccl__mem_kind_t kind)
+{
+    (void)prov;
+    (void)same_host;
+    return kind == OFCCL__MEM_HOST;
+}
+
 const ofccl__backend_t ofccl__fabric_backend = {
     .size = sizeof(ofccl__backend_t),
     .name = "libfabric",
@@ -221,5 +229,6 @@ const ofccl__backend_t ofccl__fabric_backend = {
     .peer_gone = ofccl__fab_peer_gone,
     .peer_map = ofccl__tp_stub_peer_map,
     .wait_fd = ofccl__tp_stub_wait_fd,
+    .reaches = fab_reaches,
     .peer_class = ofccl__tp_class_fabric,
 };

@@ -72,6 +72,13 @@ static const char *lx_strerror(int err)
     return strerror(err);
 }
 
+/* Host memory of processes on this host. */
+static bool lx_reaches(const ofccl__prov_t *prov, bool same_host, ofccl__mem_kind_t kind)
+{
+    (void)prov;
+    return same_host && kind == OFCCL__MEM_HOST;
+}
+
 const ofccl__backend_t ofccl__local_backend = {
     .size = sizeof(ofccl__backend_t),
     .name = OFCCL__LOCAL_NAME,
@@ -87,7 +94,9 @@ const ofccl__backend_t ofccl__local_backend = {
     .ep_name = ofccl__lx_ep_name,
     .insert_peers = ofccl__lx_insert_peers,
     .peers_ready = ofccl__tp_stub_peers_ready,
-    .add_peer = ofccl__tp_stub_add_peer,
+    /* Peers one at a time inside a composite (caps.add_peer stays false:
+     * alone, every rank shares this host and all attach at creation). */
+    .add_peer = ofccl__lx_add_peer,
     .mr_reg = ofccl__lx_mr_reg,
     .mr_dereg = ofccl__lx_mr_dereg,
     .mem_alloc = ofccl__lx_mem_alloc,
@@ -101,5 +110,6 @@ const ofccl__backend_t ofccl__local_backend = {
     .peer_gone = ofccl__lx_peer_gone,
     .peer_map = ofccl__lx_peer_map,
     .wait_fd = ofccl__tp_stub_wait_fd,
+    .reaches = lx_reaches,
     .peer_class = ofccl__tp_class_local,
 };

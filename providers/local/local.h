@@ -96,7 +96,17 @@ struct lx_peer {
 };
 
 /* Which check failed, for messages. */
-enum lx_what { W_KEY, W_ACCESS, W_BOUNDS, W_MAP, W_CMA, W_ATOMIC_CMA, W_NOT_SHARED, W_KIND };
+enum lx_what {
+    W_KEY,
+    W_ACCESS,
+    W_BOUNDS,
+    W_MAP,
+    W_CMA,
+    W_ATOMIC_CMA,
+    W_NOT_SHARED,
+    W_KIND,
+    W_COPY
+};
 
 /* A finished op waiting for cq_read: err = 0, or an errno value. */
 struct lx_comp {
@@ -115,12 +125,13 @@ struct ofccl__lx {
     struct lx_peer *peers; /* [ranks], after insert_peers or the first add_peer */
     struct lx_comp *cq;    /* [ops_inflight]: one entry per op at most */
     unsigned cq_head, cq_tail;
-    unsigned next_slot;   /* where the search for a free registration starts */
-    int next_src;         /* first ring read by the next cq_read (fairness) */
+    unsigned next_slot; /* where the search for a free registration starts */
+    int next_src;       /* first ring read by the next cq_read (fairness) */
+    /* Writes whose copy is in flight (a device executor's), in post order,
+     * chained by op->next; `busy` counts them for idle, which takes no lock. */
+    struct ofccl__tp_op *busy_head, *busy_tail;
+    atomic_uint busy;
     ofccl__watch_t watch; /* the peers' processes (pidfds) */
-    /* Part of a composite endpoint (mixed.c): peers given no name are on
-     * other hosts, left unattached; ops never address them. */
-    bool partial;
 };
 
 static inline struct ofccl__lx *ofccl__lx_of(const ofccl__ep_t *ep)
@@ -171,7 +182,8 @@ void *ofccl__lx_map_remote_fd(int pid, int fd, size_t *len);
 int ofccl__lx_resolve(ofccl__ep_t *ep, const struct ofccl__tp_op *op, unsigned need, char **dst,
                       uint64_t *cma, int *what, int *perrno);
 int ofccl__lx_peer_map(ofccl__ep_t *ep, int peer, const ofccl__rkey_t *rk, uint64_t roff,
-                       size_t len, unsigned access, void **ptr, ofccl__err_t *e);
+                       size_t len, unsigned access, void **ptr, ofccl__mem_kind_t *kind,
+                       ofccl__err_t *e);
 /* The account of a failed check (`what`, errno `perrno`) for messages. */
 const char *ofccl__lx_why(int what, int perrno, char *buf, size_t len);
 

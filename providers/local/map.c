@@ -146,6 +146,11 @@ const char *ofccl__lx_why(int what, int perrno, char *buf, size_t len)
     case W_NOT_SHARED:
         snprintf(buf, len, "the target's region is not in ofccl shared memory");
         break;
+    case W_COPY:
+        snprintf(buf, len,
+                 "no executor copies from the source's memory kind into host memory, "
+                 "or its copy failed");
+        break;
     default:
         snprintf(buf, len, "operation not supported by the local provider");
         break;
@@ -154,7 +159,8 @@ const char *ofccl__lx_why(int what, int perrno, char *buf, size_t len)
 }
 
 int ofccl__lx_peer_map(ofccl__ep_t *ep, int peer, const ofccl__rkey_t *rk, uint64_t roff,
-                       size_t len, unsigned access, void **ptr, ofccl__err_t *e)
+                       size_t len, unsigned access, void **ptr, ofccl__mem_kind_t *kind,
+                       ofccl__err_t *e)
 {
     struct ofccl__tp_op op = {.peer = peer, .key = rk->key, .raddr = rk->base + roff, .len = len};
     int what = W_KIND, perrno = 0, rc;
@@ -178,5 +184,6 @@ int ofccl__lx_peer_map(ofccl__ep_t *ep, int peer, const ofccl__rkey_t *rk, uint6
                            len, peer, ofccl__lx_why(what, perrno, why, sizeof(why)));
     }
     *ptr = dst;
+    *kind = OFCCL__MEM_HOST; /* a memfd mapped here: plain loads and stores */
     return 0;
 }

@@ -1,9 +1,14 @@
 /*
- * Local transport: the data path. An op is carried out when it is posted
- * (a memcpy into the peer's mapping, a CPU atomic, or process_vm_writev) and
- * its completion queued for the next CQ read; a write with data also puts
- * the data in the target's ring for this source. Every function runs under
- * the endpoint's lock except idle, which only loads.
+ * Local transport: the data path. A write's bytes go into the peer's mapping
+ * through the executor of the memory kinds involved (exec_ops.h), or by
+ * process_vm_writev; an atomic is a CPU atomic. Once the bytes are in place
+ * the op is published: a write with data puts the data in the target's ring
+ * for this source, and the completion is queued for the next CQ read. The
+ * host's executor copies at post, so its ops are published at once; a copy
+ * still in flight (a device's) waits in the endpoint's list of busy ops,
+ * which every CQ read tests in order, so a signal never runs ahead of its
+ * data. Every function runs under the endpoint's lock except idle, which
+ * only loads.
  *
  * The writer reads the target's ring head only when its cached copy says the
  * ring is full, and the target stores the head only when it took entries:
@@ -76,30 +81,104 @@ static int read_now(ofccl__ep_t *ep, struct ofccl__tp_op *op, int *what, int *pe
     return err;
 }
 
+/* Room in the target's ring for one more entry from this source. */
+static bool ring_room(struct lx_peer *p)
+{
+    uint64_t tail = atomic_load_explicit(&p->ring->tail, memory_order_relaxed);
+
+    /* The head the target moves is read only when the ring looks full:
+     * reading it on every post would pull its cache line over each time. */
+    if (tail - p->head_seen >= LX_RING)
+        p->head_seen = atomic_load_explicit(&p->ring->head, memory_order_acquire);
+    return tail - p->head_seen < LX_RING;
+}
+
+/* The op's bytes are in place: its CQ data into the target's ring (room was
+ * checked), its completion queued. */
+static void publish(struct ofccl__lx *lx, unsigned cap, struct ofccl__tp_op *op)
+{
+    if (op->kind == OFCCL__OP_WRITEDATA) {
+        struct lx_ring *ring = lx->peers[op->peer].ring;
+        uint64_t tail = atomic_load_explicit(&ring->tail, memory_order_relaxed);
+
+        /* The data (even non-temporal stores of a large memcpy) before the entry. */
+        atomic_thread_fence(memory_order_seq_cst);
+        ring->ent[tail % LX_RING] = op->data;
+        atomic_store_explicit(&ring->tail, tail + 1, memory_order_release);
+    }
+    complete(lx, cap, op, 0, W_KIND, 0);
+}
+
+/* Copy a write's bytes into the peer's mapping at `dst` through the executor
+ * of the kinds involved (the mapping is host memory): 0 done, 1 in flight
+ * (the op joins the busy list), or an errno value. */
+static int copy_in(ofccl__ep_t *ep, struct ofccl__tp_op *op, char *dst)
+{
+    struct ofccl__lx *lx = ofccl__lx_of(ep);
+    const ofccl__exec_t *ex = ofccl__tp_exec(ep, OFCCL__MEM_HOST, op->src_kind);
+    int rc;
+
+    if (ex == NULL)
+        return EOPNOTSUPP;
+    if (op->len == 0)
+        return 0;
+    rc = ex->ops->copy(ex->state, dst, op->src, op->len, &op->ticket);
+    if (rc < 0)
+        return EIO;
+    if (rc == OFCCL__EXEC_POSTED) {
+        op->ex = ex;
+        op->next = NULL;
+        if (lx->busy_tail != NULL)
+            lx->busy_tail->next = op;
+        else
+            lx->busy_head = op;
+        lx->busy_tail = op;
+        atomic_fetch_add_explicit(&lx->busy, 1, memory_order_relaxed);
+        return 1;
+    }
+    return 0;
+}
+
+/* Publish the busy ops whose copies are done, in the order they were posted;
+ * stops at one still in flight, or whose target's ring is full. */
+static void drain_busy(ofccl__ep_t *ep)
+{
+    struct ofccl__lx *lx = ofccl__lx_of(ep);
+    unsigned cap = ep->params.ops_inflight;
+    struct ofccl__tp_op *op;
+
+    while ((op = lx->busy_head) != NULL) {
+        int rc = op->ex->ops->test(op->ex->state, op->ticket);
+
+        if (rc == 0 ||
+            (rc > 0 && op->kind == OFCCL__OP_WRITEDATA && !ring_room(&lx->peers[op->peer])))
+            return;
+        lx->busy_head = op->next;
+        if (lx->busy_head == NULL)
+            lx->busy_tail = NULL;
+        op->next = NULL;
+        atomic_fetch_sub_explicit(&lx->busy, 1, memory_order_relaxed);
+        if (rc > 0)
+            publish(lx, cap, op);
+        else
+            complete(lx, cap, op, EIO, W_COPY, 0);
+    }
+}
+
 int ofccl__lx_post(ofccl__ep_t *ep, struct ofccl__tp_op *op)
 {
     struct ofccl__lx *lx = ofccl__lx_of(ep);
     unsigned cap = ep->params.ops_inflight;
     bool atomic = op->kind == OFCCL__OP_ATOMIC_ADD;
-    struct lx_ring *ring = NULL;
-    uint64_t tail = 0, cma;
+    uint64_t cma;
     int what = W_KIND, perrno = 0, err;
     char *dst;
 
     switch (op->kind) {
-    case OFCCL__OP_WRITEDATA: {
-        struct lx_peer *p = &lx->peers[op->peer];
-        ring = p->ring;
-        tail = atomic_load_explicit(&ring->tail, memory_order_relaxed);
-        /* The head the target moves is read only when the ring looks full:
-         * reading it on every post would pull its cache line over each time. */
-        if (tail - p->head_seen >= LX_RING) {
-            p->head_seen = atomic_load_explicit(&ring->head, memory_order_acquire);
-            if (tail - p->head_seen >= LX_RING)
-                return -EAGAIN; /* the target has not drained its ring yet */
-        }
+    case OFCCL__OP_WRITEDATA:
+        if (!ring_room(&lx->peers[op->peer]))
+            return -EAGAIN; /* the target has not drained its ring yet */
         break;
-    }
     case OFCCL__OP_WRITE:
     case OFCCL__OP_WRITE_DC: /* placed when the post returns: completion is delivery */
     case OFCCL__OP_ATOMIC_ADD:
@@ -124,8 +203,13 @@ int ofccl__lx_post(ofccl__ep_t *ep, struct ofccl__tp_op *op)
             op->result = __atomic_fetch_add((uint64_t *)(void *)dst, op->operand, __ATOMIC_SEQ_CST);
         }
     } else if (err == 0 && dst != NULL) {
-        if (op->len > 0)
-            memcpy(dst, op->src, op->len);
+        err = copy_in(ep, op, dst);
+        if (err == 1)
+            return 0; /* published once the copy is done (drain_busy) */
+        what = W_COPY;
+    } else if (err == 0 && op->src_kind != OFCCL__MEM_HOST) {
+        what = W_COPY; /* process_vm_writev reads host memory only */
+        err = EOPNOTSUPP;
     } else if (err == 0) {
         perrno = cma_write(lx->peers[op->peer].pid, op->src, op->len, cma);
         if (perrno != 0) {
@@ -133,13 +217,10 @@ int ofccl__lx_post(ofccl__ep_t *ep, struct ofccl__tp_op *op)
             err = perrno == EPERM ? EACCES : perrno == ESRCH ? ECONNRESET : EREMOTEIO;
         }
     }
-    if (err == 0 && ring != NULL) {
-        /* The data (even non-temporal stores of a large memcpy) before the entry. */
-        atomic_thread_fence(memory_order_seq_cst);
-        ring->ent[tail % LX_RING] = op->data;
-        atomic_store_explicit(&ring->tail, tail + 1, memory_order_release);
-    }
-    complete(lx, cap, op, err, what, perrno);
+    if (err == 0)
+        publish(lx, cap, op);
+    else
+        complete(lx, cap, op, err, what, perrno);
     return 0;
 }
 
@@ -149,6 +230,8 @@ int ofccl__lx_cq_read(ofccl__ep_t *ep, struct ofccl__tp_cqe *ents, int n)
     unsigned cap = ep->params.ops_inflight;
     int size = ep->params.size, count = 0;
 
+    if (lx->busy_head != NULL)
+        drain_busy(ep);
     while (count < n && lx->cq_head != lx->cq_tail) {
         struct lx_comp *c = &lx->cq[lx->cq_head % cap];
         if (c->err != 0)
@@ -186,6 +269,8 @@ bool ofccl__lx_idle(const ofccl__ep_t *ep)
 {
     struct lx_seg *seg = ofccl__lx_of(ep)->seg;
 
+    if (atomic_load_explicit(&ofccl__lx_of(ep)->busy, memory_order_relaxed) != 0)
+        return false; /* copies in flight: their completions are still to come */
     for (int src = 0; src < ep->params.size; src++) {
         struct lx_ring *ring = ofccl__lx_ring(seg, src);
         if (atomic_load_explicit(&ring->tail, memory_order_acquire) !=

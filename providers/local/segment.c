@@ -315,7 +315,7 @@ int ofccl__lx_insert_peers(ofccl__ep_t *ep, const void *names, size_t stride, co
 
         /* No name: a peer this endpoint does not reach (a composite endpoint
          * reaches it through the fabric); it stays unattached and unwatched. */
-        if (lens[r] == 0 && r != ep->params.rank && lx->partial)
+        if (lens[r] == 0 && r != ep->params.rank && ep->params.partial)
             continue;
         /* Names come from peers through the bootstrap: never trust their length. */
         if (lens[r] != sizeof(nm) || stride < sizeof(nm))

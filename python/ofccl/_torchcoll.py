@@ -141,6 +141,17 @@ class GpuWork(Work):
         if self._exc is not None:
             raise self._exc
 
+def followed(work: Work, then: Callable[[], None], result: List[Any]) -> Work:
+    """The same requests, completing with `then` after what `work` runs on
+    completion: nothing waits at post."""
+    first = work._then
+
+    def both() -> None:
+        if first is not None:
+            first()
+        then()
+    return Work(work._reqs, result, both)
+
 
 class TensorPool:
     """Tensors in ofccl memory for FSDP's buffers: freed tensors return their

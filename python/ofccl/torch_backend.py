@@ -6,8 +6,8 @@
 A Python ProcessGroup (torch's pybind trampoline; see torch's
 test_c10d_pypg.py) over one ofccl context and communicator per group. Ranks
 meet through ofccl's TCP rendezvous, whose address rank 0 publishes in the
-group's torch store; with OFCCL_BOOT=pmix set, PMIx is used instead (and its
-ranks must be torch's). Supported: all-gather into a tensor (and the list
+group's torch store, unless the library's own settings choose another
+bootstrap (OFCCL_BOOT=pmix: then its ranks must be torch's). Supported: all-gather into a tensor (and the list
 form), reduce-scatter from a tensor (and the list form), their coalesced
 forms, all-reduce (reduce-scatter then all-gather, in place), broadcast (any
 root, any dtype as bytes), barrier. Every
@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import os
 import socket
+import threading
 from datetime import timedelta
 from typing import Any, Callable, List, Optional
 
 import torch
 import torch.distributed as dist
 
-from ._torchcoll import Collectives, Work, done_work, redop
+from ._torchcoll import Collectives, Work, done_work, followed, redop
 from .comm import Context
 from .errors import Again, NotSupported
 
@@ -33,8 +34,9 @@ BACKEND = "ofccl"
 
 
 def _rendezvous_settings(store: Any, rank: int, size: int, timeout: timedelta) -> dict:
-    if os.environ.get("OFCCL_BOOT", "").lower() == "pmix":
-        return {}
+    """Where the TCP rendezvous meets. The bootstrap is the library's choice:
+    OFCCL_BOOT=auto takes the rendezvous once its root is set, and a
+    bootstrap the library's settings name (OFCCL_BOOT) wins."""
     key = "ofccl/boot_root"
     if rank == 0:
         host = os.environ.get("MASTER_ADDR") or "127.0.0.1"
@@ -44,7 +46,7 @@ def _rendezvous_settings(store: Any, rank: int, size: int, timeout: timedelta) -
         store.set(key, f"{host}:{port}")
     root = store.get(key).decode()
     ms = max(1000, int(timeout.total_seconds() * 1000))
-    return {"BOOT": "tcp", "BOOT_ROOT": root, "BOOT_RANK": rank, "BOOT_SIZE": size,
+    return {"BOOT_ROOT": root, "BOOT_RANK": rank, "BOOT_SIZE": size,
             "BOOT_TIMEOUT_MS": min(ms, 86400000)}
 
 
@@ -76,6 +78,16 @@ def _in_order(posts: List[Callable[[], Work]]) -> Work:
     return works[-1] if works else done_work([])
 
 
+def _after_earlier(method: Callable[..., Any]) -> Callable[..., Any]:
+    """A collective posted after the all-gathers of earlier all-reduces."""
+    def posting(self: Any, *args: Any, **kwargs: Any) -> Any:
+        self._post_later()
+        return method(self, *args, **kwargs)
+    posting.__name__ = method.__name__
+    posting.__doc__ = method.__doc__
+    return posting
+
+
 def _op_of(opts: Any) -> Any:
     return getattr(opts, "reduceOp", dist.ReduceOp.SUM) if opts is not None else \
         dist.ReduceOp.SUM
@@ -97,6 +109,16 @@ class ProcessGroupOfccl(dist.ProcessGroup):
         self.ofccl_comm.set_timeout(timeout.total_seconds())
         self._coll = Collectives(self.ofccl_comm)
         self._rank, self._size = rank, size
+        # The rest of an all-reduce posted but not completed (its all-gather
+        # after its reduce-scatter): done before any later collective is
+        # posted, so every rank posts the same sequence whenever its waits come.
+        self._later: List[Callable[[], None]] = []
+        self._later_lock = threading.RLock()
+
+    def _post_later(self) -> None:
+        with self._later_lock:
+            while self._later:
+                self._later.pop(0)()
 
     # ---- identity ----------------------------------------------------------
     def getBackendName(self) -> str:
@@ -135,12 +157,14 @@ class ProcessGroupOfccl(dist.ProcessGroup):
         return f"ProcessGroupOfccl(rank={self._rank}, size={self._size})"
 
     # ---- all-gather --------------------------------------------------------
+    @_after_earlier
     def all_gather_single(self, output: torch.Tensor, input: torch.Tensor,
                           opts: Any = None) -> Work:
         return self._coll.all_gather(output, input)
 
     _allgather_base = all_gather_single
 
+    @_after_earlier
     def allgather(self, output_tensors: List[List[torch.Tensor]],
                   input_tensors: List[torch.Tensor], opts: Any = None) -> Work:
         if len(input_tensors) != 1 or len(output_tensors) != 1:
@@ -149,12 +173,14 @@ class ProcessGroupOfccl(dist.ProcessGroup):
         if len(outs) != self._size:
             raise NotSupported(f"allgather: {len(outs)} outputs for {self._size} ranks")
         flat = torch.empty(self._size * inp.numel(), dtype=inp.dtype, device=inp.device)
-        work = self._coll.all_gather(flat, inp.contiguous())
-        work.wait()
-        for r, o in enumerate(outs):
-            o.copy_(flat[r * inp.numel():(r + 1) * inp.numel()].view_as(o))
-        return done_work(outs)
+        n = inp.numel()
 
+        def scatter() -> None:
+            for r, o in enumerate(outs):
+                o.copy_(flat[r * n:(r + 1) * n].view_as(o))
+        return followed(self._coll.all_gather(flat, inp.contiguous()), scatter, outs)
+
+    @_after_earlier
     def all_gather_single_coalesced(self, outputs: List[torch.Tensor],
                                     inputs: List[torch.Tensor], opts: Any = None) -> Work:
         return _in_order([lambda o=o, i=i: self._coll.all_gather(o, i)
@@ -163,12 +189,14 @@ class ProcessGroupOfccl(dist.ProcessGroup):
     allgather_into_tensor_coalesced = all_gather_single_coalesced
 
     # ---- reduce-scatter ----------------------------------------------------
+    @_after_earlier
     def reduce_scatter_single(self, output: torch.Tensor, input: torch.Tensor,
                               opts: Any = None) -> Work:
         return self._coll.reduce_scatter(output, input, redop(_op_of(opts)))
 
     _reduce_scatter_base = reduce_scatter_single
 
+    @_after_earlier
     def reduce_scatter(self, output_tensors: List[torch.Tensor],
                        input_tensors: List[List[torch.Tensor]], opts: Any = None) -> Work:
         if len(output_tensors) != 1 or len(input_tensors) != 1:
@@ -178,6 +206,7 @@ class ProcessGroupOfccl(dist.ProcessGroup):
         work = self._coll.reduce_scatter(out, flat, redop(_op_of(opts)))
         return work
 
+    @_after_earlier
     def reduce_scatter_single_coalesced(self, outputs: List[torch.Tensor],
                                         inputs: List[torch.Tensor], opts: Any = None) -> Work:
         op = redop(_op_of(opts))
@@ -187,18 +216,30 @@ class ProcessGroupOfccl(dist.ProcessGroup):
     reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
 
     # ---- all-reduce --------------------------------------------------------
+    @_after_earlier
     def allreduce(self, tensors: List[torch.Tensor], opts: Any = None) -> Work:
+        """The last tensor's reduce-scatter is posted and the call returns; its
+        all-gather follows on completion (or before a later collective). The
+        tensors before it go one after the other, as the staging they use
+        is shared."""
         op = redop(_op_of(opts))
-        for t in tensors:
-            self._allreduce_one(t, op)
-        return done_work(tensors)
+        if not tensors:
+            return done_work(tensors)
+        for t in tensors[:-1]:
+            self._allreduce_one(t, op)[1]()
+        first, rest = self._allreduce_one(tensors[-1], op)
+        with self._later_lock:
+            self._later.append(rest)
+        return Work(first._reqs, tensors, self._post_later)
 
     def allreduce_coalesced(self, tensors: List[torch.Tensor], opts: Any = None) -> Work:
         return self.allreduce(tensors, opts)
 
-    def _allreduce_one(self, t: torch.Tensor, op: Any) -> None:
+    def _allreduce_one(self, t: torch.Tensor, op: Any) -> Any:
         """Reduce-scatter then all-gather, in place on a padded flat copy when the
-        tensor is not contiguous or its size not a multiple of the ranks."""
+        tensor is not contiguous or its size not a multiple of the ranks. The
+        reduce-scatter is posted now; returned with what completes the rest
+        (the all-gather, which reads its result; run once)."""
         n, size = t.numel(), self._size
         chunk = -(-n // size)
         direct = t.is_contiguous() and n == chunk * size and n > 0
@@ -206,12 +247,21 @@ class ProcessGroupOfccl(dist.ProcessGroup):
         if not direct:
             flat[:n].copy_(t.reshape(-1))
         mine = flat[self._rank * chunk:(self._rank + 1) * chunk]
-        self._coll.reduce_scatter(mine, flat, op).wait()
-        self._coll.all_gather(flat, mine).wait()
-        if not direct:
-            t.copy_(flat[:n].view_as(t))
+        first = self._coll.reduce_scatter(mine, flat, op)
+        ran: List[bool] = []
+
+        def rest() -> None:
+            if ran:
+                return
+            ran.append(True)
+            first.wait()
+            self._coll.all_gather(flat, mine).wait()
+            if not direct:
+                t.copy_(flat[:n].view_as(t))
+        return first, rest
 
     # ---- broadcast -----------------------------------------------------------
+    @_after_earlier
     def broadcast(self, tensors: List[torch.Tensor], opts: Any = None) -> Work:
         root = getattr(opts, "rootRank", 0) if opts is not None else 0
         if getattr(opts, "rootTensor", 0):
@@ -222,6 +272,7 @@ class ProcessGroupOfccl(dist.ProcessGroup):
         return self.broadcast(tensors, opts)
 
     # ---- control -----------------------------------------------------------
+    @_after_earlier
     def barrier(self, opts: Any = None) -> Work:
         self.ofccl_comm.barrier()
         return done_work([])

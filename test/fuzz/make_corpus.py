@@ -6,7 +6,7 @@ import struct
 import zlib
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'corpus')
-MAGIC, VERSION = 0x4243464F, 2
+MAGIC, VERSION = 0x4243464F, 3
 
 
 def blob(kind, rank, payload, version=VERSION, magic=MAGIC, length=None, crc=None):

@@ -17,7 +17,9 @@ file and line, and covers the rules a compiler cannot see. With --symbols it
 reads the layers' static libraries (nm) and reports an object that calls or
 uses a symbol another layer defines, unless that layer is below it (a
 declaration written by hand, or a header included by a relative path, passes
-the include rule but not this one).
+the include rule but not this one); inside lib/core it also reports a file
+that calls a file on its own tier or above (CORE_TIERS), and a file no tier
+names, so that no two files of lib/core call each other in a loop.
 
 Usage: check_layers.py [SOURCE_ROOT]   check a tree (default: this checkout)
        check_layers.py --symbols LAYER LIB [LAYER LIB ...]
@@ -45,6 +47,28 @@ LAYERS = [
     ("coll", "lib/coll", {"public", "base", "bootstrap", "providers", "core"}),
     ("tools", "lib/tools", {"public", "base", "bootstrap", "providers", "core", "coll"}),
 ]
+# lib/core's files in tiers, lowest first: a file may call files of lower
+# tiers only (docs/architecture.md draws them). A new file of lib/core takes
+# the lowest tier above every file it calls.
+CORE_TIERS = [
+    ("foundations", ["lock", "handles", "fault", "topo", "ctrl", "layout", "reduce",
+                     "reduce_bf16"]),
+    ("communicator state", ["comm_state", "reduce_rate"]),
+    ("records and answers", ["coll_state", "dead", "hosts", "notice", "setup_record"]),
+    ("services", ["exec", "links", "peers", "trace"]),
+    ("communicator at work", ["comm", "setup_status", "wop"]),
+    ("descriptors, memory", ["desc", "pool"]),
+    ("eager slots", ["eager_slots"]),
+    ("reports", ["report"]),
+    ("engine", ["engine", "dump"]),
+    ("waiting, creation", ["wait", "setup"]),
+    ("lifecycle", ["progress", "world"]),
+    ("context", ["ctx"]),
+]
+# Files of one tier that may call each other: the reduction kernels' pair
+# (the bf16 kernels redo a block in the wider set's code and back).
+CORE_PEERS = [{"reduce", "reduce_bf16"}]
+
 # System headers only one layer may include: (prefix, layer).
 SYSTEM_OWNERS = [("rdma/", "providers"), ("pmix", "bootstrap")]
 # System headers only one directory may include: CUDA's, providers/gpu/ (the
@@ -253,6 +277,38 @@ def check_symbols(layers):
     return problems
 
 
+def check_core_tiers(objs, tiers=None):
+    """objs: lib/core's {object: (defined, undefined)}. Every call from one
+    file of lib/core into another goes to a lower tier (or between peers)."""
+    tier = {}
+    for k, (_, names) in enumerate(tiers or CORE_TIERS):
+        for n in names:
+            tier[n] = k
+    base = {obj: obj.split(".")[0] for obj in objs}
+    owner = {}
+    for obj, (defs, _) in objs.items():
+        for sym in defs:
+            owner.setdefault(sym, obj)
+    problems = []
+    for obj in sorted(objs):
+        me = base[obj]
+        if me not in tier:
+            problems.append("lib/core/%s.c is in no tier of lib/core (CORE_TIERS in %s): place it "
+                            "above every file it calls" % (me, os.path.basename(__file__)))
+            continue
+        for sym in sorted(objs[obj][1]):
+            other = owner.get(sym)
+            if other is None or other == obj or base[other] not in tier:
+                continue
+            them = base[other]
+            if tier[them] < tier[me] or {me, them} in CORE_PEERS:
+                continue
+            problems.append("lib/core/%s.c (tier %d) calls %s, defined by lib/core/%s.c (tier "
+                            "%d); a file of lib/core calls only files of lower tiers"
+                            % (me, tier[me], sym, them, tier[them]))
+    return problems
+
+
 # ---- self-check: each planted violation must be reported, naming its line ----
 
 CLEAN = {
@@ -348,7 +404,30 @@ def self_check():
             print("self-check: symbols, %s using %s: want %s, got:\n  %s"
                   % (layer, sym, words or "nothing", "\n  ".join(got) or "(nothing)"))
             failed += 1
-    total = 1 + len(PLANTED) + len(sym_cases)
+    # lib/core's tiers: a clean pair, a call upward (a loop's half), a file
+    # in no tier, and the kernels' allowed pair.
+    tiers = [("low", ["comm_state", "reduce", "reduce_bf16"]), ("high", ["engine"])]
+    core_clean = {"comm_state.c.o": ({"ofccl__comm_fail"}, set()),
+                  "engine.c.o": ({"ofccl__coll_start"}, {"ofccl__comm_fail"}),
+                  "reduce.c.o": ({"ofccl__reduce"}, {"ofccl__bf16_k"}),
+                  "reduce_bf16.c.o": ({"ofccl__bf16_k"}, {"ofccl__reduce"})}
+    core_cases = [
+        (None, []),
+        (("comm_state.c.o", ({"ofccl__comm_fail"}, {"ofccl__coll_start"})),
+         ["lib/core/comm_state.c (tier 0) calls ofccl__coll_start", "lib/core/engine.c (tier 1)"]),
+        (("window.c.o", ({"ofccl__win"}, {"ofccl__comm_fail"})),
+         ["lib/core/window.c is in no tier"]),
+    ]
+    for plant, words in core_cases:
+        objs = dict(core_clean)
+        if plant:
+            objs[plant[0]] = plant[1]
+        got = check_core_tiers(objs, tiers)
+        if (len(got) != 1 or not all(w in got[0] for w in words)) if words else got:
+            print("self-check: lib/core tiers, %s: want %s, got:\n  %s"
+                  % (plant and plant[0], words or "nothing", "\n  ".join(got) or "(nothing)"))
+            failed += 1
+    total = 1 + len(PLANTED) + len(sym_cases) + len(core_cases)
     print("self-check: %d of %d cases right" % (total - failed, total))
     return 1 if failed else 0
 
@@ -359,6 +438,8 @@ def main(argv):
     if len(argv) >= 4 and argv[1] == "--symbols" and len(argv) % 2 == 0:
         layers = {argv[i]: nm_symbols(argv[i + 1]) for i in range(2, len(argv), 2)}
         problems = check_symbols(layers)
+        if "core" in layers:
+            problems += check_core_tiers(layers["core"])
         for p in problems:
             print(p)
         nobj = sum(len(o) for o in layers.values())

@@ -32,13 +32,16 @@ static int progress(ofccl__req_t *r)
     rc = ofccl__eager_land(r);
     if (rc)
         return rc;
-    for (int p = 0; p < comm->size && r->block; p++) {
+    for (int p = 0; p < comm->size && r->block && rc == 0; p++) {
         char *dst = (char *)r->recvbuf + (size_t)p * r->block;
         if (p != comm->rank)
-            memcpy(dst, ofccl__eager_in(comm, r->seq, p) + OFCCL__EAGER_HDR, r->block);
-        else if (dst != (const char *)r->sendbuf)
-            memmove(dst, r->sendbuf, r->block);
+            rc = ofccl__exec_copy(r, dst, ofccl__eager_in(comm, r->seq, p) + OFCCL__EAGER_HDR,
+                                  r->block);
+        else if (dst != (const char *)r->sendbuf) /* in place is the same address */
+            rc = ofccl__exec_copy(r, dst, r->sendbuf, r->block);
     }
+    if (rc)
+        return rc;
     r->finished = 1;
     return 0;
 }

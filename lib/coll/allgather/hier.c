@@ -167,4 +167,7 @@ const ofccl__algo_t ofccl__ag_hier = {
     .writer_of = writer_of,
     .unit_of = unit_of,
     .units_from = units_from,
+    .start = ofccl__ag_own_start,
+    .buffers = OFCCL__BUF_OWN_BEHIND,
+    .priv_fixed = sizeof(ofccl__own_copy_t),
 };

@@ -18,8 +18,8 @@
 #include "coll.h"
 #include "util.h"
 
-/* What became of each peer's block here and of this rank's block there
- * (r->claimed). */
+/* What became of each peer's block here and of this rank's block there: the
+ * request's private state, one byte per peer. */
 enum {
     TAKE_WRITE = 1, /* as writer: this rank won the claim and writes its block */
     TAKE_TAKEN = 2, /* as writer: the target took it (and says when it is through) */
@@ -48,20 +48,21 @@ static bool claim(ofccl__req_t *r, int t, int w)
 static int write_own(ofccl__req_t *r, bool *done, bool *busy)
 {
     ofccl_comm_t *comm = r->comm;
+    uint8_t *claimed = ofccl__algo_priv(r);
 
     *done = true;
     *busy = false;
     for (int k = 1; k < comm->size; k++) {
         int t = (comm->rank + k) % comm->size, rc;
 
-        if (!(r->claimed[t] & (TAKE_WRITE | TAKE_TAKEN))) {
+        if (!(claimed[t] & (TAKE_WRITE | TAKE_TAKEN))) {
             if (!r->peer_ready[t]) { /* t has not posted: its buffer is unknown */
                 *done = false;
                 continue;
             }
-            r->claimed[t] |= claim(r, t, comm->rank) ? TAKE_WRITE : TAKE_TAKEN;
+            claimed[t] |= claim(r, t, comm->rank) ? TAKE_WRITE : TAKE_TAKEN;
         }
-        if (!(r->claimed[t] & TAKE_WRITE))
+        if (!(claimed[t] & TAKE_WRITE))
             continue;
         if ((rc = ofccl__ag_put_own(r, t)) != 0)
             return rc;
@@ -78,30 +79,32 @@ static int write_own(ofccl__req_t *r, bool *done, bool *busy)
 static void take_one(ofccl__req_t *r)
 {
     ofccl_comm_t *comm = r->comm;
+    uint8_t *claimed = ofccl__algo_priv(r);
 
     for (int k = 1; k < comm->size; k++) {
         int w = (comm->rank + k) % comm->size;
         char *at = NULL;
 
-        if ((r->claimed[w] & (TAKE_READ | TAKE_GIVEN | TAKE_NONE)) || !r->peer_ready[w])
+        if ((claimed[w] & (TAKE_READ | TAKE_GIVEN | TAKE_NONE)) || !r->peer_ready[w])
             continue;
         if (!ofccl__coll_peer_out_announced(r, w)) {
-            r->claimed[w] |= TAKE_NONE;
+            claimed[w] |= TAKE_NONE;
             continue;
         }
         if (!claim(r, comm->rank, w)) {
-            r->claimed[w] |= TAKE_GIVEN;
+            claimed[w] |= TAKE_GIVEN;
             continue;
         }
         /* Claimed, so its owner waits for this rank unless its collective has
          * ended (failed: its notice or its exit names the cause). Gone: this
          * rank waits to be told, as for any block that does not come. */
         if (ofccl__coll_map_peer_src(r, w, &at) != 0 || at == NULL) {
-            r->claimed[w] |= TAKE_NONE;
+            claimed[w] |= TAKE_NONE;
             continue;
         }
-        memcpy((char *)r->dst.ptr + (size_t)w * r->block, at, r->block);
-        r->claimed[w] |= TAKE_READ;
+        if (ofccl__exec_copy(r, (char *)r->dst.ptr + (size_t)w * r->block, at, r->block) != 0)
+            return; /* r failed, and says why */
+        claimed[w] |= TAKE_READ;
         r->from_cnt[w] = r->nchunks;
         r->arrived += r->nchunks;
         comm->ctx->stats.pulled_bytes += r->block;
@@ -113,8 +116,10 @@ static void take_one(ofccl__req_t *r)
 /* A rank that took this rank's block and is not through with it yet. */
 static const char *waits_on(const ofccl__req_t *r, int t)
 {
-    if (!(r->claimed[t] & TAKE_TAKEN) || atomic_load_explicit(ofccl__coll_share_word(r, t, true),
-                                                              memory_order_acquire) >= r->seq + 1)
+    const uint8_t *claimed = ofccl__algo_priv(r);
+
+    if (!(claimed[t] & TAKE_TAKEN) || atomic_load_explicit(ofccl__coll_share_word(r, t, true),
+                                                           memory_order_acquire) >= r->seq + 1)
         return NULL;
     return "still reading our block (it took it)";
 }
@@ -157,4 +162,6 @@ const ofccl__algo_t ofccl__ag_take = {
     .writer_of = ofccl__direct_writer_of,
     .unit_of = ofccl__direct_unit_of,
     .waits_on = waits_on,
+    .buffers = OFCCL__BUF_SHOW_SRC,
+    .priv_per_peer = 1,
 };

@@ -39,8 +39,11 @@ static int progress(ofccl__req_t *r)
         return rc;
     if ((rc = ofccl__eager_land(r)) != 0)
         return rc;
-    if (comm->rank != r->root && r->block)
-        memcpy(r->recvbuf, ofccl__eager_in(comm, r->seq, r->root) + OFCCL__EAGER_HDR, r->block);
+    if (comm->rank != r->root && r->block &&
+        (rc = ofccl__exec_copy(r, r->recvbuf,
+                               ofccl__eager_in(comm, r->seq, r->root) + OFCCL__EAGER_HDR,
+                               r->block)) != 0)
+        return rc;
     r->finished = 1;
     return 0;
 }

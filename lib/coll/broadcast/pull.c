@@ -12,13 +12,13 @@ static int plan(ofccl__req_t *r)
     ofccl__plan_bcast(r, r->root);
     if (r->comm->rank != r->root)
         r->units_in = 1; /* the go; the data is read, not written */
-    r->peer_at[r->root] = NULL;
-    return 0;
+    return 0;            /* the root's buffer, mapped here: the private state, zeroed */
 }
 
 static int progress(ofccl__req_t *r)
 {
     ofccl_comm_t *comm = r->comm;
+    const char **root_at = ofccl__algo_priv(r);
     int rc;
 
     if (comm->rank == r->root) {
@@ -35,18 +35,19 @@ static int progress(ofccl__req_t *r)
     }
     if (!r->peer_ready[r->root])
         return 0;
-    if (r->peer_at[r->root] == NULL && r->block > 0) {
-        const void *at;
-        if ((rc = ofccl__coll_map_peer(r, r->root, 0, r->block, &at)) != 0)
-            return rc;
-        r->peer_at[r->root] = at;
-    }
+    if (*root_at == NULL && r->block > 0 &&
+        (rc = ofccl__coll_map_peer(r, r->root, 0, r->block, (const void **)root_at)) != 0)
+        return rc;
     /* Bounded work per call: `depth` chunks, then progress runs again. */
     for (unsigned k = 0; k < r->depth && r->reduced < r->nchunks; k++, r->reduced++) {
         size_t off = (size_t)r->reduced * r->chunk;
-        memcpy((char *)r->out + off, r->peer_at[r->root] + off, ofccl__chunk_len(r, r->reduced));
+        rc = ofccl__exec_copy(r, (char *)r->out + off, *root_at + off,
+                              ofccl__chunk_len(r, r->reduced));
+        if (rc)
+            return rc;
     }
-    if (r->reduced < r->nchunks || r->arrived < r->units_in)
+    /* The root may reuse its buffer once told: after the copies are done. */
+    if (r->reduced < r->nchunks || r->arrived < r->units_in || !ofccl__exec_idle(r))
         return 0;
     if ((rc = ofccl__bcast_done(r)) <= 0)
         return rc;
@@ -65,4 +66,6 @@ const ofccl__algo_t ofccl__bc_pull = {
     .writer_of = ofccl__bcast_writer_of,
     .unit_of = ofccl__bcast_unit_of,
     .need_of = ofccl__bcast_need_of,
+    .buffers = OFCCL__BUF_PEERS_READ,
+    .priv_fixed = sizeof(const char *),
 };

@@ -25,7 +25,7 @@ int ofccl__gbucket_pack(ofccl__req_t *r, char *out, ofccl__err_t *e)
     char *at = out + (r->coll == OFCCL__AG ? (size_t)me * r->block : 0);
 
     for (int t = 0; rc == 0 && t < r->ntensors; t++) {
-        const ofccl_tensor_t *x = &r->tensors[t];
+        const ofccl_tensor_t *x = &r->tensors[t].t;
         if (r->coll == OFCCL__BC) {
             rc = copy(gc, at, x->full, x->count * r->esize, e);
             at += x->count * r->esize;
@@ -44,7 +44,7 @@ int ofccl__gbucket_unpack(ofccl__req_t *r, const char *out, ofccl__err_t *e)
     size_t off = 0;
 
     for (int t = 0; rc == 0 && t < r->ntensors; t++) {
-        const ofccl_tensor_t *x = &r->tensors[t];
+        const ofccl_tensor_t *x = &r->tensors[t].t;
         size_t c = ofccl__bucket_chunk(x->count, n);
         if (r->coll == OFCCL__BC) {
             rc = copy(gc, x->full, out + off, x->count * r->esize, e);
@@ -118,7 +118,8 @@ static int one_rank(ofccl__gcomm_t *gc, ofccl__req_t *r)
     int rc = 0;
 
     for (int t = 0; rc == 0 && t < r->ntensors && r->coll == OFCCL__AG; t++)
-        rc = copy(gc, r->tensors[t].full, r->tensors[t].shard, r->tensors[t].count * r->esize, &e);
+        rc = copy(gc, r->tensors[t].t.full, r->tensors[t].t.shard, r->tensors[t].t.count * r->esize,
+                  &e);
     if (rc == 0)
         rc = ofccl__gpu_stream_sync(gc->g, gc->dev, gc->stream, &e);
     if (rc)

@@ -19,8 +19,8 @@ static int reduce_ready(ofccl__req_t *r)
         for (int p = 0; p < comm->size; p++)
             if (p != comm->rank)
                 srcs[k++] = stage + (size_t)p * r->block + off;
-        rc = ofccl__reduce(r->dtype, r->op, (char *)r->out + off, srcs, comm->size,
-                           ofccl__chunk_len(r, c) / r->esize, ndiv);
+        rc = ofccl__exec_reduce(r, r->op, (char *)r->out + off, srcs, comm->size,
+                                ofccl__chunk_len(r, c) / r->esize, ndiv);
         if (rc)
             return ofccl__coll_fail(r, rc, "reducing chunk %u", c);
         r->reduced++;

@@ -36,8 +36,8 @@ static int progress(ofccl__req_t *r)
         for (int p = 0; p < n; p++)
             if (p != comm->rank)
                 srcs[k++] = ofccl__eager_in(comm, r->seq, p) + OFCCL__EAGER_HDR;
-        rc = ofccl__reduce(r->dtype, r->op, r->out, srcs, n, r->count,
-                           r->op.kind == OFCCL_OP_AVG ? n : 0);
+        rc = ofccl__exec_reduce(r, r->op, r->out, srcs, n, r->count,
+                                r->op.kind == OFCCL_OP_AVG ? n : 0);
         if (rc)
             return ofccl__coll_fail(r, rc, "reducing the eager slices");
     }

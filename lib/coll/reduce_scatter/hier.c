@@ -49,6 +49,15 @@ static unsigned stage_idx(const ofccl_comm_t *comm, int to, int from, int t)
     return (unsigned)((L - 1) * H + (comm->node_of[from] - comm->node_of[to] - 1 + H) % H);
 }
 
+/* Staging: n - 1 blocks where peers write (the H blocks of each other rank
+ * of the host, then a partial from each other host), and the partial this
+ * rank forwards to each other host. */
+static void staging(const ofccl__req_t *r, size_t *dst, size_t *fwd)
+{
+    *dst = (size_t)(r->comm->size - 1) * r->block;
+    *fwd = (size_t)(r->comm->nnodes - 1) * r->block;
+}
+
 static int plan(ofccl__req_t *r)
 {
     ofccl_comm_t *comm = r->comm;
@@ -195,22 +204,22 @@ static int reduce_some(ofccl__req_t *r)
             break;
         n = host_srcs(r, t, off);
         if (t < H - 1) {
-            rc = ofccl__reduce(r->dtype, r->op, (char *)r->fwd.ptr + t * r->block + off, r->srcs, n,
-                               count, 0);
+            rc = ofccl__exec_reduce(r, r->op, (char *)r->fwd.ptr + t * r->block + off, r->srcs, n,
+                                    count, 0);
         } else {
             char *out = (char *)r->out + off;
             const char *rail = (const char *)r->dst.ptr + (size_t)(L - 1) * H * r->block + off;
             bool premul = r->op.kind == OFCCL_OP_PREMUL_SUM;
 
             if (premul) {
-                rc = ofccl__reduce(r->dtype, r->op, out, r->srcs, n, count, 0);
+                rc = ofccl__exec_reduce(r, r->op, out, r->srcs, n, count, 0);
                 r->srcs[0] = out;
                 n = 1;
             }
             for (unsigned s = 0; s < H - 1; s++)
                 r->srcs[n++] = rail + (size_t)s * r->block;
             if (rc == 0)
-                rc = ofccl__reduce(r->dtype, premul ? sum_op : r->op, out, r->srcs, n, count, ndiv);
+                rc = ofccl__exec_reduce(r, premul ? sum_op : r->op, out, r->srcs, n, count, ndiv);
         }
         if (rc)
             return ofccl__coll_fail(r, rc, "reducing chunk %u of %s", c,
@@ -229,6 +238,11 @@ static int to_rail(ofccl__req_t *r, bool *all)
     int me = comm->rank, h = comm->node_of[me], H = comm->nnodes;
     const char *fwd = r->fwd.ptr;
 
+    /* Partials go on once their sums are done (an executor may finish later). */
+    if (!ofccl__exec_idle(r)) {
+        *all = false;
+        return 0;
+    }
     for (int t = 0; t < H - 1; t++) {
         int p = at(comm, (h + 1 + t) % H, comm->node_idx[me]);
         unsigned s = stage_idx(comm, p, me, 0);
@@ -270,4 +284,5 @@ const ofccl__algo_t ofccl__rs_hier = {
     .writer_of = writer_of,
     .unit_of = unit_of,
     .units_from = units_from,
+    .staging = staging,
 };

@@ -15,14 +15,21 @@ static int combine(ofccl__req_t *r, void *out, const void *own, const void *part
     int rc;
 
     if (r->op.kind != OFCCL_OP_PREMUL_SUM)
-        return ofccl__reduce(r->dtype, r->op, out, srcs, partial ? 2 : 1, count, ndiv);
+        return ofccl__exec_reduce(r, r->op, out, srcs, partial ? 2 : 1, count, ndiv);
     /* Only our own contribution is scaled; the partial already is. */
-    rc = ofccl__reduce(r->dtype, r->op, out, srcs, 1, count, 0);
+    rc = ofccl__exec_reduce(r, r->op, out, srcs, 1, count, 0);
     if (rc == 0 && partial != NULL) {
         srcs[0] = out;
-        rc = ofccl__reduce(r->dtype, sum_op, out, srcs, 2, count, ndiv);
+        rc = ofccl__exec_reduce(r, sum_op, out, srcs, 2, count, ndiv);
     }
     return rc;
+}
+
+/* Staging: peers write (n-1) partials of a block here, one per step, and as
+ * many partials go on from here. */
+static void staging(const ofccl__req_t *r, size_t *dst, size_t *fwd)
+{
+    *dst = *fwd = (size_t)(r->comm->size - 1) * r->block;
 }
 
 /* Peers write (n-1) partials of a block here, one per step. */
@@ -59,6 +66,10 @@ static int progress(ofccl__req_t *r)
                          len / r->esize, 0);
             if (rc)
                 return ofccl__coll_fail(r, rc, "reducing step %u chunk %u", s, c);
+            /* A partial goes on once its sum is done: an executor that
+             * finishes later sums it again on the next pass, the same way. */
+            if (!ofccl__exec_idle(r))
+                break;
             from = f;
             mr = r->fwd.mr;
         }
@@ -94,4 +105,5 @@ const ofccl__algo_t ofccl__rs_ring = {
     .progress = progress,
     .writer_of = ofccl__ring_writer_of,
     .unit_of = ofccl__ring_unit_of,
+    .staging = staging,
 };

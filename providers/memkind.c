@@ -1,0 +1,102 @@
+/*
+ * Memory kinds and the host's executor.
+ *
+ * A buffer's kind is learned from where it lives, never taken on the
+ * caller's word: today every buffer is host memory. The GPU work answers
+ * ofccl__mem_kind_of from CUDA's pointer attributes and registers an
+ * executor per device; everything that records a kind (registrations, pool
+ * buffers, memory references, a bucket's tensors) asks here.
+ */
+#include <string.h>
+
+#include "exec_ops.h"
+
+ofccl__mem_kind_t ofccl__mem_kind_of(const void *p)
+{
+    (void)p;
+    return OFCCL__MEM_HOST;
+}
+
+int ofccl__exec_host_copy(void *state, void *dst, const void *src, size_t len, uint64_t *ticket)
+{
+    (void)state;
+    (void)ticket;
+    if (len > 0)
+        memcpy(dst, src, len);
+    return 0;
+}
+
+int ofccl__exec_host_fill(void *state, void *dst, int byte, size_t len, uint64_t *ticket)
+{
+    (void)state;
+    (void)ticket;
+    if (len > 0)
+        memset(dst, byte, len);
+    return 0;
+}
+
+int ofccl__exec_stub_reduce(void *state, ofccl_dtype_t dtype, ofccl_redop_t op, void *dst,
+                            const void *const *srcs, int nsrc, size_t count, int ndiv,
+                            uint64_t *ticket)
+{
+    (void)state;
+    (void)dtype;
+    (void)op;
+    (void)dst;
+    (void)srcs;
+    (void)nsrc;
+    (void)count;
+    (void)ndiv;
+    (void)ticket;
+    return OFCCL_ERR_NOT_SUPPORTED;
+}
+
+int ofccl__exec_test_done(void *state, uint64_t ticket)
+{
+    (void)state;
+    (void)ticket;
+    return 1;
+}
+
+/* What the transports need of host memory: copies. lib/core registers the
+ * full host executor (with the reduction kernels) over it. */
+const ofccl__exec_ops_t ofccl__exec_host_ops = {
+    .size = sizeof(ofccl__exec_ops_t),
+    .name = "host",
+    .copy = ofccl__exec_host_copy,
+    .fill = ofccl__exec_host_fill,
+    .reduce = ofccl__exec_stub_reduce,
+    .test = ofccl__exec_test_done,
+};
+
+void ofccl__exec_reg_init(ofccl__exec_reg_t *reg)
+{
+    memset(reg, 0, sizeof(*reg));
+    reg->ex[0] = (ofccl__exec_t){&ofccl__exec_host_ops, NULL, OFCCL__MEM_HOST};
+    reg->n = 1;
+}
+
+int ofccl__exec_reg_add(ofccl__exec_reg_t *reg, ofccl__mem_kind_t kind,
+                        const ofccl__exec_ops_t *ops, void *state)
+{
+    int i = 0;
+
+    while (i < reg->n && reg->ex[i].kind != kind)
+        i++;
+    if (i == OFCCL__EXEC_MAX)
+        return OFCCL_ERR_RESOURCE;
+    reg->ex[i] = (ofccl__exec_t){ops, state, kind};
+    reg->n += i == reg->n;
+    return 0;
+}
+
+const ofccl__exec_t *ofccl__exec_find(const ofccl__exec_reg_t *reg, ofccl__mem_kind_t dst,
+                                      ofccl__mem_kind_t src)
+{
+    ofccl__mem_kind_t want = dst != OFCCL__MEM_HOST ? dst : src;
+
+    for (int i = 0; i < reg->n; i++)
+        if (reg->ex[i].kind == want)
+            return &reg->ex[i];
+    return NULL;
+}
