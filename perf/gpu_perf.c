@@ -1,12 +1,15 @@
 /*
  * ofccl's GPU all-gather and broadcast, nccl-tests style: one forked rank per
- * GPU (TCP rendezvous, local transport), symmetric pool buffers, in place,
+ * GPU (TCP rendezvous, local transport), in place in a symmetric pool buffer
+ * (-m pool), in cudaMalloc memory registered with ofccl_gpu_register (-m reg)
+ * or in plain cudaMalloc memory (-m plain: the peers write the pool's
+ * scratch, copied out at the end),
  * the copy kernel on OFCCL_GPU_SMS SMs or the copy engines (-s 0), timed
  * with CUDA events around `iters` back-to-back collectives on one stream
  * after a warm-up; prints bus bandwidth (all-gather size*(n-1)/n/t, broadcast
  * size/t; size = bytes of the gathered buffer), the slowest rank's time.
  * The last round's bytes are checked on every rank.
- * Usage: gpu_perf [-n GPUS] [-b MIN] [-e MAX] [-i ITERS] [-s SMS]
+ * Usage: gpu_perf [-n GPUS] [-b MIN] [-e MAX] [-i ITERS] [-s SMS] [-m pool|reg|plain]
  */
 #include <getopt.h>
 #include <stdio.h>
@@ -20,6 +23,7 @@
 static size_t sizes[MAXSIZES];
 static int nsizes, iters = 20;
 static char sms_setting[32] = "";
+static const char *mem = "pool";
 static double *res; /* [rank][size][2] in shared memory */
 
 static size_t parse_size(const char *s)
@@ -43,8 +47,12 @@ static int bench(int rank, ofccl_ctx_t *ctx, ofccl_comm_t *comm)
     uint8_t *h = malloc(max);
 
     (void)ctx;
-    if (ofccl_gpu_buffer_alloc(comm, max, &buf) != 0 ||
-        ofccl__gpu_event_create(g, dev, true, &a, &e) != 0 ||
+    if (strcmp(mem, "pool") == 0
+            ? ofccl_gpu_buffer_alloc(comm, max, &buf) != 0
+            : ofccl__gpu_mem_alloc(g, dev, max, &buf, &e) != 0 ||
+                  (strcmp(mem, "reg") == 0 && ofccl_gpu_register(comm, buf, max) != 0))
+        return 1;
+    if (ofccl__gpu_event_create(g, dev, true, &a, &e) != 0 ||
         ofccl__gpu_event_create(g, dev, true, &b, &e) != 0)
         return 1;
     for (int si = 0; si < nsizes; si++) {
@@ -93,7 +101,13 @@ static int bench(int rank, ofccl_ctx_t *ctx, ofccl_comm_t *comm)
                 ofccl__gpu_event_ms(g, dev, a, b) / iters;
         }
     }
-    ofccl_gpu_buffer_free(comm, buf);
+    if (strcmp(mem, "pool") == 0) {
+        ofccl_gpu_buffer_free(comm, buf);
+    } else {
+        if (strcmp(mem, "reg") == 0)
+            ofccl_gpu_deregister(comm, buf);
+        ofccl__gpu_mem_free(g, dev, buf);
+    }
     free(h);
     return 0;
 }
@@ -103,7 +117,7 @@ int main(int argc, char **argv)
     size_t lo = 1 << 20, hi = 512u << 20;
     int opt, n = 0, st[FORK_MAX], bad = 0;
 
-    while ((opt = getopt(argc, argv, "n:b:e:i:s:")) != -1) {
+    while ((opt = getopt(argc, argv, "n:b:e:i:s:m:")) != -1) {
         if (opt == 'n')
             n = atoi(optarg);
         else if (opt == 'b')
@@ -114,6 +128,12 @@ int main(int argc, char **argv)
             iters = atoi(optarg);
         else if (opt == 's')
             snprintf(sms_setting, sizeof(sms_setting), "GPU_SMS=%s", optarg);
+        else if (opt == 'm')
+            mem = optarg;
+    }
+    if (strcmp(mem, "pool") != 0 && strcmp(mem, "reg") != 0 && strcmp(mem, "plain") != 0) {
+        fprintf(stderr, "gpu_perf: -m pool, reg or plain\n");
+        return 2;
     }
     for (size_t s = lo; s <= hi && nsizes < MAXSIZES; s *= 2)
         sizes[nsizes++] = s;
@@ -130,9 +150,12 @@ int main(int argc, char **argv)
         printf("gpu_perf: a rank failed\n");
         return 1;
     }
-    printf("ofccl GPU, %d ranks, %s, in place in the symmetric pool, bus GB/s\n%12s %12s %12s\n",
-           nranks, sms_setting[0] ? sms_setting : "GPU_SMS default", "size", "all-gather",
-           "broadcast");
+    printf("ofccl GPU, %d ranks, %s, in place in %s, bus GB/s\n%12s %12s %12s\n", nranks,
+           sms_setting[0] ? sms_setting : "GPU_SMS default",
+           strcmp(mem, "pool") == 0  ? "the symmetric pool"
+           : strcmp(mem, "reg") == 0 ? "registered cudaMalloc memory"
+                                     : "plain cudaMalloc memory (through scratch)",
+           "size", "all-gather", "broadcast");
     for (int si = 0; si < nsizes; si++) {
         double t[2] = {0, 0};
         for (int r = 0; r < nranks; r++)

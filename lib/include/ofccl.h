@@ -314,6 +314,20 @@ OFCCL_API int ofccl_comm_set_stream(ofccl_comm_t *comm, ofccl_stream_t stream);
  * request of its size. */
 OFCCL_API int ofccl_gpu_buffer_alloc(ofccl_comm_t *comm, size_t bytes, void **ptr);
 OFCCL_API int ofccl_gpu_buffer_free(ofccl_comm_t *comm, void *ptr);
+/* Register `bytes` of the caller's own GPU memory at `ptr` (cudaMalloc, or
+ * virtual memory made shareable as a POSIX file descriptor, as PyTorch's
+ * expandable segments are): collective, every rank registering the same
+ * sizes in the same order; each rank maps every peer's range (one mapping per
+ * peer allocation, shared by the registrations inside it). A collective whose
+ * output lies at the same offset of the same registration on every rank then
+ * moves data into the peers' memory directly, as on pool memory. Registering
+ * is a host exchange: do it once, outside the step loop. Deregistering is
+ * local (every rank does it once its collectives on the memory are done:
+ * BUSY while one runs); memory freed while registered is seen at its next
+ * use, which fails (INVALID_ARG) and drops the registration.
+ * NOT_SUPPORTED where the communicator stages GPU memory (docs/gpu.md). */
+OFCCL_API int ofccl_gpu_register(ofccl_comm_t *comm, void *ptr, size_t bytes);
+OFCCL_API int ofccl_gpu_deregister(ofccl_comm_t *comm, void *ptr);
 /* Make `stream` wait for the request (work enqueued on it later runs after
  * the collective), without blocking the host; a request that is not
  * stream-ordered is waited for on the host, as by ofccl_wait. The request is

@@ -76,6 +76,17 @@ static const struct {
     SYM(cuModuleGetFunction),
     SYM(cuModuleUnload),
     SYM(cuLaunchKernel),
+    SYM(cuMemRetainAllocationHandle),
+    SYM(cuMemExportToShareableHandle),
+    SYM(cuMemImportFromShareableHandle),
+    SYM(cuMemRelease),
+    SYM(cuMemCreate),
+    SYM(cuMemAddressReserve),
+    SYM(cuMemAddressFree),
+    SYM(cuMemMap),
+    SYM(cuMemUnmap),
+    SYM(cuMemSetAccess),
+    SYM(cuMemGetAllocationGranularity),
 };
 
 static pthread_mutex_t open_lock = PTHREAD_MUTEX_INITIALIZER;

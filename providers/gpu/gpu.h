@@ -100,6 +100,48 @@ int ofccl__gpu_host_register(ofccl__gpu_t *g, int dev, void *p, size_t len, void
                              ofccl__err_t *e);
 void ofccl__gpu_host_unregister(ofccl__gpu_t *g, int dev, void *p);
 
+/* ---- the caller's own GPU memory, shared with peer processes ---- */
+/* How a range of device memory is shared: by CUDA IPC (memory from
+ * cuMemAlloc / cudaMalloc: the whole allocation is mapped) or, for
+ * virtual-memory allocations (cuMemCreate + cuMemMap, as PyTorch's expandable
+ * segments make them), by the physical pieces behind the range, each a
+ * POSIX file descriptor the peer imports and maps in order. */
+#define OFCCL__GPU_SHARE_IPC 1
+#define OFCCL__GPU_SHARE_VMM 2
+#define OFCCL__GPU_SHARE_PIECES 240 /* pieces of one range at most (fds in one message) */
+typedef struct ofccl__gpu_share {
+    int kind;
+    uint64_t buffer_id; /* the allocation's id in the exporting process: a cache key */
+    size_t offset;      /* the range's offset in what a peer maps */
+    size_t map_len;     /* what a peer maps: the allocation (IPC), the pieces (VMM) */
+    uint8_t ipc[OFCCL__GPU_IPC_BYTES];
+    int npieces;                                 /* VMM */
+    uint64_t piece_len[OFCCL__GPU_SHARE_PIECES]; /* VMM: each piece's bytes */
+    int fd[OFCCL__GPU_SHARE_PIECES];             /* VMM: its descriptor in this process, -1 */
+} ofccl__gpu_share_t;
+/* Describe [p, p + len) of device `dev`'s memory for peers to map. A VMM
+ * range leaves open descriptors in `s` (ofccl__gpu_share_clear closes them).
+ * NOT_SUPPORTED names why where the memory cannot be shared (VMM memory made
+ * without a shareable handle type). */
+int ofccl__gpu_share_export(ofccl__gpu_t *g, int dev, const void *p, size_t len,
+                            ofccl__gpu_share_t *s, ofccl__err_t *e);
+/* Map what a peer exported into this process for device `dev`'s access:
+ * *base is the start of the mapping (the peer's range is at base +
+ * s->offset). Takes over a VMM share's descriptors. */
+int ofccl__gpu_share_open(ofccl__gpu_t *g, int dev, ofccl__gpu_share_t *s, void **base,
+                          ofccl__err_t *e);
+void ofccl__gpu_share_close(ofccl__gpu_t *g, int dev, int kind, void *base, size_t map_len);
+void ofccl__gpu_share_clear(ofccl__gpu_share_t *s);
+/* The allocation's id holding p (unique for the process's life: memory
+ * freed and allocated again gets a new one), 0 where it has none. */
+uint64_t ofccl__gpu_buffer_id(ofccl__gpu_t *g, const void *p);
+/* Virtual-memory allocation the way PyTorch's expandable segments make it
+ * (tests): `npieces` physical pieces of `piece` bytes (rounded up to the
+ * granularity), shareable as descriptors, mapped one after the other. */
+int ofccl__gpu_vmm_alloc(ofccl__gpu_t *g, int dev, size_t piece, int npieces, void **ptr,
+                         size_t *total, ofccl__err_t *e);
+void ofccl__gpu_vmm_free(ofccl__gpu_t *g, int dev, void *ptr, size_t total);
+
 /* ---- streams, events, flags, copies (all enqueued, none waits) ---- */
 /* A stream of ofccl's own on `dev` that does not wait for the legacy default
  * stream. */

@@ -58,6 +58,17 @@ struct ofccl__gpu_fns {
     FN(cuModuleGetFunction);
     FN(cuModuleUnload);
     FN(cuLaunchKernel);
+    FN(cuMemRetainAllocationHandle);
+    FN(cuMemExportToShareableHandle);
+    FN(cuMemImportFromShareableHandle);
+    FN(cuMemRelease);
+    FN(cuMemCreate);
+    FN(cuMemAddressReserve);
+    FN(cuMemAddressFree);
+    FN(cuMemMap);
+    FN(cuMemUnmap);
+    FN(cuMemSetAccess);
+    FN(cuMemGetAllocationGranularity);
 };
 #undef FN
 extern struct ofccl__gpu_fns ofccl__gpu_fn;

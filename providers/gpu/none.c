@@ -99,6 +99,35 @@ int ofccl__gpu_host_register(ofccl__gpu_t *g, int dev, void *p, size_t len, void
 
 void ofccl__gpu_host_unregister(ofccl__gpu_t *g, int dev, void *p) {}
 
+int ofccl__gpu_share_export(ofccl__gpu_t *g, int dev, const void *p, size_t len,
+                            ofccl__gpu_share_t *s, ofccl__err_t *e)
+{
+    UNSUPPORTED;
+}
+
+int ofccl__gpu_share_open(ofccl__gpu_t *g, int dev, ofccl__gpu_share_t *s, void **base,
+                          ofccl__err_t *e)
+{
+    UNSUPPORTED;
+}
+
+void ofccl__gpu_share_close(ofccl__gpu_t *g, int dev, int kind, void *base, size_t map_len) {}
+
+void ofccl__gpu_share_clear(ofccl__gpu_share_t *s) {}
+
+uint64_t ofccl__gpu_buffer_id(ofccl__gpu_t *g, const void *p)
+{
+    return 0;
+}
+
+int ofccl__gpu_vmm_alloc(ofccl__gpu_t *g, int dev, size_t piece, int npieces, void **ptr,
+                         size_t *total, ofccl__err_t *e)
+{
+    UNSUPPORTED;
+}
+
+void ofccl__gpu_vmm_free(ofccl__gpu_t *g, int dev, void *ptr, size_t total) {}
+
 int ofccl__gpu_stream_create(ofccl__gpu_t *g, int dev, ofccl__gpu_stream_t *s, ofccl__err_t *e)
 {
     UNSUPPORTED;

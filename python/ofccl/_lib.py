@@ -106,6 +106,8 @@ _PROTOS = {
     "ofccl_comm_set_stream": (c_int, [c_void_p, c_void_p]),
     "ofccl_gpu_buffer_alloc": (c_int, [c_void_p, c_size_t, _pp]),
     "ofccl_gpu_buffer_free": (c_int, [c_void_p, c_void_p]),
+    "ofccl_gpu_register": (c_int, [c_void_p, c_void_p, c_size_t]),
+    "ofccl_gpu_deregister": (c_int, [c_void_p, c_void_p]),
     "ofccl_req_stream_wait": (c_int, [c_void_p, c_void_p]),
 }
 

@@ -68,6 +68,23 @@ class GpuCollectives:
         raw = torch.as_tensor(block, device=f"cuda:{dev}")
         return raw[: numel * esize].view(dtype)
 
+    def register(self, t: Any) -> None:
+        """Register a CUDA tensor's memory (any allocator's, expandable segments
+        included) so that collectives into it move data straight into the
+        peers' tensors. Collective: every rank registers a tensor of the same
+        size at the same point; do it once, outside the step loop."""
+        rc = _lib.lib().ofccl_gpu_register(self.comm._live(), c_void_p(t.data_ptr()),
+                                           t.numel() * t.element_size())
+        if rc:
+            raise from_code(rc, self.comm.last_error or "ofccl_gpu_register")
+
+    def deregister(self, t: Any) -> None:
+        """Drop a registration (this rank only), once its collectives are done."""
+        self._reap()
+        rc = _lib.lib().ofccl_gpu_deregister(self.comm._live(), c_void_p(t.data_ptr()))
+        if rc:
+            raise from_code(rc, self.comm.last_error or "ofccl_gpu_deregister")
+
     # ---- requests ----
     def _stream(self) -> None:
         import torch

@@ -23,5 +23,9 @@ int get(uint8_t *h, const void *d, size_t len);
 /* test_gpu_bucket.c: bucketed all-gather (in place and not, uneven tensors,
  * f32 and bf16) and bucketed broadcast from every root, byte for byte. */
 int gpu_bucket(int rank, ofccl_ctx_t *ctx, ofccl_comm_t *comm);
+/* test_gpu_reg.c: the caller's GPU memory registered (cudaMalloc and virtual
+ * memory), and a registration whose size differs on one rank. */
+int gpu_register(int rank, ofccl_ctx_t *ctx, ofccl_comm_t *comm);
+int gpu_register_size(int rank, ofccl_ctx_t *ctx, ofccl_comm_t *comm);
 
 #endif

@@ -12,8 +12,9 @@
  * Bucketed all-gather and broadcast: test_gpu_bucket.c; a bucketed
  * reduce-scatter of GPU tensors is refused (NOT_SUPPORTED) and the
  * communicator goes on.
+ * The caller's own GPU memory registered: test_gpu_reg.c.
  * Usage: test_gpu [NRANKS] [scenario...]  (scenarios: gather bcast ce stream mismatch kill leak
- * refuse bucket bucket-ce)
+ * refuse bucket bucket-ce register register-ce reg-size)
  */
 #include <signal.h>
 #include <stdint.h>
@@ -414,11 +415,19 @@ int main(int argc, char **argv)
         const char *name;
         scenario_fn fn;
         const char *setting;
-    } all[] = {{"gather", gather, NULL},     {"bcast", bcast, NULL},
-               {"ce", gather, "GPU_SMS=0"},  {"stream", stream, NULL},
-               {"mismatch", mismatch, NULL}, {"kill", kill_peer, NULL},
-               {"leak", leak, NULL},         {"refuse", refuse, NULL},
-               {"bucket", gpu_bucket, NULL}, {"bucket-ce", gpu_bucket, "GPU_SMS=0"}};
+    } all[] = {{"gather", gather, NULL},
+               {"bcast", bcast, NULL},
+               {"ce", gather, "GPU_SMS=0"},
+               {"stream", stream, NULL},
+               {"mismatch", mismatch, NULL},
+               {"kill", kill_peer, NULL},
+               {"leak", leak, NULL},
+               {"refuse", refuse, NULL},
+               {"bucket", gpu_bucket, NULL},
+               {"bucket-ce", gpu_bucket, "GPU_SMS=0"},
+               {"register", gpu_register, NULL},
+               {"register-ce", gpu_register, "GPU_SMS=0"},
+               {"reg-size", gpu_register_size, NULL}};
     int n = gpus_here(), rc = 0;
 
     setvbuf(stdout, NULL, _IOLBF, 0); /* a rank that dies keeps what it printed */

@@ -66,7 +66,7 @@ static int gather(int rank, int n, ofccl_comm_t *comm, ofccl_dtype_t dt, unsigne
     ofccl_tensor_t t[NT];
     void *own[NT] = {0};
     ofccl_req_t *req = NULL;
-    int bad;
+    int bad, rc;
 
     for (int k = 0; k < NT; k++) {
         size_t c = (counts[k] + (size_t)n - 1) / (size_t)n, s0 = (size_t)rank * c;
@@ -81,8 +81,8 @@ static int gather(int rank, int n, ofccl_comm_t *comm, ofccl_dtype_t dt, unsigne
         }
         fill(t[k].shard, s0 * es, len * es, k, salt, 0);
     }
-    bad = wait_req(rank, comm, "bucketed all-gather", ofccl_bucket_allgather(comm, t, NT, dt, &req),
-                   req) != 0;
+    rc = ofccl_bucket_allgather(comm, t, NT, dt, &req); /* before req is read */
+    bad = wait_req(rank, comm, "bucketed all-gather", rc, req) != 0;
     for (int k = 0; k < NT; k++) {
         bad |= !bad && check(rank, "bucketed all-gather", k, t[k].full, counts[k] * es, salt);
         ofccl__gpu_mem_free(gpu, dev, t[k].full);
@@ -103,8 +103,8 @@ static int bcast(int rank, int n, ofccl_comm_t *comm, unsigned salt)
             t[k] = (ofccl_tensor_t){counts[k], dmalloc(counts[k] * 2), NULL};
             fill(t[k].full, 0, counts[k] * 2, k, salt + (unsigned)root, rank != root);
         }
-        bad = wait_req(rank, comm, "bucketed broadcast",
-                       ofccl_bucket_broadcast(comm, t, NT, OFCCL_BF16, root, &req), req) != 0;
+        int rc = ofccl_bucket_broadcast(comm, t, NT, OFCCL_BF16, root, &req);
+        bad = wait_req(rank, comm, "bucketed broadcast", rc, req) != 0;
         for (int k = 0; k < NT; k++) {
             bad |= !bad && check(rank, "bucketed broadcast", k, t[k].full, counts[k] * 2,
                                  salt + (unsigned)root);

@@ -91,6 +91,51 @@ def bcast(settings):
 bcast.no_comm = True
 
 
+def register(settings):
+    """Tensors of torch's caching allocator with expandable segments (virtual
+    memory), registered: all-gather in place and broadcast straight into
+    them."""
+    torch.cuda.memory._set_allocator_settings("expandable_segments:True")
+    from ofccl.gpu import collectives_for
+    rank, ctx, comm = _setup(settings)
+    coll = collectives_for(comm)
+    bad = []
+    n = (48 << 20) // 4 // comm.size  # 48 MiB in all: over several 20 MiB pieces
+    keep = torch.empty(3 << 20, device="cuda")  # the tensor does not start a segment
+    out = torch.full((n * comm.size,), -1.0, device="cuda")
+    coll.register(out)
+    out[rank * n:(rank + 1) * n].copy_(_expected(rank, n, torch.float32))
+    coll.all_gather(out, out[rank * n:(rank + 1) * n]).stream_wait()
+    got = out.cpu()
+    for r in range(comm.size):
+        if not torch.equal(got[r * n:(r + 1) * n], _expected(r, n, torch.float32)):
+            bad.append(f"registered all-gather, rank {r}")
+    for root in range(comm.size):
+        want = _expected(100 + root, n * comm.size, torch.float32)
+        if rank == root:
+            out.copy_(want)
+        coll.broadcast(out, root).stream_wait()
+        if not torch.equal(out.cpu(), want):
+            bad.append(f"registered broadcast from {root}")
+    torch.cuda.synchronize()
+    coll.deregister(out)
+    del keep
+    coll.close()
+    comm.close()
+    ctx.close()
+    return bad
+
+
+register.no_comm = True
+
+
+@pytest.mark.parametrize("nranks", sorted({2, min(NGPU, 4)}))
+def test_register(nranks):
+    for r, bad in enumerate(ranks.run(nranks, __file__, "register",
+                                      settings={"PROVIDER": "local"}, timeout=300)):
+        assert bad == [], f"rank {r}: {bad}"
+
+
 @pytest.mark.parametrize("nranks", sorted({2, min(NGPU, 4)}))
 def test_gather(nranks):
     for r, bad in enumerate(ranks.run(nranks, __file__, "gather", settings={"PROVIDER": "local"},

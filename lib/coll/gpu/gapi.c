@@ -1,5 +1,6 @@
 /*
  * GPU memory in the public API: the symmetric pool (ofccl_gpu_buffer_alloc),
+ * the caller's own memory registered (ofccl_gpu_register),
  * the caller's stream (ofccl_comm_set_stream), stream waits on a request
  * (ofccl_req_stream_wait), and the routing of a collective whose buffers the
  * driver says are GPU memory: to the GPU peer class where it fits (all-gather,
@@ -129,6 +130,34 @@ static int buffer_free_locked(ofccl_comm_t *comm, void *ptr)
     return ofccl__gpool_free(gc, ptr);
 }
 
+static int register_locked(ofccl_comm_t *comm, void *ptr, size_t bytes)
+{
+    ofccl__gcomm_t *gc;
+    int rc;
+
+    if ((rc = ofccl__comm_check(comm, "ofccl_gpu_register")) != 0 ||
+        (rc = ofccl__gcomm_get(comm, &gc)) != 0)
+        return rc;
+    if (gc->path != OFCCL__GPATH_P2P)
+        return ofccl__comm_fail(comm, OFCCL_ERR_NOT_SUPPORTED,
+                                "ofccl_gpu_register: GPU memory of this communicator is staged "
+                                "through host memory, not mapped by its peers: %s",
+                                gc->why);
+    return ofccl__greg_add(gc, ptr, bytes);
+}
+
+static int deregister_locked(ofccl_comm_t *comm, void *ptr)
+{
+    ofccl__gcomm_t *gc = ofccl__gcomm_of(comm);
+
+    if (gc == NULL)
+        return ofccl__comm_fail(comm, OFCCL_ERR_INVALID_ARG,
+                                "ofccl_gpu_deregister: communicator %u has no GPU memory "
+                                "registered",
+                                comm->id);
+    return ofccl__greg_drop(gc, ptr);
+}
+
 static int stream_wait_locked(ofccl_req_t *req, ofccl_stream_t stream)
 {
     ofccl__gcomm_t *gc = ofccl__gcomm_of(req->comm);
@@ -165,6 +194,18 @@ int ofccl_gpu_buffer_free(ofccl_comm_t *comm, void *ptr)
 {
     OFCCL__CHECK_HANDLE(comm);
     OFCCL__LOCKED(comm->ctx, buffer_free_locked(comm, ptr));
+}
+
+int ofccl_gpu_register(ofccl_comm_t *comm, void *ptr, size_t bytes)
+{
+    OFCCL__CHECK_HANDLE(comm);
+    OFCCL__LOCKED(comm->ctx, register_locked(comm, ptr, bytes));
+}
+
+int ofccl_gpu_deregister(ofccl_comm_t *comm, void *ptr)
+{
+    OFCCL__CHECK_HANDLE(comm);
+    OFCCL__LOCKED(comm->ctx, deregister_locked(comm, ptr));
 }
 
 int ofccl_req_stream_wait(ofccl_req_t *req, ofccl_stream_t stream)

@@ -27,7 +27,7 @@
 #include "gcomm.h"
 #include "util.h"
 
-enum fp_field { FP_SEQ, FP_COLL, FP_BYTES, FP_OFF, FP_ROOT, FP_DTYPE, FP_LAYOUT, FP_WORDS };
+enum fp_field { FP_SEQ, FP_COLL, FP_BYTES, FP_SEG, FP_OFF, FP_ROOT, FP_DTYPE, FP_LAYOUT, FP_WORDS };
 
 static ofccl__gcomm_t *gc_of(const ofccl__req_t *r)
 {
@@ -62,6 +62,7 @@ static void fp_publish(ofccl__req_t *r, const struct ofccl__grq *q)
     uint64_t v[FP_WORDS] = {v_of(r),
                             (uint64_t)r->coll,
                             r->block,
+                            q->serial,
                             q->off,
                             (uint64_t)(int64_t)q->root,
                             (uint64_t)r->dtype,
@@ -75,8 +76,14 @@ static void fp_publish(ofccl__req_t *r, const struct ofccl__grq *q)
 /* A peer's published arguments for this collective that differ from ours. */
 static int fp_check(ofccl__req_t *r)
 {
-    static const char *const names[FP_WORDS] = {
-        "", "operation", "count", "buffer (pool offset)", "root", "dtype", "bucket layout"};
+    static const char *const names[FP_WORDS] = {"",
+                                                "operation",
+                                                "count",
+                                                "buffer (pool segment or registration number)",
+                                                "buffer (offset in it)",
+                                                "root",
+                                                "dtype",
+                                                "bucket layout"};
     ofccl__gcomm_t *gc = gc_of(r);
     const ofccl_comm_t *comm = r->comm;
     const _Atomic uint64_t *mine = &gc->fh[comm->rank][ofccl__gf_fp(comm->size, r->slot)];
@@ -101,9 +108,11 @@ static int fp_check(ofccl__req_t *r)
                 r, OFCCL_ERR_MISMATCH,
                 "rank %d posted it on the GPU with %s %llu, rank %d with %llu%s", p, names[f],
                 (unsigned long long)a, comm->rank, (unsigned long long)b,
-                f == FP_OFF ? " (every rank passes a GPU pool buffer at the same offset, or "
-                              "every rank memory outside the pool)"
-                            : "");
+                f == FP_OFF || f == FP_SEG
+                    ? " (every rank passes a GPU pool buffer at the same offset, or memory at the "
+                      "same offset of its own registration made at the same point, or every "
+                      "rank other memory)"
+                    : "");
         }
     }
     return 0;
@@ -116,6 +125,8 @@ int ofccl__gpu_locate(ofccl__gcomm_t *gc, void *out, size_t bytes, ofccl__gwhere
     w->stage = NULL;
     if ((w->seg = ofccl__gpool_find(gc, out, bytes, &w->off)) != NULL)
         return 0;
+    if ((rc = ofccl__greg_find(gc, out, bytes, &w->seg, &w->off)) != 0 || w->seg != NULL)
+        return rc;
     /* Not pool memory: the peers write into the scratch buffer, which is
      * copied out at the end, on the stream. */
     if ((rc = ofccl__gpool_scratch(gc, bytes, &w->seg, &w->off)) != 0)
@@ -134,6 +145,7 @@ void ofccl__gpu_prepare(ofccl__req_t *r, ofccl__gcomm_t *gc, const ofccl__gwhere
     q->root = r->coll == OFCCL__BC ? r->root : -1;
     q->ce = gc->sms == 0;
     q->off = w->off;
+    q->serial = w->seg->serial;
     q->peer = w->seg->peer;
     q->stage = w->stage;
     r->algo_state = q;
@@ -326,9 +338,16 @@ static size_t chain_chunk(const ofccl__gcomm_t *gc, size_t len)
     return OFCCL__MIN(OFCCL__MAX(c, (size_t)256 << 10), (size_t)4 << 20);
 }
 
+/* Below this, the root pushes to every rank (one launch of the copy kernel
+ * for all of them): a chain's hops cost more than they save. Measured on
+ * 4 x H200: the chain 13-54 GB/s from 1 to 16 MiB, pushing 22-101; level at
+ * 32 MiB, the chain ahead beyond. */
+#define BC_CHAIN_MIN ((size_t)32 << 20)
+
 /* Broadcast along a pipelined chain root, root + 1, ... (the copy kernel's
  * chain: device flags per chunk, no host or stream operation per chunk); on
- * the copy engines alone, the root pushes to every rank. */
+ * the copy engines alone, or below BC_CHAIN_MIN, the root pushes to every
+ * rank. */
 static int bc_start(ofccl__req_t *r)
 {
     ofccl__gcomm_t *gc = gc_of(r);
@@ -342,7 +361,8 @@ static int bc_start(ofccl__req_t *r)
     rc = begin(r, &e);
     if (me == root)
         q->stage = NULL; /* the root's own buffer is its output */
-    if (q->ce) {
+    q->chain = !q->ce && r->block >= BC_CHAIN_MIN;
+    if (!q->chain) {
         if (me == root) {
             if (rc == 0 && r->block)
                 rc = push(r, gc->peers, n - 1, r->recvbuf, q->off, r->block, &e);
@@ -406,14 +426,19 @@ static int progress(ofccl__req_t *r)
 {
     ofccl__gcomm_t *gc = gc_of(r);
     ofccl__err_t e = {0};
+    bool done;
     int rc;
 
-    if ((rc = fp_check(r)) != 0 || (rc = peer_gone(r)) != 0)
-        return rc;
+    /* The end first, the arguments after: every peer whose data the end
+     * waited for published its arguments before it sent any, so a mismatch
+     * cannot slip between the two reads. */
     rc = ofccl__gpu_event_query(gc->g, gc->dev, gc->done[r->slot], &e);
     if (rc < 0)
         return ofccl__coll_fail(r, rc, "waiting for its end on the GPU: %s", e.msg);
-    r->finished = rc == 1;
+    done = rc == 1;
+    if ((rc = fp_check(r)) != 0 || (!done && (rc = peer_gone(r)) != 0))
+        return rc;
+    r->finished = done;
     return 0;
 }
 
@@ -424,7 +449,7 @@ static const char *waits_on(const ofccl__req_t *r, int p)
     const ofccl__gcomm_t *gc = gc_of(r);
     const struct ofccl__grq *q = &gc->rq[r->slot];
     int me = r->comm->rank, n = r->comm->size;
-    bool ag = q->coll == OFCCL__AG, chain = !ag && !q->ce;
+    bool ag = q->coll == OFCCL__AG, chain = !ag && q->chain;
     bool writes_to_p =
         ag || (chain ? p == (me + 1) % n && (p - q->root + n) % n != 0 : me == q->root);
     bool p_writes_here = ag || (chain ? me != q->root && p == (me - 1 + n) % n : p == q->root);
@@ -453,7 +478,7 @@ static void abort_req(ofccl__req_t *r)
     q->released = true;
     atomic_store_explicit(&gc->fh[me][OFCCL__GF_ABORT], 1, memory_order_seq_cst);
     for (int p = 0; p < n; p++) {
-        if (!q->ce)
+        if (!q->ce) /* the copy kernel's waits on the caller's stream */
             atomic_store_explicit(&gc->fh[me][ofccl__gf_ready(p)], OFCCL__GFLAG_ABORT,
                                   memory_order_release);
         atomic_store_explicit(&gc->fh[me][ofccl__gf_done(n, p)], OFCCL__GFLAG_ABORT,

@@ -350,6 +350,7 @@ void ofccl__gcomm_free(ofccl_comm_t *comm)
             ofccl__gpu_stream_destroy(gc->g, gc->dev, gc->ce[r]);
     free(gc->ce);
     free(gc->peers);
+    ofccl__greg_fini(gc);
     ofccl__gpool_fini(gc);
     regions_free(comm, gc);
     free(gc->host_stage);

@@ -56,12 +56,29 @@ enum ofccl__gpu_path {
     OFCCL__GPATH_STAGED = 2 /* through host memory (ofccl__gcomm_t.why says why) */
 };
 
-/* A segment of the symmetric pool: the same size on every rank, each rank's
- * own allocation, mapped into every peer once. */
+/* A peer's memory mapped here for the caller's registrations (greg.c):
+ * one per peer allocation (CUDA IPC maps an allocation once per process),
+ * shared by the registrations inside it. */
+typedef struct ofccl__gmap {
+    int peer, kind; /* kind: OFCCL__GPU_SHARE_IPC or _VMM */
+    uint64_t buffer_id;
+    char *base;
+    size_t len;
+    int refs;
+    struct ofccl__gmap *next;
+} ofccl__gmap_t;
+
+/* A segment of the symmetric pool, or a registration of the caller's GPU
+ * memory: the same size on every rank, each rank's own memory, mapped into
+ * every peer. Numbered in the order every rank made them. */
 typedef struct ofccl__gseg {
     size_t len;
     char *base;  /* this rank's */
     char **peer; /* [size]: each rank's, mapped here (this rank's own: base) */
+    uint32_t serial;
+    bool user;           /* the caller's memory (ofccl_gpu_register): not freed here */
+    uint64_t buffer_id;  /* user: its allocation's id, to see it freed under us */
+    ofccl__gmap_t **map; /* user: [size] the peers' mappings */
     struct ofccl__gseg *next;
 } ofccl__gseg_t;
 
@@ -91,8 +108,13 @@ typedef struct ofccl__gcomm {
     ofccl__mr_t *region_mr;
     _Atomic uint64_t **fh; /* [size] host pointers */
     char **fd;             /* [size] device pointers */
-    /* the symmetric pool */
+    /* the symmetric pool, and the caller's registered memory (greg.c) */
     ofccl__gseg_t *segs;
+    ofccl__gseg_t *regs;
+    ofccl__gmap_t *maps;
+    uint32_t nsegs;         /* segments and registrations made (their serials) */
+    uint64_t nregs;         /* registrations tried (the descriptors' tag) */
+    struct ofccl__gfd *box; /* where peers' descriptors arrive, opened on first use */
     ofccl__gbuf_t *bufs;
     ofccl__gbuf_t *scratch; /* staged outputs land here (gpool_scratch) */
     size_t pool_bytes, budget;
@@ -106,13 +128,15 @@ typedef struct ofccl__gcomm {
     ofccl__gpu_event_t done[OFCCL__GPU_SLOTS];
     struct ofccl__grq {
         int coll;
-        int root;      /* broadcast */
-        size_t off;    /* the output's offset in every rank's segment */
-        char **peer;   /* the segment's mappings (its `peer` array) */
-        void *stage;   /* the caller's output where it is not pool memory, else NULL */
-        bool ce;       /* moved by the copy engines */
-        bool released; /* the abort values are written */
-        bool bucket;   /* r->tensors packed in before, unpacked after (gbucket.c) */
+        int root;        /* broadcast */
+        size_t off;      /* the output's offset in every rank's segment */
+        uint32_t serial; /* that segment's (or registration's) number */
+        char **peer;     /* the segment's mappings (its `peer` array) */
+        void *stage;     /* the caller's output where it is not pool memory, else NULL */
+        bool ce;         /* moved by the copy engines */
+        bool chain;      /* a broadcast along the chain (else the root pushes) */
+        bool released;   /* the abort values are written */
+        bool bucket;     /* r->tensors packed in before, unpacked after (gbucket.c) */
         ofccl__req_t *req;
     } rq[OFCCL__GPU_SLOTS];
     ofccl__gpu_event_t last; /* the previous collective's end: the next one waits for it */
@@ -173,6 +197,18 @@ int ofccl__gbucket_unpack(ofccl__req_t *r, const char *out, ofccl__err_t *e);
 int ofccl__gpu_stage(ofccl__gcomm_t *gc, int coll, const void *sendbuf, void *recvbuf, size_t count,
                      ofccl_dtype_t dtype, ofccl_redop_t op, int root, size_t block,
                      ofccl_req_t **req);
+
+/* ---- greg.c: the caller's GPU memory ---- */
+/* Collective: every rank registers `bytes` of its own at `ptr` (the same
+ * sizes in the same order); each maps every peer's. */
+int ofccl__greg_add(ofccl__gcomm_t *gc, void *ptr, size_t bytes);
+/* Local: drop the registration at `ptr` (BUSY while a collective uses it). */
+int ofccl__greg_drop(ofccl__gcomm_t *gc, void *ptr);
+/* The registration holding [p, p + len), or NULL; an error (and the
+ * registration dropped) where its memory was freed under it. */
+int ofccl__greg_find(ofccl__gcomm_t *gc, const void *p, size_t len, ofccl__gseg_t **seg,
+                     size_t *off);
+void ofccl__greg_fini(ofccl__gcomm_t *gc);
 
 /* ---- gpool.c ---- */
 /* Collective when a segment must be added: every rank asks for the same

@@ -101,6 +101,7 @@ static int seg_add(ofccl__gcomm_t *gc, size_t len, ofccl__gseg_t **out)
         return rc ? rc : local;
     }
     s->len = len;
+    s->serial = gc->nsegs++;
     s->next = gc->segs;
     gc->segs = s;
     gc->pool_bytes += len;
