@@ -343,6 +343,7 @@ static size_t chain_chunk(const ofccl__gcomm_t *gc, size_t len)
  * 4 x H200: the chain 13-54 GB/s from 1 to 16 MiB, pushing 22-101; level at
  * 32 MiB, the chain ahead beyond. */
 #define BC_CHAIN_MIN ((size_t)32 << 20)
+#define BC_CE_MIN ((size_t)16 << 20)
 
 /* Broadcast along a pipelined chain root, root + 1, ... (the copy kernel's
  * chain: device flags per chunk, no host or stream operation per chunk); on
@@ -361,6 +362,10 @@ static int bc_start(ofccl__req_t *r)
     rc = begin(r, &e);
     if (me == root)
         q->stage = NULL; /* the root's own buffer is its output */
+    /* Two ranks: one copy from the root, by a copy engine from 16 MiB (on
+     * 2 x H200: 227-364 GB/s from 16 to 512 MiB, the copy kernel 167-231). */
+    if (n == 2 && r->block >= BC_CE_MIN)
+        q->ce = true;
     q->chain = !q->ce && r->block >= BC_CHAIN_MIN;
     if (!q->chain) {
         if (me == root) {
