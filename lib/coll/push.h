@@ -21,6 +21,7 @@ struct ofccl_push_plan {
     size_t max_recv_bytes;     /* the largest bucket of any receiver */
     uint64_t tag;              /* in every bucket's fingerprint: ranks must agree on the plan */
     void *buf[2];              /* this receiver's double buffer, allocated on first use */
+    bool gpu;                  /* a GPU plan (gpu/gpush.c): buf[] in the GPU pool, every rank */
     /* per request slot: its bucket, the sender's shards, its unit numbering
      * (receiving: where each sender's units start; sending: where ours start at
      * each receiver), and where the shards were staged (strict providers) */
@@ -40,5 +41,16 @@ unsigned ofccl__push_pieces(const ofccl_push_plan_t *pl, int k, int s, int j);
 void ofccl__push_plan_free(ofccl_push_plan_t *pl);
 
 extern const ofccl__algo_t ofccl__push_algo;
+
+/* GPU plans (gpu/gpush.c). Setup (collective, at plan creation): the
+ * communicator's GPU state, P2P required, and the two receive buffers of
+ * max_recv_bytes in the GPU pool on every rank. */
+int ofccl__gpu_push_setup(ofccl_push_plan_t *pl);
+void ofccl__gpu_push_free(ofccl_push_plan_t *pl);
+/* A bucket of the plan still runs on the GPU. */
+bool ofccl__gpu_push_busy(const ofccl_push_plan_t *pl);
+/* Post bucket k of a GPU plan on the communicator's stream. */
+int ofccl__gpu_push_bucket(ofccl_push_plan_t *pl, int k, void *const *shards, void *buf,
+                           ofccl__req_t **out);
 
 #endif

@@ -65,17 +65,24 @@ unsigned ofccl__push_pieces(const ofccl_push_plan_t *pl, int k, int s, int j)
 /* Every rank's view of the plan: one hash per field (so a difference can be
  * named), and a receiver's slices. */
 typedef struct view {
-    uint64_t senders, receivers, tensors, bucket;
+    uint64_t senders, receivers, tensors, bucket, gpu;
 } view_t;
+#define VIEW_FIELDS 5
 
 static const char *const field_names[] = {"senders", "receivers", "tensors (counts or dtypes)",
-                                          "bucket_bytes"};
+                                          "bucket_bytes", "memory (gpu)"};
+
+/* The spec's gpu field, where the caller's spec has it. */
+static int spec_gpu(const ofccl_push_spec_t *sp)
+{
+    return sp->size >= offsetof(ofccl_push_spec_t, gpu) + sizeof(sp->gpu) && sp->gpu != 0;
+}
 
 static int check_spec(ofccl_comm_t *comm, const ofccl_push_spec_t *sp)
 {
     const char *bad = NULL;
 
-    if (sp == NULL || sp->size < sizeof(*sp))
+    if (sp == NULL || sp->size < offsetof(ofccl_push_spec_t, gpu))
         bad = "spec is NULL or its size field is not sizeof(ofccl_push_spec_t)";
     else if (sp->nsenders < 1 || sp->senders == NULL)
         bad = "no senders";
@@ -123,7 +130,7 @@ static int check_spec(ofccl_comm_t *comm, const ofccl_push_spec_t *sp)
 static view_t view_of(const ofccl_push_spec_t *sp)
 {
     view_t v = {OFCCL__FNV_BASIS, OFCCL__FNV_BASIS, OFCCL__FNV_BASIS,
-                sp->bucket_bytes ? sp->bucket_bytes : DEFAULT_BUCKET};
+                sp->bucket_bytes ? sp->bucket_bytes : DEFAULT_BUCKET, (uint64_t)spec_gpu(sp)};
 
     v.senders = ofccl__fnv(ofccl__fnv(v.senders, &sp->nsenders, sizeof(int)), sp->senders,
                            sizeof(int) * (size_t)sp->nsenders);
@@ -140,7 +147,7 @@ static view_t view_of(const ofccl_push_spec_t *sp)
 /* Every rank's view and every receiver's slices, over the communicator. */
 static int exchange(ofccl_comm_t *comm, const ofccl_push_spec_t *sp, ofccl_push_plan_t *pl)
 {
-    size_t nt = (size_t)sp->ntensors, rec = 32 + 16 * nt, n = (size_t)comm->size;
+    size_t nt = (size_t)sp->ntensors, rec = 40 + 16 * nt, n = (size_t)comm->size;
     uint8_t *mine = calloc(1, rec), *all = malloc(rec * n);
     view_t me = view_of(sp);
     int rc = 0;
@@ -153,33 +160,35 @@ static int exchange(ofccl_comm_t *comm, const ofccl_push_spec_t *sp, ofccl_push_
     ofccl__put_le64(mine + 8, me.receivers);
     ofccl__put_le64(mine + 16, me.tensors);
     ofccl__put_le64(mine + 24, me.bucket);
+    ofccl__put_le64(mine + 32, me.gpu);
     for (size_t t = 0; t < nt; t++) {
         bool sliced = sp->slice_offset != NULL && sp->slice_count != NULL;
-        ofccl__put_le64(mine + 32 + 16 * t, sliced ? sp->slice_offset[t] : 0);
-        ofccl__put_le64(mine + 40 + 16 * t, sliced ? sp->slice_count[t] : sp->counts[t]);
+        ofccl__put_le64(mine + 40 + 16 * t, sliced ? sp->slice_offset[t] : 0);
+        ofccl__put_le64(mine + 48 + 16 * t, sliced ? sp->slice_count[t] : sp->counts[t]);
     }
     if ((rc = ofccl__allgather_blocking(comm, mine, all, rec)) != 0)
         goto out;
     for (size_t r = 0; r < n; r++) {
         const uint8_t *v = all + r * rec;
-        uint64_t theirs[4] = {ofccl__get_le64(v), ofccl__get_le64(v + 8), ofccl__get_le64(v + 16),
-                              ofccl__get_le64(v + 24)},
-                 ours[4] = {me.senders, me.receivers, me.tensors, me.bucket};
-        for (int f = 0; f < 4; f++)
+        uint64_t theirs[VIEW_FIELDS] = {ofccl__get_le64(v), ofccl__get_le64(v + 8),
+                                        ofccl__get_le64(v + 16), ofccl__get_le64(v + 24),
+                                        ofccl__get_le64(v + 32)},
+                 ours[VIEW_FIELDS] = {me.senders, me.receivers, me.tensors, me.bucket, me.gpu};
+        for (int f = 0; f < VIEW_FIELDS; f++)
             if (theirs[f] != ours[f]) {
                 rc = ofccl__comm_fail(comm, OFCCL_ERR_MISMATCH,
                                       "ofccl_push_plan_create: rank %zu passed other %s than rank "
                                       "%d%s",
                                       r, field_names[f], comm->rank,
-                                      f == 3 ? "" : " (every rank passes the same plan)");
+                                      f == 3 || f == 4 ? "" : " (every rank passes the same plan)");
                 goto out;
             }
     }
     for (int j = 0; j < pl->nreceivers; j++)
         for (size_t t = 0; t < nt; t++) {
             const uint8_t *v = all + (size_t)pl->receivers[j] * rec;
-            pl->slice_off[(size_t)j * nt + t] = ofccl__get_le64(v + 32 + 16 * t);
-            pl->slice_cnt[(size_t)j * nt + t] = ofccl__get_le64(v + 40 + 16 * t);
+            pl->slice_off[(size_t)j * nt + t] = ofccl__get_le64(v + 40 + 16 * t);
+            pl->slice_cnt[(size_t)j * nt + t] = ofccl__get_le64(v + 48 + 16 * t);
             if (pl->slice_off[(size_t)j * nt + t] > pl->counts[t] ||
                 pl->slice_cnt[(size_t)j * nt + t] >
                     pl->counts[t] - pl->slice_off[(size_t)j * nt + t]) {
@@ -281,6 +290,11 @@ static int plan_create_locked(ofccl_comm_t *comm, const ofccl_push_spec_t *sp,
     }
     pl->tag = view_of(sp).tensors ^ view_of(sp).senders * 31 ^ view_of(sp).receivers * 17;
     lay_out(pl, sp->bucket_bytes ? sp->bucket_bytes : DEFAULT_BUCKET);
+    /* GPU plans: the receive buffers in the symmetric GPU pool (collective). */
+    if (spec_gpu(sp) && (rc = ofccl__gpu_push_setup(pl)) != 0) {
+        ofccl__push_plan_free(pl);
+        return rc;
+    }
     *out = pl;
     return 0;
 }
@@ -289,7 +303,9 @@ void ofccl__push_plan_free(ofccl_push_plan_t *pl)
 {
     if (pl == NULL)
         return;
-    for (int b = 0; b < 2; b++)
+    if (pl->gpu)
+        ofccl__gpu_push_free(pl);
+    for (int b = 0; b < 2 && !pl->gpu; b++)
         if (pl->buf[b] != NULL)
             ofccl_buffer_free(pl->comm, pl->buf[b]);
     free(pl->senders);
@@ -322,7 +338,7 @@ int ofccl_push_plan_destroy(ofccl_push_plan_t *plan)
         return OFCCL_ERR_INVALID_ARG;
     ctx = plan->comm->ctx;
     ofccl__ctx_lock(ctx);
-    if (ofccl__coll_uses(plan->comm, plan)) {
+    if (ofccl__coll_uses(plan->comm, plan) || (plan->gpu && ofccl__gpu_push_busy(plan))) {
         ofccl__ctx_unlock(ctx);
         return ofccl__comm_fail(plan->comm, OFCCL_ERR_BUSY,
                                 "ofccl_push_plan_destroy: a bucket of this plan is still running; "

@@ -111,6 +111,11 @@ static int push_bucket_locked(ofccl_push_plan_t *pl, int k, void *const *shards,
     if (pl->me_send >= 0 && shards == NULL && pl->first[k + 1] > pl->first[k])
         return ofccl__comm_fail(comm, OFCCL_ERR_INVALID_ARG,
                                 "ofccl_push_bucket: this rank is a sender: shards is NULL");
+    if (pl->gpu) {
+        if ((rc = ofccl__gpu_push_bucket(pl, k, shards, buf, &r)) == 0)
+            *req = r;
+        return rc;
+    }
     if ((shards != NULL &&
          (rc = ofccl__gpu_refuse(comm, "ofccl_push_bucket", "shards",
                                  (const void *const *)shards + pl->first[k],

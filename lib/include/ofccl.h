@@ -241,11 +241,19 @@ typedef struct ofccl_push_spec {
     /* Receivers only, may differ per receiver (NULL: whole tensors): the
      * slice [slice_offset[t], + slice_count[t]) of tensor t, in elements. */
     const size_t *slice_offset, *slice_count;
+    /* 1: the senders' shards and the receive buffers are memory of each
+     * rank's GPU (every rank on one host, every pair of GPUs P2P): the plan's
+     * two receive buffers are symmetric GPU memory (ofccl_push_buffer; a
+     * receiver passes buf NULL), and each bucket moves GPU to GPU on the
+     * communicator's stream (ofccl_comm_set_stream), by the copy engines, no
+     * SM taken from the trainer or the rollout. The same on every rank.
+     * (Callers built before this field pass a smaller size: host memory.) */
+    int gpu;
 } ofccl_push_spec_t;
 typedef struct ofccl_push_plan ofccl_push_plan_t;
 /* Collective over `comm`: every rank passes the same senders, receivers,
- * tensors and bucket size (else OFCCL_ERR_MISMATCH naming the field and the
- * ranks); every rank must be a sender or a receiver. */
+ * tensors, bucket size and memory (else OFCCL_ERR_MISMATCH naming the field
+ * and the ranks); every rank must be a sender or a receiver. */
 OFCCL_API int ofccl_push_plan_create(ofccl_comm_t *comm, const ofccl_push_spec_t *spec,
                                      ofccl_push_plan_t **plan);
 /* OFCCL_ERR_BUSY while a bucket of the plan is running. */
@@ -299,8 +307,10 @@ OFCCL_API int ofccl_mem_free(ofccl_ctx_t *ctx, void *ptr);
  * the communicator's stream and returning at once, the data moved GPU to GPU
  * (a copy kernel on OFCCL_GPU_SMS SMs, or the copy engines); elsewhere, and
  * for ofccl_reduce_scatter, GPU memory is staged through host memory on the
- * host (said once in the log, with why). The bucketed reduce-scatter and the
- * weight push refuse GPU memory (OFCCL_ERR_NOT_SUPPORTED). */
+ * host (said once in the log, with why). The weight push moves GPU memory
+ * through a plan made for it (ofccl_push_spec_t.gpu). The bucketed
+ * reduce-scatter, and a host plan's push, refuse GPU memory
+ * (OFCCL_ERR_NOT_SUPPORTED). */
 typedef void *ofccl_stream_t; /* a CUstream / cudaStream_t; NULL: the legacy default stream */
 /* The stream later GPU collectives of `comm` are enqueued on (each waits for
  * the previous one of the communicator first, whatever its stream). */

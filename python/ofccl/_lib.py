@@ -43,7 +43,7 @@ class PushSpec(Structure):
                 ("nreceivers", c_int), ("receivers", POINTER(c_int)), ("ntensors", c_int),
                 ("counts", POINTER(c_size_t)), ("dtypes", POINTER(c_int)),
                 ("bucket_bytes", c_size_t), ("slice_offset", POINTER(c_size_t)),
-                ("slice_count", POINTER(c_size_t))]
+                ("slice_count", POINTER(c_size_t)), ("gpu", c_int)]
 
 
 class Stats(Structure):

@@ -27,5 +27,7 @@ int gpu_bucket(int rank, ofccl_ctx_t *ctx, ofccl_comm_t *comm);
  * memory), and a registration whose size differs on one rank. */
 int gpu_register(int rank, ofccl_ctx_t *ctx, ofccl_comm_t *comm);
 int gpu_register_size(int rank, ofccl_ctx_t *ctx, ofccl_comm_t *comm);
+/* test_gpu_push.c: weight push on GPU memory (a GPU plan). */
+int gpu_push(int rank, ofccl_ctx_t *ctx, ofccl_comm_t *comm);
 
 #endif

@@ -12,9 +12,10 @@
  * Bucketed all-gather and broadcast: test_gpu_bucket.c; a bucketed
  * reduce-scatter of GPU tensors is refused (NOT_SUPPORTED) and the
  * communicator goes on.
- * The caller's own GPU memory registered: test_gpu_reg.c.
+ * The caller's own GPU memory registered: test_gpu_reg.c. Weight push on GPU
+ * memory: test_gpu_push.c.
  * Usage: test_gpu [NRANKS] [scenario...]  (scenarios: gather bcast ce stream mismatch kill leak
- * refuse bucket bucket-ce register register-ce reg-size)
+ * refuse bucket bucket-ce register register-ce reg-size push)
  */
 #include <signal.h>
 #include <stdint.h>
@@ -427,7 +428,8 @@ int main(int argc, char **argv)
                {"bucket-ce", gpu_bucket, "GPU_SMS=0"},
                {"register", gpu_register, NULL},
                {"register-ce", gpu_register, "GPU_SMS=0"},
-               {"reg-size", gpu_register_size, NULL}};
+               {"reg-size", gpu_register_size, NULL},
+               {"push", gpu_push, NULL}};
     int n = gpus_here(), rc = 0;
 
     setvbuf(stdout, NULL, _IOLBF, 0); /* a rank that dies keeps what it printed */

@@ -88,7 +88,8 @@ int ofccl__gpu_refuse(ofccl_comm_t *comm, const char *what, const char *role,
             return ofccl__comm_fail(comm, OFCCL_ERR_NOT_SUPPORTED,
                                     "%s: %s %d is memory of GPU %d: this call takes host memory "
                                     "only (GPU memory: all-gather and broadcast, flat or bucketed; "
-                                    "reduce-scatter through ofccl_reduce_scatter, staged)",
+                                    "reduce-scatter through ofccl_reduce_scatter, staged; the "
+                                    "weight push through a plan made with gpu = 1)",
                                     what, role, i, k);
     }
     return 0;

@@ -41,12 +41,12 @@ static struct ofccl__grq *q_of(const ofccl__req_t *r)
 
 static uint64_t v_of(const ofccl__req_t *r)
 {
-    return r->seq + 1;
+    return ofccl__gq_v(r);
 }
 
 static void *flag(const ofccl__gcomm_t *gc, int rank, size_t word)
 {
-    return gc->fd[rank] + word * sizeof(uint64_t);
+    return ofccl__gq_flag(gc, rank, word);
 }
 
 static uint64_t flag_here(const ofccl__gcomm_t *gc, size_t word)
@@ -66,7 +66,9 @@ static void fp_publish(ofccl__req_t *r, const struct ofccl__grq *q)
                             q->off,
                             (uint64_t)(int64_t)q->root,
                             (uint64_t)r->dtype,
-                            q->bucket ? r->layout_hash ^ (uint64_t)r->ntensors : 0};
+                            q->bucket                ? r->layout_hash ^ (uint64_t)r->ntensors
+                            : r->coll == OFCCL__PUSH ? r->tag
+                                                     : 0};
 
     for (int i = FP_WORDS - 1; i >= 0; i--) /* the sequence last: it says the rest is in */
         atomic_store_explicit(&w[i], v[i],
@@ -151,8 +153,7 @@ void ofccl__gpu_prepare(ofccl__req_t *r, ofccl__gcomm_t *gc, const ofccl__gwhere
     r->algo_state = q;
 }
 
-/* The per-peer copy-engine streams and the fork event, made on first use. */
-static int ce_streams(ofccl__gcomm_t *gc, ofccl__err_t *e)
+int ofccl__gq_ce_streams(ofccl__gcomm_t *gc, ofccl__err_t *e)
 {
     const ofccl_comm_t *comm = gc->comm;
     int rc = 0;
@@ -204,7 +205,7 @@ static int push(ofccl__req_t *r, const int *to, int nto, const void *src, size_t
                                        flag(gc, to[i], ofccl__gf_done(n, me)), v, e);
         return rc;
     }
-    if ((rc = ce_streams(gc, e)) == 0)
+    if ((rc = ofccl__gq_ce_streams(gc, e)) == 0)
         rc = ofccl__gpu_event_record(gc->g, gc->dev, gc->fork, gc->stream, e);
     for (int i = 0; rc == 0 && i < nto; i++) {
         ofccl__gpu_stream_t s = gc->ce[to[i]];
@@ -228,8 +229,7 @@ static int push(ofccl__req_t *r, const int *to, int nto, const void *src, size_t
     return rc;
 }
 
-/* What every stream program begins and ends with. */
-static int begin(ofccl__req_t *r, ofccl__err_t *e)
+int ofccl__gq_begin(ofccl__req_t *r, ofccl__err_t *e)
 {
     ofccl__gcomm_t *gc = gc_of(r);
 
@@ -250,7 +250,7 @@ static int begin(ofccl__req_t *r, ofccl__err_t *e)
     return 0;
 }
 
-static int end(ofccl__req_t *r, size_t bytes, ofccl__err_t *e)
+int ofccl__gq_end(ofccl__req_t *r, size_t bytes, ofccl__err_t *e)
 {
     ofccl__gcomm_t *gc = gc_of(r);
     struct ofccl__grq *q = q_of(r);
@@ -268,8 +268,7 @@ static int end(ofccl__req_t *r, size_t bytes, ofccl__err_t *e)
     return rc;
 }
 
-/* Wait here until every rank in `from` is DONE. */
-static int wait_done(ofccl__req_t *r, const int *from, int n, ofccl__err_t *e)
+int ofccl__gq_wait_done(ofccl__req_t *r, const int *from, int n, ofccl__err_t *e)
 {
     ofccl__gcomm_t *gc = gc_of(r);
     int rc = 0;
@@ -281,8 +280,7 @@ static int wait_done(ofccl__req_t *r, const int *from, int n, ofccl__err_t *e)
     return rc;
 }
 
-/* READY: tell every rank in `to` that this output takes writes. */
-static int say_ready(ofccl__req_t *r, const int *to, int n, ofccl__err_t *e)
+int ofccl__gq_say_ready(ofccl__req_t *r, const int *to, int n, ofccl__err_t *e)
 {
     ofccl__gcomm_t *gc = gc_of(r);
     int rc = 0;
@@ -307,13 +305,13 @@ static int ag_start(ofccl__req_t *r)
     char *own = q->peer[me] + q->off + (size_t)me * r->block;
     ofccl__err_t e = {0};
 
-    rc = begin(r, &e);
+    rc = ofccl__gq_begin(r, &e);
     /* Out of place: this rank's own block goes by the copy engine (the kernel
      * path stores it with the peers' in the same pass, push()). */
     if (rc == 0 && r->sendbuf != own && r->block && q->ce)
         rc = ofccl__gpu_copy(gc->g, gc->dev, gc->stream, own, r->sendbuf, r->block, &e);
     if (rc == 0)
-        rc = say_ready(r, peers, np, &e);
+        rc = ofccl__gq_say_ready(r, peers, np, &e);
     if (rc == 0 && r->block)
         rc = push(r, peers, np, r->sendbuf, q->off + (size_t)me * r->block, r->block, &e);
     else if (rc == 0) /* nothing to move: only the DONE flags */
@@ -321,9 +319,9 @@ static int ag_start(ofccl__req_t *r)
             rc = ofccl__gpu_write_flag(gc->g, gc->dev, gc->stream,
                                        flag(gc, peers[i], ofccl__gf_done(n, me)), v_of(r), &e);
     if (rc == 0)
-        rc = wait_done(r, peers, np, &e);
+        rc = ofccl__gq_wait_done(r, peers, np, &e);
     if (rc == 0)
-        rc = end(r, r->block * (size_t)n, &e);
+        rc = ofccl__gq_end(r, r->block * (size_t)n, &e);
     return rc ? failed(r, rc, &e) : 0;
 }
 
@@ -359,7 +357,7 @@ static int bc_start(ofccl__req_t *r)
     bool last = pos == n - 1;
     ofccl__err_t e = {0};
 
-    rc = begin(r, &e);
+    rc = ofccl__gq_begin(r, &e);
     if (me == root)
         q->stage = NULL; /* the root's own buffer is its output */
     /* Two ranks: one copy from the root, by a copy engine from 16 MiB (on
@@ -378,15 +376,15 @@ static int bc_start(ofccl__req_t *r)
                                                v_of(r), &e);
         } else {
             if (rc == 0)
-                rc = say_ready(r, &root, 1, &e);
+                rc = ofccl__gq_say_ready(r, &root, 1, &e);
             if (rc == 0)
-                rc = wait_done(r, &root, 1, &e);
+                rc = ofccl__gq_wait_done(r, &root, 1, &e);
         }
     } else {
         const char *src = me == root ? r->recvbuf : q->peer[me] + q->off;
         char *next = last ? NULL : q->peer[succ] + q->off;
         if (rc == 0 && me != root)
-            rc = say_ready(r, &pred, 1, &e);
+            rc = ofccl__gq_say_ready(r, &pred, 1, &e);
         if (rc == 0 && !last)
             rc = ofccl__gpu_wait_flag(gc->g, gc->dev, gc->stream,
                                       flag(gc, me, ofccl__gf_ready(succ)), v_of(r), &e);
@@ -398,7 +396,7 @@ static int bc_start(ofccl__req_t *r)
                                  v_of(r) << 24, flag(gc, me, OFCCL__GF_ABORT), &e);
     }
     if (rc == 0)
-        rc = end(r, r->block, &e);
+        rc = ofccl__gq_end(r, r->block, &e);
     return rc ? failed(r, rc, &e) : 0;
 }
 
@@ -458,6 +456,9 @@ static const char *waits_on(const ofccl__req_t *r, int p)
     bool writes_to_p =
         ag || (chain ? p == (me + 1) % n && (p - q->root + n) % n != 0 : me == q->root);
     bool p_writes_here = ag || (chain ? me != q->root && p == (me - 1 + n) % n : p == q->root);
+
+    if (q->coll == OFCCL__PUSH)
+        ofccl__gpush_roles(r, p, &writes_to_p, &p_writes_here);
 
     if (r->finished || p == me)
         return NULL;
@@ -531,3 +532,4 @@ bool ofccl__gpu_quiesce(ofccl__gcomm_t *gc)
     }
 GPU_ALGO(ofccl__gpu_ag, "gpu", OFCCL__AG, ag_start);
 GPU_ALGO(ofccl__gpu_bc, "gpu", OFCCL__BC, bc_start);
+GPU_ALGO(ofccl__gpu_push, "gpu", OFCCL__PUSH, ofccl__gpush_start);

@@ -137,6 +137,7 @@ typedef struct ofccl__gcomm {
         bool chain;      /* a broadcast along the chain (else the root pushes) */
         bool released;   /* the abort values are written */
         bool bucket;     /* r->tensors packed in before, unpacked after (gbucket.c) */
+        const struct ofccl_push_plan *plan; /* a weight push bucket's plan (gpush.c) */
         ofccl__req_t *req;
     } rq[OFCCL__GPU_SLOTS];
     ofccl__gpu_event_t last; /* the previous collective's end: the next one waits for it */
@@ -167,10 +168,30 @@ int ofccl__gpu_kind_of(ofccl_comm_t *comm, const void *p);
 ofccl__gcomm_t *ofccl__gcomm_of(const ofccl_comm_t *comm);
 
 /* ---- gcoll.c: the stream programs, as engine requests ---- */
+/* The flags' value for a request (its sequence + 1, the same on every rank),
+ * and the device address of word `word` of rank `rank`'s flag region. */
+static inline uint64_t ofccl__gq_v(const ofccl__req_t *r)
+{
+    return r->seq + 1;
+}
+static inline void *ofccl__gq_flag(const ofccl__gcomm_t *gc, int rank, size_t word)
+{
+    return gc->fd[rank] + word * sizeof(uint64_t);
+}
+/* What every stream program begins with (the arguments published, the
+ * previous collective waited for, a bucket packed) and ends with (a bucket
+ * unpacked or a scratch output copied out, the end event); READY to the
+ * ranks in `to`; waiting here for DONE from the ranks in `from`. */
+int ofccl__gq_begin(ofccl__req_t *r, ofccl__err_t *e);
+int ofccl__gq_end(ofccl__req_t *r, size_t bytes, ofccl__err_t *e);
+int ofccl__gq_say_ready(ofccl__req_t *r, const int *to, int n, ofccl__err_t *e);
+int ofccl__gq_wait_done(ofccl__req_t *r, const int *from, int n, ofccl__err_t *e);
+/* The per-peer copy-engine streams and the fork event, made on first use. */
+int ofccl__gq_ce_streams(ofccl__gcomm_t *gc, ofccl__err_t *e);
 /* The request's algorithm: no descriptors or units; start enqueues the whole
  * collective on the stream, progress polls its end and the peers' published
  * arguments, abort releases this rank's stream (OFCCL__ALGO_STREAM). */
-extern const ofccl__algo_t ofccl__gpu_ag, ofccl__gpu_bc;
+extern const ofccl__algo_t ofccl__gpu_ag, ofccl__gpu_bc, ofccl__gpu_push;
 /* Where an output of `bytes` at `out` lands: its pool segment and offset, or
  * the scratch buffer (then `stage` is `out`, copied to at the end). May grow
  * the pool (collective): before the request's slot is claimed. */
@@ -185,6 +206,11 @@ void ofccl__gpu_prepare(ofccl__req_t *r, ofccl__gcomm_t *gc, const ofccl__gwhere
 /* Tear-down: release every running request's stream and wait for its end
  * (bounded); false where the GPU may still touch the communicator's memory. */
 bool ofccl__gpu_quiesce(ofccl__gcomm_t *gc);
+
+/* ---- gpush.c: a weight push bucket of a GPU plan ---- */
+int ofccl__gpush_start(ofccl__req_t *r);
+/* Whether this rank writes to p, and whether p writes here, in this bucket. */
+void ofccl__gpush_roles(const ofccl__req_t *r, int p, bool *to_p, bool *from_p);
 
 /* ---- gbucket.c ---- */
 /* Enqueue the copies of a bucket's tensors into this rank's region of `out`
