@@ -132,6 +132,9 @@ int ofccl__gpu_share_open(ofccl__gpu_t *g, int dev, ofccl__gpu_share_t *s, void 
                           ofccl__err_t *e);
 void ofccl__gpu_share_close(ofccl__gpu_t *g, int dev, int kind, void *base, size_t map_len);
 void ofccl__gpu_share_clear(ofccl__gpu_share_t *s);
+/* Peers' memory mapped into this process now (CUDA IPC and virtual-memory
+ * mappings together, every communicator): leak checks. */
+long ofccl__gpu_mappings(void);
 /* The allocation's id holding p (unique for the process's life: memory
  * freed and allocated again gets a new one), 0 where it has none. */
 uint64_t ofccl__gpu_buffer_id(ofccl__gpu_t *g, const void *p);

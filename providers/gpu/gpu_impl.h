@@ -96,6 +96,8 @@ struct ofccl__gpu {
  * ofccl__gpu_leave puts the caller's back. Not nested. */
 int ofccl__gpu_enter(ofccl__gpu_t *g, int dev);
 void ofccl__gpu_leave(ofccl__gpu_t *g);
+/* Peers' memory mapped into this process (ofccl__gpu_mappings). */
+extern _Atomic long ofccl__gpu_nmapped;
 /* Fail `e` with a CUDA result's name and text: "<what>: CUDA error N (...)". */
 int ofccl__gpu_cufail(const ofccl__gpu_t *g, ofccl__err_t *e, int res, const char *what);
 

@@ -115,6 +115,11 @@ void ofccl__gpu_share_close(ofccl__gpu_t *g, int dev, int kind, void *base, size
 
 void ofccl__gpu_share_clear(ofccl__gpu_share_t *s) {}
 
+long ofccl__gpu_mappings(void)
+{
+    return 0;
+}
+
 uint64_t ofccl__gpu_buffer_id(ofccl__gpu_t *g, const void *p)
 {
     return 0;

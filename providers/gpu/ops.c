@@ -90,12 +90,14 @@ int ofccl__gpu_ipc_open(ofccl__gpu_t *g, int dev, const uint8_t handle[OFCCL__GP
     ofccl__gpu_leave(g);
     if (res != CUDA_SUCCESS)
         return ofccl__gpu_cufail(g, e, res, "mapping a peer's GPU memory (cuIpcOpenMemHandle)");
+    ofccl__gpu_nmapped++;
     *ptr = (void *)(uintptr_t)p;
     return 0;
 }
 
 void ofccl__gpu_ipc_close(ofccl__gpu_t *g, int dev, void *ptr)
 {
+    ofccl__gpu_nmapped--;
     IN_DEV_QUIET(g, dev, ofccl__gpu_fn.cuIpcCloseMemHandle(dptr(ptr)));
 }
 

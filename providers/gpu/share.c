@@ -20,6 +20,13 @@
 #include "gpu_impl.h"
 #include "util.h"
 
+_Atomic long ofccl__gpu_nmapped;
+
+long ofccl__gpu_mappings(void)
+{
+    return ofccl__gpu_nmapped;
+}
+
 static CUdeviceptr dptr(const void *p)
 {
     return (CUdeviceptr)(uintptr_t)p;
@@ -206,12 +213,14 @@ int ofccl__gpu_share_open(ofccl__gpu_t *g, int dev, ofccl__gpu_share_t *s, void 
                                  s->kind == OFCCL__GPU_SHARE_IPC
                                      ? "mapping a peer's GPU memory (cuIpcOpenMemHandle)"
                                      : "mapping a peer's virtual GPU memory (cuMemMap)");
+    ofccl__gpu_nmapped++;
     *base = (void *)(uintptr_t)p;
     return 0;
 }
 
 void ofccl__gpu_share_close(ofccl__gpu_t *g, int dev, int kind, void *base, size_t map_len)
 {
+    ofccl__gpu_nmapped--;
     if (ofccl__gpu_enter(g, dev) == CUDA_SUCCESS) {
         if (kind == OFCCL__GPU_SHARE_IPC)
             ofccl__gpu_fn.cuIpcCloseMemHandle(dptr(base));
@@ -262,5 +271,7 @@ int ofccl__gpu_vmm_alloc(ofccl__gpu_t *g, int dev, size_t piece, int npieces, vo
 
 void ofccl__gpu_vmm_free(ofccl__gpu_t *g, int dev, void *ptr, size_t total)
 {
-    ofccl__gpu_share_close(g, dev, OFCCL__GPU_SHARE_VMM, ptr, total);
+    if (ofccl__gpu_enter(g, dev) == CUDA_SUCCESS)
+        unmap_range(dptr(ptr), total);
+    ofccl__gpu_leave(g);
 }

@@ -26,6 +26,10 @@ int gpu_bucket(int rank, ofccl_ctx_t *ctx, ofccl_comm_t *comm);
 /* test_gpu_reg.c: the caller's GPU memory registered (cudaMalloc and virtual
  * memory), and a registration whose size differs on one rank. */
 int gpu_register(int rank, ofccl_ctx_t *ctx, ofccl_comm_t *comm);
+/* One all-gather of `count` elements per rank into `out` from `in` (NULL: in
+ * place), every byte checked; 0 when right. */
+int gather_at(int rank, int n, ofccl_comm_t *comm, char *out, const char *in, size_t count,
+              ofccl_dtype_t dt, unsigned salt, const char *what);
 int gpu_register_size(int rank, ofccl_ctx_t *ctx, ofccl_comm_t *comm);
 /* test_gpu_push.c: weight push on GPU memory (a GPU plan). */
 int gpu_push(int rank, ofccl_ctx_t *ctx, ofccl_comm_t *comm);

@@ -315,15 +315,45 @@ static int kill_peer(int rank, ofccl_ctx_t *ctx, ofccl_comm_t *comm)
 
 /* 100 communicators with GPU buffers and a collective each, created and
  * destroyed: the device's free memory comes back. */
+/* Each communicator of the leak check also maps its peers' memory: a fresh
+ * cudaMalloc buffer, and every tenth time virtual memory, registered and
+ * gathered into, then left registered when the communicator goes (its
+ * destroy must unmap them: a peer mapping left behind would keep the
+ * owner's memory after the owner frees it). */
+static void *regbuf, *vmm;
+static size_t vmm_len;
+
+static int reg_once(int rank, ofccl_comm_t *c, int k)
+{
+    ofccl__err_t e;
+    int n = 0, bad = 0;
+    size_t len = 4u << 20;
+
+    ofccl_comm_size(c, &n);
+    if ((regbuf = dmalloc(len)) == NULL || ofccl_gpu_register(c, regbuf, len) != 0)
+        return 1;
+    bad |= gather_at(rank, n, c, regbuf, NULL, len / (size_t)n, OFCCL_U8, (unsigned)k, "leak");
+    if (k % 10 == 0) {
+        if (ofccl__gpu_vmm_alloc(gpu, dev, 2u << 20, 2, &vmm, &vmm_len, &e) != 0 ||
+            ofccl_gpu_register(c, vmm, vmm_len) != 0)
+            return 1;
+        bad |= gather_at(rank, n, c, vmm, NULL, vmm_len / (size_t)n, OFCCL_U8, (unsigned)k,
+                         "leak, virtual memory");
+    }
+    return bad;
+}
+
 static int leak(int rank, ofccl_ctx_t *ctx, ofccl_comm_t *comm)
 {
     size_t free0 = 0, free1 = 0, total;
     ofccl__err_t e;
     int bad = 0;
+    long mapped0, most = 0;
 
     (void)ctx;
     if (gpu_up(rank))
         return 70;
+    mapped0 = ofccl__gpu_mappings(); /* the parent communicator's own, if any */
     /* A first round so that the driver's own lazy allocations are made. */
     for (int k = 0; k < 101 && !bad; k++) {
         ofccl_comm_t *c;
@@ -332,14 +362,28 @@ static int leak(int rank, ofccl_ctx_t *ctx, ofccl_comm_t *comm)
         if (ofccl_comm_split(comm, 0, rank, &c) != 0)
             return 72;
         bad |= gather_once(rank, c, 4096, k % 3, OFCCL_U8, (unsigned)k);
+        bad |= reg_once(rank, c, k);
+        most = ofccl__gpu_mappings() > most ? ofccl__gpu_mappings() : most;
         if (ofccl_comm_destroy(c) != 0)
             return 73;
+        ofccl__gpu_mem_free(gpu, dev, regbuf);
+        if (vmm != NULL)
+            ofccl__gpu_vmm_free(gpu, dev, vmm, vmm_len);
+        regbuf = vmm = NULL;
     }
+    /* Every peer's communicators gone (and its mappings of this rank's
+     * buffers with them) before this rank looks. */
+    if (ofccl_barrier(comm) != 0)
+        return 76;
     ofccl__gpu_mem_info(gpu, dev, &free1, &total, &e);
-    printf("rank %d: device memory free before 100 communicators %zu MiB, after %zu MiB\n", rank,
-           free0 >> 20, free1 >> 20);
+    printf("rank %d: device memory free before 100 communicators %zu MiB, after %zu MiB; peers' "
+           "memory mapped here at the most %ld, after %ld\n",
+           rank, free0 >> 20, free1 >> 20, most, ofccl__gpu_mappings());
     /* The driver rounds to 2 MiB pages; allow one. */
-    return bad ? 74 : free1 + (2u << 20) < free0 ? 75 : 0;
+    return bad                                            ? 74
+           : free1 + (2u << 20) < free0                   ? 75
+           : most < 2 || ofccl__gpu_mappings() != mapped0 ? 77
+                                                          : 0;
 }
 
 /* A bucketed reduce-scatter of GPU tensors is refused (NOT_SUPPORTED, naming

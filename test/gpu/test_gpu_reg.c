@@ -24,8 +24,8 @@
 
 /* One all-gather into `out` (block bytes of rank r at out + r * block) from
  * `in` (NULL: in place); 0 when every byte is right. */
-static int gather_at(int rank, int n, ofccl_comm_t *comm, char *out, const char *in, size_t count,
-                     ofccl_dtype_t dt, unsigned salt, const char *what)
+int gather_at(int rank, int n, ofccl_comm_t *comm, char *out, const char *in, size_t count,
+              ofccl_dtype_t dt, unsigned salt, const char *what)
 {
     size_t es = ofccl_dtype_size(dt), block = count * es;
     uint8_t *h = malloc(block * (size_t)n + 1);
