@@ -28,7 +28,10 @@ def check(cond, what):
 
 
 def run_workload(exe, provider, tracedir, events=None):
-    env = dict(os.environ, OFCCL_TRACE=tracedir)
+    # The checks below are the direct all-gather's spans: no rank may take a
+    # late peer's blocks instead (OFCCL_AG_TAKE, on the local transport, as
+    # timing decides).
+    env = dict(os.environ, OFCCL_TRACE=tracedir, OFCCL_AG_TAKE="0")
     if events:
         env["OFCCL_TRACE_EVENTS"] = str(events)
     r = subprocess.run([exe, provider, "workload"], env=env, timeout=300)
