@@ -242,6 +242,15 @@ int ofccl__comm_signal(ofccl_comm_t *comm, int peer, unsigned kind, uint32_t pay
     }
 }
 
+void ofccl__comm_linger(ofccl_comm_t *comm, uint64_t deadline_ns)
+{
+    ofccl__err_t e;
+
+    while (ofccl__now_ns() < deadline_ns)
+        if (ofccl__ep_progress(comm->ep, &comm->handlers, 64, &e) < 0)
+            return;
+}
+
 int ofccl__comm_quiesce(ofccl_comm_t *comm, uint64_t deadline_ns, const char *what)
 {
     ofccl__idle_t idle = {0};

@@ -407,6 +407,10 @@ int ofccl__ctrl_put_word(ofccl_comm_t *comm, int peer, unsigned src_word, unsign
                          ofccl__op_t *op);
 /* Wait until every op this communicator posted has completed. */
 int ofccl__comm_quiesce(ofccl_comm_t *comm, uint64_t deadline_ns, const char *what);
+/* Keep the endpoint progressing until `deadline_ns` whatever is pending:
+ * what the provider owes peers for their writes that landed here goes out
+ * before the endpoint closes. */
+void ofccl__comm_linger(ofccl_comm_t *comm, uint64_t deadline_ns);
 /* The op context of ops whose completion needs no action. */
 extern ofccl__op_t ofccl__comm_op_plain;
 

@@ -93,6 +93,14 @@ static int comm_destroy_locked(ofccl_comm_t *comm)
     /* Local: give our own ops a moment to finish, but never wait on dead peers. */
     if (comm->ops_pending > 0 && !comm->sticky)
         ofccl__comm_quiesce(comm, ofccl__now_ns() + 1000000000ull, "destroy");
+    /* A failed communicator's peers may still be writing into it (their
+     * requests ended at other times than ours). The provider may owe them the
+     * end of a write that already landed here (shm hands a write's command
+     * back to its sender from the target's progress, later when the sender's
+     * return queue is full): 20 ms of progress lets that out before the
+     * endpoint closes. */
+    if (comm->sticky && comm->ep != NULL)
+        ofccl__comm_linger(comm, ofccl__now_ns() + 20000000ull);
     if (comm->gpu_free != NULL) /* lib/coll/gpu: its streams released first */
         comm->gpu_free(comm);
     ofccl__handle_remove(comm);

@@ -237,7 +237,11 @@ int ofccl__greg_add(ofccl__gcomm_t *gc, void *ptr, size_t bytes)
     }
     gc->nregs++;
     rec_put(mine_rec, local, bytes, &mine, gc->box);
-    if (all == NULL || (rc = ofccl__allgather_blocking(comm, mine_rec, all, REG_REC)) != 0)
+    if (all == NULL) { /* cannot take part: the peers' exchange fails on its deadline */
+        rc = ofccl__comm_fail(comm, OFCCL_ERR_NO_MEMORY, "ofccl_gpu_register: no memory");
+        goto out;
+    }
+    if ((rc = ofccl__allgather_blocking(comm, mine_rec, all, REG_REC)) != 0)
         goto out;
     for (int r = 0; r < n && bad < 0; r++)
         if ((int64_t)ofccl__get_le64(all + REG_REC * (size_t)r) != 0 ||
