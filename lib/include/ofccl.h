@@ -333,8 +333,10 @@ OFCCL_API int ofccl_gpu_buffer_free(ofccl_comm_t *comm, void *ptr);
  * moves data into the peers' memory directly, as on pool memory. Registering
  * is a host exchange: do it once, outside the step loop. Deregistering is
  * local (every rank does it once its collectives on the memory are done:
- * BUSY while one runs); memory freed while registered is seen at its next
- * use, which fails (INVALID_ARG) and drops the registration.
+ * BUSY while one runs). Free the memory only once every rank deregistered it
+ * (CUDA leaves freeing memory a peer still maps undefined); memory freed
+ * while registered anyway is seen at its next use, which fails (INVALID_ARG)
+ * and drops the registration.
  * NOT_SUPPORTED where the communicator stages GPU memory (docs/gpu.md). */
 OFCCL_API int ofccl_gpu_register(ofccl_comm_t *comm, void *ptr, size_t bytes);
 OFCCL_API int ofccl_gpu_deregister(ofccl_comm_t *comm, void *ptr);

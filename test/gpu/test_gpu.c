@@ -366,6 +366,11 @@ static int leak(int rank, ofccl_ctx_t *ctx, ofccl_comm_t *comm)
         most = ofccl__gpu_mappings() > most ? ofccl__gpu_mappings() : most;
         if (ofccl_comm_destroy(c) != 0)
             return 73;
+        /* Every peer's mappings of this rank's buffers gone before they are
+         * freed (CUDA leaves freeing exported memory a peer still maps
+         * undefined). */
+        if (ofccl_barrier(comm) != 0)
+            return 78;
         ofccl__gpu_mem_free(gpu, dev, regbuf);
         if (vmm != NULL)
             ofccl__gpu_vmm_free(gpu, dev, vmm, vmm_len);

@@ -188,6 +188,7 @@ static int refuse_part(int rank, int n, ofccl_comm_t *comm)
     free(host);
     if ((c = dmalloc(R)) == NULL || reg(rank, comm, c, R, "C"))
         return 1;
+    /* The misuse the check is there for: freed while the peers map it. */
     ofccl__gpu_mem_free(gpu, dev, c);
     c2 = dmalloc(R);
     /* Every rank must see the same thing: only where every rank got the
