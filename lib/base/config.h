@@ -154,7 +154,8 @@ typedef enum ofccl__cfg_type {
       "GPU collectives: SMs ofccl's kernels may take (the copy kernel, the broadcast chain, at "   \
       "most 64); 0 = the copy engines only (no SM taken from the caller's kernels)")               \
     X(GPU_CHAIN_BYTES, SIZE, AGREE, "0", "", 0, 1073741824,                                        \
-      "GPU broadcast: chunk of the pipelined chain; 0 = 8 MiB")                                    \
+      "GPU broadcast: chunk of the pipelined chain; 0 = by size (1/16 of the buffer, 256 KiB to "  \
+      "4 MiB)")                                                                                    \
     X(GPU_POOL_BYTES, SIZE, AGREE, "0", "", 0, INT64_MAX,                                          \
       "Budget of the symmetric GPU pool per communicator (its segments, mapped into every "        \
       "same-host peer); 0 = grow as needed")

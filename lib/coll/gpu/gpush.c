@@ -39,11 +39,11 @@ int ofccl__gpu_push_setup(ofccl_push_plan_t *pl)
                                 "ofccl_push_plan_create: a GPU plan needs every rank on one host "
                                 "with every pair of GPUs P2P: %s",
                                 gc->why);
+    pl->gpu = true; /* from here the plan's buffers are the GPU pool's, freed there */
     for (int b = 0; b < 2; b++)
         if ((rc = ofccl__gpool_alloc(gc, OFCCL__MAX(pl->max_recv_bytes, (size_t)1), &pl->buf[b])) !=
             0)
             return rc;
-    pl->gpu = true;
     return 0;
 }
 
