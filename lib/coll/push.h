@@ -32,6 +32,10 @@ struct ofccl_push_plan {
     size_t *soff;    /* [SLOTS][ntensors] */
 };
 
+/* The index of `rank` in list[0..n), or -1. */
+int ofccl__push_index(const int *list, int n, int rank);
+/* Sender s's shard of tensor t: its first element in *first; its elements. */
+size_t ofccl__push_shard(const ofccl_push_plan_t *pl, int t, int s, size_t *first);
 /* What sender s writes to receiver j of tensor t: offset in its shard, in the
  * receiver's bucket buffer, and length (0: nothing). */
 void ofccl__push_piece(const ofccl_push_plan_t *pl, int t, int s, int j, size_t *src_off,

@@ -26,7 +26,7 @@ static size_t round_up(size_t v, size_t a)
 }
 
 /* Index of `rank` in list[n], or -1. */
-static int find(const int *list, int n, int rank)
+int ofccl__push_index(const int *list, int n, int rank)
 {
     for (int i = 0; i < n; i++)
         if (list[i] == rank)
@@ -34,12 +34,20 @@ static int find(const int *list, int n, int rank)
     return -1;
 }
 
+size_t ofccl__push_shard(const ofccl_push_plan_t *pl, int t, int s, size_t *first)
+{
+    size_t n = pl->counts[t], c = (n + (size_t)pl->nsenders - 1) / (size_t)pl->nsenders;
+
+    *first = OFCCL__MIN((size_t)s * c, n);
+    return OFCCL__MIN(*first + c, n) - *first;
+}
+
 void ofccl__push_piece(const ofccl_push_plan_t *pl, int t, int s, int j, size_t *src_off,
                        size_t *dst_off, size_t *len)
 {
-    size_t n = pl->counts[t], es = pl->esize[t],
-           c = (n + (size_t)pl->nsenders - 1) / (size_t)pl->nsenders;
-    size_t s0 = OFCCL__MIN((size_t)s * c, n), s1 = OFCCL__MIN(s0 + c, n);
+    size_t es = pl->esize[t], s0, s1 = ofccl__push_shard(pl, t, s, &s0);
+
+    s1 += s0;
     size_t a = pl->slice_off[(size_t)j * (size_t)pl->ntensors + (size_t)t];
     size_t b = a + pl->slice_cnt[(size_t)j * (size_t)pl->ntensors + (size_t)t];
     size_t x0 = OFCCL__MAX(s0, a), x1 = OFCCL__MIN(s1, b);
@@ -96,7 +104,7 @@ static int check_spec(ofccl_comm_t *comm, const ofccl_push_spec_t *sp)
         const int *list = side ? sp->receivers : sp->senders;
         int n = side ? sp->nreceivers : sp->nsenders;
         for (int i = 0; i < n; i++)
-            if (list[i] < 0 || list[i] >= comm->size || find(list, i, list[i]) >= 0)
+            if (list[i] < 0 || list[i] >= comm->size || ofccl__push_index(list, i, list[i]) >= 0)
                 return ofccl__comm_fail(
                     comm, OFCCL_ERR_INVALID_ARG, "ofccl_push_plan_create: %s[%d] = %d is %s",
                     side ? "receivers" : "senders", i, list[i],
@@ -104,7 +112,8 @@ static int check_spec(ofccl_comm_t *comm, const ofccl_push_spec_t *sp)
                                                          : "listed twice");
     }
     for (int r = 0; r < comm->size; r++)
-        if (find(sp->senders, sp->nsenders, r) < 0 && find(sp->receivers, sp->nreceivers, r) < 0)
+        if (ofccl__push_index(sp->senders, sp->nsenders, r) < 0 &&
+            ofccl__push_index(sp->receivers, sp->nreceivers, r) < 0)
             return ofccl__comm_fail(comm, OFCCL_ERR_INVALID_ARG,
                                     "ofccl_push_plan_create: rank %d is neither a sender nor a "
                                     "receiver: every rank of the communicator takes part in each "
@@ -281,8 +290,8 @@ static int plan_create_locked(ofccl_comm_t *comm, const ofccl_push_spec_t *sp,
         pl->counts[t] = sp->counts[t];
         pl->esize[t] = ofccl_dtype_size(sp->dtypes ? sp->dtypes[t] : OFCCL_U8);
     }
-    pl->me_send = find(pl->senders, pl->nsenders, comm->rank);
-    pl->me_recv = find(pl->receivers, pl->nreceivers, comm->rank);
+    pl->me_send = ofccl__push_index(pl->senders, pl->nsenders, comm->rank);
+    pl->me_recv = ofccl__push_index(pl->receivers, pl->nreceivers, comm->rank);
     rc = exchange(comm, sp, pl);
     if (rc) {
         ofccl__push_plan_free(pl);

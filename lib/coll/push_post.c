@@ -63,9 +63,7 @@ static int resolve_send(ofccl__req_t *r, ofccl_push_plan_t *pl, int k, void *con
     int rc;
 
     for (int t = pl->first[k]; t < pl->first[k + 1]; t++) {
-        size_t c = (pl->counts[t] + (size_t)pl->nsenders - 1) / (size_t)pl->nsenders;
-        size_t s0 = OFCCL__MIN((size_t)pl->me_send * c, pl->counts[t]);
-        size_t bytes = (OFCCL__MIN(s0 + c, pl->counts[t]) - s0) * pl->esize[t];
+        size_t s0, bytes = ofccl__push_shard(pl, t, pl->me_send, &s0) * pl->esize[t];
         if (bytes > 0 && shards[t] == NULL)
             return ofccl__comm_fail(comm, OFCCL_ERR_INVALID_ARG,
                                     "ofccl_push_bucket: shards[%d] is NULL but this sender owns "
@@ -78,9 +76,7 @@ static int resolve_send(ofccl__req_t *r, ofccl_push_plan_t *pl, int k, void *con
         return 0;
     rc = ofccl__stage_acquire(comm, OFCCL__PUSH, total ? total : 1, &r->staging_idx, &r->src);
     for (int t = pl->first[k]; rc == 0 && t < pl->first[k + 1]; t++) {
-        size_t c = (pl->counts[t] + (size_t)pl->nsenders - 1) / (size_t)pl->nsenders;
-        size_t s0 = OFCCL__MIN((size_t)pl->me_send * c, pl->counts[t]);
-        size_t bytes = (OFCCL__MIN(s0 + c, pl->counts[t]) - s0) * pl->esize[t];
+        size_t s0, bytes = ofccl__push_shard(pl, t, pl->me_send, &s0) * pl->esize[t];
         if (bytes)
             rc = ofccl__exec_copy(r, (char *)r->src.ptr + soff[t], shards[t], bytes);
         comm->ctx->stats.staged_bytes += bytes;

@@ -71,55 +71,71 @@ int get(uint8_t *h, const void *d, size_t len)
     return len ? ofccl__gpu_copy_sync(gpu, dev, h, d, len, &e) : 0;
 }
 
-/* One all-gather of `block` bytes per rank; `where`: 0 pool in place, 1 pool
- * out of place, 2 other GPU memory. 0 when every byte is right. */
-static int gather_once(int rank, ofccl_comm_t *comm, size_t block, int where, ofccl_dtype_t dt,
-                       unsigned salt)
+/* One all-gather into `out` (block bytes of rank r at out + r * block) from
+ * `in` (NULL: in place); 0 when every byte is right. */
+int gather_at(int rank, int n, ofccl_comm_t *comm, char *out, const char *in, size_t count,
+              ofccl_dtype_t dt, unsigned salt, const char *what)
 {
-    size_t es = ofccl_dtype_size(dt), count = block / es, n = (size_t)nranks;
-    uint8_t *h = malloc(block * n + 1), *src = malloc(block + 1);
-    void *out = NULL, *in = NULL;
+    size_t es = ofccl_dtype_size(dt), block = count * es;
+    uint8_t *h = malloc(block * (size_t)n + 1);
+    const void *src = in != NULL ? in : out + (size_t)rank * block;
     ofccl_req_t *req;
     int rc, bad = 0;
 
+    for (size_t i = 0; i < block; i++)
+        h[i] = byte_of(rank, i, salt);
+    put((void *)src, h, block);
+    rc = ofccl_allgather(comm, src, out, count, dt, &req);
+    if (rc == 0 && (rc = ofccl_wait(req)) == 0)
+        ofccl_req_free(req);
+    if (rc != 0) {
+        printf("rank %d: all-gather (%s): %s: %s\n", rank, what, ofccl_strerror(rc),
+               ofccl_comm_last_error(comm));
+        free(h);
+        return 1;
+    }
+    get(h, out, block * (size_t)n);
+    for (int r = 0; r < n && !bad; r++)
+        for (size_t i = 0; i < block; i++)
+            if (h[(size_t)r * block + i] != byte_of(r, i, salt)) {
+                printf("rank %d: all-gather (%s, %zu B): byte %zu of rank %d is %u, %u "
+                       "expected\n",
+                       rank, what, block, i, r, h[(size_t)r * block + i], byte_of(r, i, salt));
+                bad = 1;
+                break;
+            }
+    free(h);
+    return bad;
+}
+
+/* One all-gather of `block` bytes per rank; `where`: 0 pool in place, 1 pool
+ * out of place, 2 other GPU memory. The output starts as garbage, so nothing
+ * left from before can pass. 0 when every byte is right. */
+static int gather_once(int rank, ofccl_comm_t *comm, size_t block, int where, ofccl_dtype_t dt,
+                       unsigned salt)
+{
+    static const char *const label[] = {"pool, in place", "pool", "other GPU memory"};
+    size_t es = ofccl_dtype_size(dt), count = block / es, n = (size_t)nranks;
+    uint8_t *h;
+    void *out = NULL, *in = NULL;
+    int bad;
+
     block = count * es;
     if (where < 2) {
-        if ((rc = ofccl_gpu_buffer_alloc(comm, block * n, &out)) != 0)
+        if (ofccl_gpu_buffer_alloc(comm, block * n, &out) != 0)
             return printf("rank %d: gpu_buffer_alloc: %s\n", rank, ofccl_comm_last_error(comm)), 1;
     } else {
         out = dmalloc(block * n);
     }
-    in = where == 0 ? (char *)out + (size_t)rank * block : where == 1 ? NULL : dmalloc(block);
+    in = where == 2 ? dmalloc(block) : NULL;
     if (where == 1 && ofccl_gpu_buffer_alloc(comm, block ? block : 1, &in) != 0)
         return 1;
-    for (size_t i = 0; i < block; i++)
-        src[i] = byte_of(rank, i, salt);
+    if ((h = malloc(block * n + 1)) == NULL)
+        return 1;
     memset(h, 0xee, block * n);
     put(out, h, block * n);
-    put(in, src, block);
-    rc = ofccl_allgather(comm, in, out, count, dt, &req);
-    if (rc == 0)
-        rc = ofccl_wait(req);
-    if (rc != 0) {
-        printf("rank %d: all-gather of %zu B (%s): %s: %s\n", rank, block,
-               where == 0   ? "pool, in place"
-               : where == 1 ? "pool"
-                            : "other GPU memory",
-               ofccl_strerror(rc), ofccl_comm_last_error(comm));
-        bad = 1;
-    } else {
-        ofccl_req_free(req);
-        get(h, out, block * n);
-        for (size_t r = 0; r < n && !bad; r++)
-            for (size_t i = 0; i < block; i++)
-                if (h[r * block + i] != byte_of((int)r, i, salt)) {
-                    printf("rank %d: all-gather of %zu B (%d): byte %zu of rank %zu is %u, %u "
-                           "expected\n",
-                           rank, block, where, i, r, h[r * block + i], byte_of((int)r, i, salt));
-                    bad = 1;
-                    break;
-                }
-    }
+    free(h);
+    bad = gather_at(rank, nranks, comm, out, in, count, dt, salt, label[where]);
     if (where < 2)
         ofccl_gpu_buffer_free(comm, out);
     if (where == 1)
@@ -128,8 +144,6 @@ static int gather_once(int rank, ofccl_comm_t *comm, size_t block, int where, of
         ofccl__gpu_mem_free(gpu, dev, out);
         ofccl__gpu_mem_free(gpu, dev, in);
     }
-    free(h);
-    free(src);
     return bad;
 }
 

@@ -22,42 +22,6 @@
 
 #include "gtest.h"
 
-/* One all-gather into `out` (block bytes of rank r at out + r * block) from
- * `in` (NULL: in place); 0 when every byte is right. */
-int gather_at(int rank, int n, ofccl_comm_t *comm, char *out, const char *in, size_t count,
-              ofccl_dtype_t dt, unsigned salt, const char *what)
-{
-    size_t es = ofccl_dtype_size(dt), block = count * es;
-    uint8_t *h = malloc(block * (size_t)n + 1);
-    const void *src = in != NULL ? in : out + (size_t)rank * block;
-    ofccl_req_t *req;
-    int rc, bad = 0;
-
-    for (size_t i = 0; i < block; i++)
-        h[i] = byte_of(rank, i, salt);
-    put((void *)src, h, block);
-    rc = ofccl_allgather(comm, src, out, count, dt, &req);
-    if (rc == 0 && (rc = ofccl_wait(req)) == 0)
-        ofccl_req_free(req);
-    if (rc != 0) {
-        printf("rank %d: all-gather (%s): %s: %s\n", rank, what, ofccl_strerror(rc),
-               ofccl_comm_last_error(comm));
-        free(h);
-        return 1;
-    }
-    get(h, out, block * (size_t)n);
-    for (int r = 0; r < n && !bad; r++)
-        for (size_t i = 0; i < block; i++)
-            if (h[(size_t)r * block + i] != byte_of(r, i, salt)) {
-                printf("rank %d: all-gather (%s, %zu B): byte %zu of rank %d wrong\n", rank, what,
-                       block, i, r);
-                bad = 1;
-                break;
-            }
-    free(h);
-    return bad;
-}
-
 static int bcast_at(int rank, ofccl_comm_t *comm, char *buf, size_t len, int root, const char *what)
 {
     uint8_t *h = malloc(len + 1);

@@ -60,24 +60,24 @@ int ofccl__gpu_kind_of(ofccl_comm_t *comm, const void *p)
     return g != NULL ? ofccl__gpu_ptr_kind(g, p, NULL, NULL) : -1;
 }
 
-/* Every rank's verdict, and the first one that is not OK (its rank in *who). */
-static int agree(ofccl_comm_t *comm, int mine, int about, int *who, int *whose)
+int ofccl__gcomm_agree(ofccl_comm_t *comm, int mine, int about, int *first, int *who, int *whose)
 {
     uint8_t rec[REC2] = {0}, *all = malloc(REC2 * (size_t)comm->size);
-    int rc, v = V_OK;
+    int rc;
 
+    *first = 0;
     if (all == NULL)
         return ofccl__comm_fail(comm, OFCCL_ERR_NO_MEMORY, "GPU setup: no memory");
-    ofccl__put_le64(rec, (uint64_t)mine);
+    ofccl__put_le64(rec, (uint64_t)(int64_t)mine);
     ofccl__put_le64(rec + 8, (uint64_t)(int64_t)about);
     rc = ofccl__allgather_blocking(comm, rec, all, REC2);
-    for (int r = 0; rc == 0 && r < comm->size && v == V_OK; r++) {
-        v = (int)ofccl__get_le64(all + REC2 * (size_t)r);
+    for (int r = 0; rc == 0 && r < comm->size && *first == 0; r++) {
+        *first = (int)(int64_t)ofccl__get_le64(all + REC2 * (size_t)r);
         *who = r;
         *whose = (int)(int64_t)ofccl__get_le64(all + REC2 * (size_t)r + 8);
     }
     free(all);
-    return rc ? rc : v;
+    return rc;
 }
 
 /* Where the GPU peer class fits here: round 1 every rank's GPU, then each
@@ -263,15 +263,16 @@ static int setup(ofccl_comm_t *comm, ofccl__gcomm_t *gc)
     }
     v = local_verdict(comm, gc, all, &about);
     free(all);
-    rc = agree(comm, v, about, &who, &whose);
-    if (rc == V_OK) {
+    rc = ofccl__gcomm_agree(comm, v, about, &v, &who, &whose);
+    if (rc == 0 && v == V_OK) {
         v = flag_regions(comm, gc) == 0 ? V_OK : V_REGION;
-        rc = agree(comm, v, comm->rank, &who, &whose);
-        if (rc != V_OK)
+        rc = ofccl__gcomm_agree(comm, v, comm->rank, &v, &who, &whose);
+        if (rc != 0 || v != V_OK)
             regions_free(comm, gc);
     }
     if (rc < 0)
         return rc;
+    rc = v;
     if (rc == V_OK && ((rc = chain_flags(gc)) < 0 || (rc = preload(gc)) < 0))
         return rc;
     if (rc == V_OK) {

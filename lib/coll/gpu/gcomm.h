@@ -160,6 +160,10 @@ typedef struct ofccl__gcomm {
 int ofccl__gcomm_get(ofccl_comm_t *comm, ofccl__gcomm_t **out);
 /* The same without the setup (no exchange): for settings made before it. */
 int ofccl__gcomm_lazy(ofccl_comm_t *comm, ofccl__gcomm_t **out);
+/* Every rank's `mine` (with `about`, a rank it concerns), collectively: the
+ * first nonzero one in rank order in *first (0: none), its rank in *who and
+ * its `about` in *whose. 0, or the exchange's error. */
+int ofccl__gcomm_agree(ofccl_comm_t *comm, int mine, int about, int *first, int *who, int *whose);
 /* Tear down (communicator destroy): streams, registrations, mappings, pool. */
 void ofccl__gcomm_free(ofccl_comm_t *comm);
 /* The memory kind of a caller's pointer: -1 host, else its device. */

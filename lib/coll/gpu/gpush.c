@@ -82,10 +82,9 @@ static int check_args(ofccl_push_plan_t *pl, ofccl__gcomm_t *gc, int k, void *co
                                 "buffers: pass buf NULL and read bucket %d from ofccl_push_buffer",
                                 k);
     for (int t = pl->first[k]; pl->me_send >= 0 && t < pl->first[k + 1]; t++) {
-        size_t c = (pl->counts[t] + (size_t)pl->nsenders - 1) / (size_t)pl->nsenders;
-        size_t s0 = OFCCL__MIN((size_t)pl->me_send * c, pl->counts[t]);
+        size_t s0;
         int kind;
-        if (OFCCL__MIN(s0 + c, pl->counts[t]) == s0)
+        if (ofccl__push_shard(pl, t, pl->me_send, &s0) == 0)
             continue; /* no shard of this tensor here */
         kind = shards[t] != NULL ? ofccl__gpu_kind_of(comm, shards[t]) : -1;
         if (kind != gc->dev)
@@ -141,20 +140,12 @@ int ofccl__gpu_push_bucket(ofccl_push_plan_t *pl, int k, void *const *shards, vo
     return 0;
 }
 
-static int index_of(const int *list, int n, int rank)
-{
-    for (int i = 0; i < n; i++)
-        if (list[i] == rank)
-            return i;
-    return -1;
-}
-
 void ofccl__gpush_roles(const ofccl__req_t *r, int p, bool *to_p, bool *from_p)
 {
     const ofccl_push_plan_t *pl = r->comm->gpu->rq[r->slot].plan;
 
-    *to_p = pl->me_send >= 0 && index_of(pl->receivers, pl->nreceivers, p) >= 0;
-    *from_p = pl->me_recv >= 0 && index_of(pl->senders, pl->nsenders, p) >= 0;
+    *to_p = pl->me_send >= 0 && ofccl__push_index(pl->receivers, pl->nreceivers, p) >= 0;
+    *from_p = pl->me_recv >= 0 && ofccl__push_index(pl->senders, pl->nsenders, p) >= 0;
 }
 
 /* This sender's pieces of bucket k for receiver j, copied on stream s into

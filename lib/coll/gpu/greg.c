@@ -124,28 +124,6 @@ static void rec_get(const uint8_t *rec, ofccl__gpu_share_t *sh)
     memcpy(sh->ipc, rec + 64, OFCCL__GPU_IPC_BYTES);
 }
 
-/* Every rank's verdict after mapping: the first that failed, or -1. */
-static int agree_rc(ofccl_comm_t *comm, int mine, int *rc)
-{
-    uint8_t rec[8], *all = malloc(8 * (size_t)comm->size);
-
-    if (all == NULL)
-        return *rc = OFCCL_ERR_NO_MEMORY, comm->rank;
-    ofccl__put_le64(rec, (uint64_t)(int64_t)mine);
-    if ((*rc = ofccl__allgather_blocking(comm, rec, all, 8)) != 0) {
-        free(all);
-        return comm->rank;
-    }
-    for (int r = 0; r < comm->size; r++)
-        if (ofccl__get_le64(all + 8 * (size_t)r) != 0) {
-            *rc = (int)(int64_t)ofccl__get_le64(all + 8 * (size_t)r);
-            free(all);
-            return r;
-        }
-    free(all);
-    return -1;
-}
-
 /* Send this rank's pieces to every peer, then take every VMM peer's. */
 static int pass_fds(ofccl__gcomm_t *gc, const uint8_t *all, ofccl__gpu_share_t *mine,
                     ofccl__gpu_share_t *sh, int *culprit, ofccl__err_t *e)
@@ -211,7 +189,7 @@ static int map_peers(ofccl__gcomm_t *gc, ofccl__gseg_t *s, ofccl__gpu_share_t *s
 int ofccl__greg_add(ofccl__gcomm_t *gc, void *ptr, size_t bytes)
 {
     ofccl_comm_t *comm = gc->comm;
-    int n = comm->size, rc = 0, local, bad = -1, culprit = -1;
+    int n = comm->size, rc = 0, local, bad = -1, culprit = -1, first = 0, whose = -1;
     uint8_t mine_rec[REG_REC] = {0}, *all = malloc(REG_REC * (size_t)n);
     ofccl__gpu_share_t *sh = calloc((size_t)n, sizeof(*sh)), mine;
     ofccl__gseg_t *s = calloc(1, sizeof(*s));
@@ -274,15 +252,17 @@ int ofccl__greg_add(ofccl__gcomm_t *gc, void *ptr, size_t bytes)
     local = pass_fds(gc, all, &mine, sh, &culprit, &e);
     if (local == 0)
         local = map_peers(gc, s, sh, &culprit, &e);
-    if ((bad = agree_rc(comm, local, &rc)) >= 0) {
-        rc = bad == comm->rank ? ofccl__comm_fail(comm, rc,
+    /* Every rank's verdict after mapping: the first that failed. */
+    if ((rc = ofccl__gcomm_agree(comm, local, culprit, &first, &bad, &whose)) != 0 || first != 0) {
+        bad = rc != 0 ? comm->rank : bad;
+        rc = bad == comm->rank ? ofccl__comm_fail(comm, rc != 0 ? rc : first,
                                                   "ofccl_gpu_register on rank %d (GPU %d): "
                                                   "mapping rank %d's memory: %s",
                                                   comm->rank, gc->dev, culprit, e.msg)
-                               : ofccl__comm_fail(comm, rc,
+                               : ofccl__comm_fail(comm, first,
                                                   "ofccl_gpu_register: rank %d could not map "
-                                                  "its peers' memory (its message says why)",
-                                                  bad);
+                                                  "rank %d's memory (its message says why)",
+                                                  bad, whose);
         goto out;
     }
     s->serial = gc->nsegs++;
