@@ -41,7 +41,7 @@ if has ceiling; then
 fi
 if has bench; then
     PYTHONPATH="$(pwd)/python" PYTHONUNBUFFERED=1 timeout 500 python3 perf/gpu_bench.py \
-        --libs nccl,ofccl --ofccl "$b/lib" --begin 1M --end 512M --iters 10 --ops ag,bc \
+        --libs nccl,ofccl --ofccl "$b/lib" --begin 1M --end 512M --iters 10 --ops ag,bc,rs \
         --json "$out/bench.json" >"$out/bench.txt" 2>&1
     echo "gpu_bench: exit $?"; tail -16 "$out/bench.txt"
 fi

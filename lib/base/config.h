@@ -151,8 +151,9 @@ typedef enum ofccl__cfg_type {
       "all-pairs traffic to m > this many runs m/this times slower (13: loopback tcp at 16 "       \
       "ranks; on a NIC, compare ofccl_perf -a direct and -a ring)")                                \
     X(GPU_SMS, INT, AGREE, "16", "", 0, 1024,                                                      \
-      "GPU collectives: SMs ofccl's kernels may take (the copy kernel, the broadcast chain, at "   \
-      "most 64); 0 = the copy engines only (no SM taken from the caller's kernels)")               \
+      "GPU collectives: SMs ofccl's kernels may take (the copy kernel, the broadcast chain at "    \
+      "most 64, the reduction); 0 = the copy engines only (no SM taken from the caller's "         \
+      "kernels but the reduce-scatter's 8)")                                                       \
     X(GPU_CHAIN_BYTES, SIZE, AGREE, "0", "", 0, 1073741824,                                        \
       "GPU broadcast: chunk of the pipelined chain; 0 = by size (1/16 of the buffer, 256 KiB to "  \
       "4 MiB)")                                                                                    \

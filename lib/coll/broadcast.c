@@ -152,7 +152,7 @@ static int bucket_broadcast_locked(ofccl_comm_t *comm, const ofccl_tensor_t *ten
     if ((rc = check_root(comm, "ofccl_bucket_broadcast", root)) != 0)
         return rc;
     if (ofccl__gpu_route_bucket(comm, "ofccl_bucket_broadcast", OFCCL__BC, tensors, n, dtype, root,
-                                req, &rc))
+                                (ofccl_redop_t){OFCCL_OP_SUM, 1}, req, &rc))
         return rc;
     if ((rc = ofccl__coll_begin(comm, OFCCL__BC, &r)) != 0)
         return rc;

@@ -261,7 +261,7 @@ static int bucket_allgather_unlocked(ofccl_comm_t *comm, const ofccl_tensor_t *t
     if (req == NULL)
         return ofccl__comm_fail(comm, OFCCL_ERR_INVALID_ARG, "ofccl_bucket_allgather: req is NULL");
     if (ofccl__gpu_route_bucket(comm, "ofccl_bucket_allgather", OFCCL__AG, tensors, n, dtype, -1,
-                                req, &rc))
+                                (ofccl_redop_t){OFCCL_OP_SUM, 1}, req, &rc))
         return rc;
     rc = ofccl__coll_begin(comm, OFCCL__AG, &r);
     if (rc)
@@ -292,11 +292,8 @@ static int bucket_reduce_scatter_unlocked(ofccl_comm_t *comm, const ofccl_tensor
                                 "ofccl_bucket_reduce_scatter: req is NULL");
     if ((rc = ofccl__check_redop(comm, "ofccl_bucket_reduce_scatter", dtype, op)) != 0)
         return rc;
-    if (tensors != NULL && n > 0 &&
-        ((rc = ofccl__gpu_refuse(comm, "ofccl_bucket_reduce_scatter", "tensor (full)",
-                                 (const void *const *)&tensors->full, n, sizeof(*tensors))) != 0 ||
-         (rc = ofccl__gpu_refuse(comm, "ofccl_bucket_reduce_scatter", "tensor (shard)",
-                                 (const void *const *)&tensors->shard, n, sizeof(*tensors))) != 0))
+    if (ofccl__gpu_route_bucket(comm, "ofccl_bucket_reduce_scatter", OFCCL__RS, tensors, n, dtype,
+                                -1, op, req, &rc))
         return rc;
     rc = ofccl__coll_begin(comm, OFCCL__RS, &r);
     if (rc)

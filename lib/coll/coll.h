@@ -162,7 +162,7 @@ size_t ofccl__bucket_shard(size_t count, int n, int q);
  * memory, where the caller goes on. */
 int ofccl__gpu_route_bucket(ofccl_comm_t *comm, const char *what, int coll,
                             const ofccl_tensor_t *tensors, int ntensors, ofccl_dtype_t dtype,
-                            int root, ofccl_req_t **req, int *rc);
+                            int root, ofccl_redop_t op, ofccl_req_t **req, int *rc);
 
 /* Windows (window.c): a region registered on every rank of a communicator,
  * its keys exchanged once by an all-gather over the communicator (collective;

@@ -181,6 +181,17 @@ int ofccl__gpu_copy(ofccl__gpu_t *g, int dev, ofccl__gpu_stream_t s, void *dst, 
 int ofccl__gpu_copy_kernel(ofccl__gpu_t *g, int dev, ofccl__gpu_stream_t s, void *const *dsts,
                            int ndst, const void *src, size_t len, int sms, const void *abort,
                            ofccl__err_t *e);
+/* dst = the `nsrc` sources (<= OFCCL__GPU_REDUCE_SRCS) of `count` elements
+ * reduced element by element in source order, with ofccl's reduction kernel
+ * on at most `sms` SMs: dtype f32 0, f64 1, bf16 2, f16 3 (ofccl_dtype_t);
+ * kind sum 0, avg 1, premul sum 2 (the redop's); the sum divided by `ndiv`
+ * where it is > 0. Each operation rounded on its own, in the order
+ * docs/reductions.md gives: the bits of lib/core/reduce.c's result. dst may
+ * be exactly srcs[0]. Nothing where the word at `abort` is nonzero. */
+#define OFCCL__GPU_REDUCE_SRCS 16
+int ofccl__gpu_reduce_kernel(ofccl__gpu_t *g, int dev, ofccl__gpu_stream_t s, void *dst,
+                             const void *const *srcs, int nsrc, size_t count, int dtype, int kind,
+                             double scalar, int ndiv, int sms, const void *abort, ofccl__err_t *e);
 /* Device memory free and in all on `dev` (leak checks). */
 int ofccl__gpu_mem_info(ofccl__gpu_t *g, int dev, size_t *free_bytes, size_t *total,
                         ofccl__err_t *e);

@@ -18,7 +18,8 @@ struct copy_args {
     int ndst;
 };
 
-static const char *const kernel_names[OFCCL__GPU_KERNELS] = {"ofccl_copy", "ofccl_chain"};
+static const char *const kernel_names[OFCCL__GPU_KERNELS] = {"ofccl_copy", "ofccl_chain",
+                                                             "ofccl_reduce"};
 
 /* Kernel k of device dev, loaded on first use; the caller is inside the
  * device's context. */
@@ -88,13 +89,21 @@ static int launch(ofccl__gpu_t *g, int dev, int k, ofccl__gpu_stream_t s, unsign
     return 0;
 }
 
+/* Blocks for `vecs` 16-byte vectors at `per` per thread per pass: no more
+ * than the SMs granted, and none without work. */
+static unsigned grid(size_t vecs, size_t per, int sms)
+{
+    size_t span = per * COPY_THREADS;
+
+    return (unsigned)OFCCL__MIN((vecs + span - 1) / span, (size_t)OFCCL__MAX(sms, 1));
+}
+
 int ofccl__gpu_copy_kernel(ofccl__gpu_t *g, int dev, ofccl__gpu_stream_t s, void *const *dsts,
                            int ndst, const void *src, size_t len, int sms, const void *abort,
                            ofccl__err_t *e)
 {
     struct copy_args a;
     size_t vecs;
-    unsigned blocks;
 
     if (ndst < 1 || ndst > OFCCL__GPU_COPY_DSTS)
         return ofccl__fail(g->log, OFCCL__SUB_PROV, e, OFCCL_ERR_INVALID_ARG,
@@ -107,11 +116,9 @@ int ofccl__gpu_copy_kernel(ofccl__gpu_t *g, int dev, ofccl__gpu_stream_t s, void
     a.len = len;
     a.abort = abort;
     a.ndst = ndst;
-    /* Two vectors per thread per pass; no more blocks than the SMs granted. */
+    /* Two vectors per thread per pass. */
     vecs = (len + 15) / 16;
-    blocks = (unsigned)OFCCL__MIN((vecs + 2 * COPY_THREADS - 1) / (2 * COPY_THREADS),
-                                  (size_t)OFCCL__MAX(sms, 1));
-    return launch(g, dev, OFCCL__GPU_K_COPY, s, blocks, &a, e);
+    return launch(g, dev, OFCCL__GPU_K_COPY, s, grid(vecs, 2, sms), &a, e);
 }
 
 /* The layout of struct ofccl_chain_args in kernels.cu. */
@@ -137,4 +144,44 @@ int ofccl__gpu_chain(ofccl__gpu_t *g, int dev, ofccl__gpu_stream_t s, const void
         return 0;
     a.chunk = (OFCCL__MAX(chunk, unit) + unit - 1) / unit * unit;
     return launch(g, dev, OFCCL__GPU_K_CHAIN, s, (unsigned)blocks, &a, e);
+}
+
+/* The layout of struct ofccl_reduce_args in kernels.cu. */
+struct reduce_args {
+    const void *src[OFCCL__GPU_REDUCE_SRCS];
+    void *dst;
+    unsigned long long count;
+    const void *abort;
+    double scalar;
+    int nsrc, dtype, kind, ndiv;
+};
+
+int ofccl__gpu_reduce_kernel(ofccl__gpu_t *g, int dev, ofccl__gpu_stream_t s, void *dst,
+                             const void *const *srcs, int nsrc, size_t count, int dtype, int kind,
+                             double scalar, int ndiv, int sms, const void *abort, ofccl__err_t *e)
+{
+    static const size_t esize[] = {4, 8, 2, 2};
+    struct reduce_args a;
+    size_t vecs;
+
+    if (nsrc < 1 || nsrc > OFCCL__GPU_REDUCE_SRCS || dtype < 0 || dtype > 3 || kind < 0 ||
+        kind > 2 || ndiv < 0)
+        return ofccl__fail(g->log, OFCCL__SUB_PROV, e, OFCCL_ERR_INVALID_ARG,
+                           "reduction kernel: %d sources (1 to %d), dtype %d, kind %d, divisor %d",
+                           nsrc, OFCCL__GPU_REDUCE_SRCS, dtype, kind, ndiv);
+    if (count == 0)
+        return 0;
+    memset(&a, 0, sizeof(a));
+    memcpy(a.src, srcs, (size_t)nsrc * sizeof(*srcs));
+    a.dst = dst;
+    a.count = count;
+    a.abort = abort;
+    a.scalar = scalar;
+    a.nsrc = nsrc;
+    a.dtype = dtype;
+    a.kind = kind;
+    a.ndiv = ndiv;
+    /* One vector per thread per pass. */
+    vecs = (count * esize[dtype] + 15) / 16;
+    return launch(g, dev, OFCCL__GPU_K_REDUCE, s, grid(vecs, 1, sms), &a, e);
 }

@@ -200,6 +200,13 @@ int ofccl__gpu_copy_kernel(ofccl__gpu_t *g, int dev, ofccl__gpu_stream_t s, void
     UNSUPPORTED;
 }
 
+int ofccl__gpu_reduce_kernel(ofccl__gpu_t *g, int dev, ofccl__gpu_stream_t s, void *dst,
+                             const void *const *srcs, int nsrc, size_t count, int dtype, int kind,
+                             double scalar, int ndiv, int sms, const void *abort, ofccl__err_t *e)
+{
+    UNSUPPORTED;
+}
+
 int ofccl__gpu_mem_info(ofccl__gpu_t *g, int dev, size_t *free_bytes, size_t *total,
                         ofccl__err_t *e)
 {

@@ -272,6 +272,9 @@ class Collectives:
         if self._staged(o) or self._staged(i):
             if o.device != i.device:
                 raise InvalidArgument(f"reduce_scatter: output on {o.device}, input on {i.device}")
+            if self.gpu_direct:  # the library's GPU path (it stages itself where P2P is not)
+                req = gpu.collectives_for(self.comm).reduce_scatter(o, i, op)
+                return GpuWork(req, [out])
             ev = _staging.reduce_scatter(self.comm, self._stage(),
                                          _staging.CudaEngine(torch, o.device), o, i, op)
             return Work([], [out], self._then_cuda(ev, o.device))

@@ -1,6 +1,6 @@
 """CUDA tensors over ofccl's GPU path: symmetric GPU memory from the
-communicator's pool, and all-gather and broadcast enqueued on torch's current
-stream, with no host staging and no host wait.
+communicator's pool, and all-gather, reduce-scatter and broadcast enqueued on
+torch's current stream, with no host staging and no host wait.
 
 Where every rank of the communicator is on one host and every pair of GPUs
 reaches each other (P2P), the library moves the data GPU to GPU (docs/gpu.md);
@@ -18,7 +18,7 @@ from typing import Any, Deque, List, Optional
 
 from . import _lib, buffers
 from .comm import Comm
-from .errors import from_code
+from .errors import NotSupported, from_code
 
 # Requests kept outstanding at most before the oldest is waited for on the
 # host: the library holds 8 per communicator.
@@ -48,8 +48,8 @@ class _PoolBlock:
 
 
 class GpuCollectives:
-    """All-gather, broadcast (and, staged by the library, reduce-scatter) on
-    CUDA tensors for one communicator."""
+    """All-gather, reduce-scatter and broadcast on CUDA tensors for one
+    communicator."""
 
     def __init__(self, comm: Comm):
         self.comm = comm
@@ -129,6 +129,24 @@ class GpuCollectives:
         rc = _lib.lib().ofccl_allgather(self.comm._live(), c_void_p(inp.data_ptr()),
                                         c_void_p(out.data_ptr()), inp.numel(), code, byref(req))
         return self._posted(rc, req, "ofccl_allgather")
+
+    def reduce_scatter(self, out: Any, inp: Any, op: Any) -> "GpuRequest":
+        """Each rank's block of `inp` reduced over the ranks into `out` (`op`: an
+        ofccl Op), in one fixed order of ranks (docs/reductions.md). `inp` in
+        the pool or registered memory is read by the peers where it is;
+        elsewhere it is copied into the pool first, on the stream."""
+        if len(self._out) >= _MAX_OUTSTANDING // 2:
+            self._reap(block=True)
+        self._stream()
+        code = buffers.dtype_code(inp.dtype) if inp.dtype in buffers.torch_dtypes() else None
+        if code is None or code == buffers.U8:
+            raise NotSupported(f"reduce_scatter on {inp.dtype}: ofccl reduces float32, float64, "
+                               "bfloat16 and float16")
+        req = c_void_p()
+        rc = _lib.lib().ofccl_reduce_scatter(self.comm._live(), c_void_p(inp.data_ptr()),
+                                             c_void_p(out.data_ptr()), out.numel(), code, op._c,
+                                             byref(req))
+        return self._posted(rc, req, "ofccl_reduce_scatter")
 
     def broadcast(self, t: Any, root: int) -> "GpuRequest":
         if len(self._out) >= _MAX_OUTSTANDING // 2:

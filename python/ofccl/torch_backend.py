@@ -26,7 +26,7 @@ from typing import Any, Callable, List, Optional
 import torch
 import torch.distributed as dist
 
-from ._torchcoll import Collectives, Work, done_work, followed, redop
+from ._torchcoll import Collectives, GpuWork, Work, done_work, followed, redop
 from .comm import Context
 from .errors import Again, NotSupported
 
@@ -225,6 +225,8 @@ class ProcessGroupOfccl(dist.ProcessGroup):
         op = redop(_op_of(opts))
         if not tensors:
             return done_work(tensors)
+        if self._coll.gpu_direct and all(t.device.type == "cuda" for t in tensors):
+            return self._allreduce_gpu(tensors, op)
         for t in tensors[:-1]:
             self._allreduce_one(t, op)[1]()
         first, rest = self._allreduce_one(tensors[-1], op)
@@ -234,6 +236,31 @@ class ProcessGroupOfccl(dist.ProcessGroup):
 
     def allreduce_coalesced(self, tensors: List[torch.Tensor], opts: Any = None) -> Work:
         return self.allreduce(tensors, opts)
+
+    def _allreduce_gpu(self, tensors: List[torch.Tensor], op: Any) -> Work:
+        """CUDA tensors: each reduce-scatter and its all-gather enqueued at once
+        on the current stream (the library's GPU path; nothing blocks the
+        host); the Work waits for the last, which ends after all of them."""
+        last = None
+        for t in tensors:
+            n, size = t.numel(), self._size
+            chunk = -(-n // size)
+            if n == 0:
+                continue
+            direct = t.is_contiguous() and n == chunk * size
+            flat = t.view(-1) if direct else torch.zeros(chunk * size, dtype=t.dtype,
+                                                         device=t.device)
+            if not direct:
+                flat[:n].copy_(t.reshape(-1))
+            mine = flat[self._rank * chunk:(self._rank + 1) * chunk]
+            self._coll.reduce_scatter(mine, flat, op)
+            last = self._coll.all_gather(flat, mine)
+            if not direct:
+                last.wait()  # the current stream waits: the copy back follows the all-gather
+                t.copy_(flat[:n].view_as(t))
+        if last is None:
+            return done_work(tensors)
+        return GpuWork(last._req, tensors)
 
     def _allreduce_one(self, t: torch.Tensor, op: Any) -> Any:
         """Reduce-scatter then all-gather, in place on a padded flat copy when the

@@ -31,6 +31,9 @@ int gpu_register(int rank, ofccl_ctx_t *ctx, ofccl_comm_t *comm);
 int gather_at(int rank, int n, ofccl_comm_t *comm, char *out, const char *in, size_t count,
               ofccl_dtype_t dt, unsigned salt, const char *what);
 int gpu_register_size(int rank, ofccl_ctx_t *ctx, ofccl_comm_t *comm);
+/* test_gpu_rs.c: reduce-scatter on GPU memory, checked against the CPU
+ * reduction bit for bit; an operator that differs gives MISMATCH. */
+int gpu_reduce_scatter(int rank, ofccl_ctx_t *ctx, ofccl_comm_t *comm);
 /* test_gpu_push.c: weight push on GPU memory (a GPU plan). */
 int gpu_push(int rank, ofccl_ctx_t *ctx, ofccl_comm_t *comm);
 

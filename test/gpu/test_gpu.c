@@ -9,13 +9,13 @@
  * destroyed with GPU buffers (device memory back where it was). Every result
  * is checked byte for byte against what each rank computes itself.
  * Skipped (77) without two GPUs.
- * Bucketed all-gather and broadcast: test_gpu_bucket.c; a bucketed
- * reduce-scatter of GPU tensors is refused (NOT_SUPPORTED) and the
- * communicator goes on.
+ * Bucketed all-gather and broadcast: test_gpu_bucket.c; a bucket of host
+ * and GPU tensors together is refused (INVALID_ARG) and the communicator
+ * goes on.
  * The caller's own GPU memory registered: test_gpu_reg.c. Weight push on GPU
- * memory: test_gpu_push.c.
- * Usage: test_gpu [NRANKS] [scenario...]  (scenarios: gather bcast ce stream mismatch kill leak
- * refuse bucket bucket-ce register register-ce reg-size push)
+ * memory: test_gpu_push.c. Reduce-scatter: test_gpu_rs.c.
+ * Usage: [OFCCL_TEST_GPU_SHARED=1] test_gpu [NRANKS] [scenario...]  (scenarios: gather bcast ce
+ * stream mismatch kill leak refuse bucket bucket-ce register register-ce reg-size push rs rs-ce)
  */
 #include <signal.h>
 #include <stdint.h>
@@ -405,9 +405,10 @@ static int leak(int rank, ofccl_ctx_t *ctx, ofccl_comm_t *comm)
                                                           : 0;
 }
 
-/* A bucketed reduce-scatter of GPU tensors is refused (NOT_SUPPORTED, naming
- * the tensor and the GPU) before anything is posted: the communicator goes on
- * to a GPU all-gather that every rank checks. */
+/* A bucketed reduce-scatter of host and GPU tensors together is refused
+ * (INVALID_ARG, naming the tensor and both places) before anything is
+ * posted: the communicator goes on to a GPU all-gather that every rank
+ * checks. */
 static int refuse(int rank, ofccl_ctx_t *ctx, ofccl_comm_t *comm)
 {
     void *full;
@@ -426,12 +427,12 @@ static int refuse(int rank, ofccl_ctx_t *ctx, ofccl_comm_t *comm)
     t[0] = (ofccl_tensor_t){16, malloc(64), malloc(64)};
     t[1] = (ofccl_tensor_t){1024, full, (char *)full + off * 4};
     rc = ofccl_bucket_reduce_scatter(comm, t, 2, OFCCL_F32, (ofccl_redop_t){OFCCL_OP_SUM, 1}, &req);
-    printf("rank %d: bucketed reduce-scatter of a GPU tensor: %s: %s\n", rank, ofccl_strerror(rc),
-           ofccl_comm_last_error(comm));
+    printf("rank %d: bucketed reduce-scatter of host and GPU tensors: %s: %s\n", rank,
+           ofccl_strerror(rc), ofccl_comm_last_error(comm));
     free(t[0].full);
     free(t[0].shard);
-    if (rc != OFCCL_ERR_NOT_SUPPORTED || req != NULL ||
-        strstr(ofccl_comm_last_error(comm), "tensor (full) 1") == NULL)
+    if (rc != OFCCL_ERR_INVALID_ARG || req != NULL ||
+        strstr(ofccl_comm_last_error(comm), "tensor 0's full is host memory") == NULL)
         return 77;
     ofccl_gpu_buffer_free(comm, full);
     return gather_once(rank, comm, 8192, 0, OFCCL_U8, 5);
@@ -492,8 +493,11 @@ int main(int argc, char **argv)
                {"register", gpu_register, NULL},
                {"register-ce", gpu_register, "GPU_SMS=0"},
                {"reg-size", gpu_register_size, NULL},
-               {"push", gpu_push, NULL}};
+               {"push", gpu_push, NULL},
+               {"rs", gpu_reduce_scatter, NULL},
+               {"rs-ce", gpu_reduce_scatter, "GPU_SMS=0"}};
     int n = gpus_here(), rc = 0;
+    bool shared;
 
     setvbuf(stdout, NULL, _IOLBF, 0); /* a rank that dies keeps what it printed */
 
@@ -501,13 +505,16 @@ int main(int argc, char **argv)
         printf("test_gpu: skipped: this build has no GPU support (no nvcc)\n");
         return 77;
     }
-    if (n < 2) {
+    /* OFCCL_TEST_GPU_SHARED=1: ranks share the GPUs there are (rank % GPUs;
+     * CUDA IPC within one GPU), so one GPU runs every scenario's logic. */
+    shared = getenv("OFCCL_TEST_GPU_SHARED") != NULL && n >= 1;
+    if (n < 2 && !shared) {
         printf("test_gpu: skipped: %d GPU(s) here, 2 needed\n", n);
         return 77;
     }
     provider = "local";
-    nranks = argc > 1 && atoi(argv[1]) > 1 ? atoi(argv[1]) : n;
-    nranks = nranks > n ? n : nranks > FORK_MAX ? FORK_MAX : nranks;
+    nranks = argc > 1 && atoi(argv[1]) > 1 ? atoi(argv[1]) : n < 2 ? 2 : n;
+    nranks = nranks > n && !shared ? n : nranks > FORK_MAX ? FORK_MAX : nranks;
     for (size_t i = 0; i < sizeof(all) / sizeof(*all); i++) {
         bool want = argc <= 2;
         for (int a = 2; a < argc; a++)

@@ -1,8 +1,10 @@
-"""CUDA tensors through the package: all-gather and broadcast on the library's
-GPU path (symmetric pool tensors from the FSDP2 hook's allocate(), and plain
+"""CUDA tensors through the package: all-gather, reduce-scatter and broadcast
+on the library's GPU path (symmetric pool tensors from the FSDP2 hook's allocate(), and plain
 CUDA tensors), Work.wait() as a stream wait, every element checked against
 what each rank computes itself. One process per GPU (ranks.py); skipped, with
 the reason, where torch sees fewer than two GPUs."""
+
+import os
 
 import pytest
 
@@ -10,7 +12,12 @@ import ranks
 
 torch = pytest.importorskip("torch")
 NGPU = torch.cuda.device_count() if torch.cuda.is_available() else 0
-pytestmark = pytest.mark.skipif(NGPU < 2, reason=f"{NGPU} CUDA device(s) here, 2 needed")
+# OFCCL_TEST_GPU_SHARED=1: ranks share the GPUs there are (rank % GPUs), so
+# one GPU runs the tests' logic (CUDA IPC within one GPU).
+SHARED = bool(os.environ.get("OFCCL_TEST_GPU_SHARED")) and NGPU >= 1
+pytestmark = pytest.mark.skipif(NGPU < 2 and not SHARED,
+                                reason=f"{NGPU} CUDA device(s) here, 2 needed")
+RANKS = sorted({2, 4 if SHARED else min(NGPU, 4)})
 
 
 def _expected(rank, n, dtype):
@@ -21,7 +28,7 @@ def _expected(rank, n, dtype):
 def _setup(settings):
     import ofccl
     rank = int(settings["BOOT_RANK"])
-    torch.cuda.set_device(rank)
+    torch.cuda.set_device(rank % NGPU)
     ctx = ofccl.Context(settings)
     return rank, ctx, ctx.world()
 
@@ -68,6 +75,120 @@ def gather(settings):
 
 
 gather.no_comm = True
+
+
+def _replay(blocks, me, op, dtype, scalar):
+    """The documented order: own block first, then the others in rank order,
+    in f32 (f64 for f64), each step rounded; the average divides at the end."""
+    acc_t = torch.float64 if dtype == torch.float64 else torch.float32
+    c = torch.tensor(scalar, dtype=acc_t)
+    order = [me] + [p for p in range(len(blocks)) if p != me]
+    acc = None
+    for p in order:
+        x = blocks[p].to(acc_t)
+        x = x * c if op == "premul" else x
+        acc = x if acc is None else acc + x
+    if op == "avg":
+        acc = acc / len(blocks)
+    return acc.to(dtype)
+
+
+def rscatter(settings):
+    import ofccl
+    from ofccl import torch_fsdp
+    from ofccl._torchcoll import Collectives
+    rank, ctx, comm = _setup(settings)
+    coll, hook = Collectives(comm), torch_fsdp.ReduceScatter(comm)
+    n = comm.size
+    ops = {"sum": (ofccl.Op.SUM, 1.0), "avg": (ofccl.Op.AVG, 1.0),
+           "premul": (ofccl.Op.premul_sum(0.25), 0.25)}
+    bad = []
+    for dtype in (torch.float32, torch.float64, torch.bfloat16, torch.float16):
+        for count in (0, 1, 1000, 65536 + 3):
+            blocks = [_expected(r, count * n, dtype) for r in range(n)]
+            for name, (op, scalar) in ops.items():
+                want = _replay([b[rank * count:(rank + 1) * count] for b in blocks], rank, name,
+                               dtype, scalar)
+                for where in ("plain", "pool", "in place"):
+                    if where == "plain":
+                        inp = blocks[rank].cuda()
+                    else:
+                        inp = hook.allocate((count * n,), dtype=dtype, device=torch.device("cuda"))
+                        inp.copy_(blocks[rank])
+                    out = (inp[rank * count:(rank + 1) * count] if where == "in place"
+                           else torch.full((count,), 7, dtype=dtype, device="cuda"))
+                    side = torch.cuda.Stream()
+                    side.wait_stream(torch.cuda.current_stream())
+                    with torch.cuda.stream(side):  # on a stream of the caller's
+                        work = coll.reduce_scatter(out, inp, op)
+                    work.wait()  # the current stream waits; the host goes on
+                    got = out.cpu()
+                    if not torch.equal(got.view(torch.uint8), want.view(torch.uint8)):
+                        i = int((got != want).nonzero()[0]) if count else 0
+                        bad.append(f"{dtype} count={count} {name} {where}: element {i} is "
+                                   f"{got[i].item()}, {want[i].item()} expected")
+                    del inp, out
+    # Through the FSDP2 hook, AVG as FSDP2 asks for it.
+    count = 4096
+    inp = hook.allocate((count * n,), dtype=torch.float32, device=torch.device("cuda"))
+    blocks = [_expected(r, count * n, torch.float32) for r in range(n)]
+    inp.copy_(blocks[rank])
+    out = torch.empty(count, dtype=torch.float32, device="cuda")
+    hook(out, inp, None, op=torch.distributed.ReduceOp.AVG, async_op=True).wait()
+    want = _replay([b[rank * count:(rank + 1) * count] for b in blocks], rank, "avg",
+                   torch.float32, 1.0)
+    if not torch.equal(out.cpu(), want):
+        bad.append("FSDP2 hook, AVG")
+    del inp, out
+    torch.cuda.synchronize()
+    coll.close()
+    comm.close()
+    ctx.close()
+    return bad
+
+
+rscatter.no_comm = True
+
+
+def backend(settings):
+    """The torch.distributed backend on CUDA tensors: reduce_scatter_tensor and
+    all_reduce (a size that divides by the ranks, and one that does not: the
+    padded copy) take the GPU path; each element against the replay of the
+    documented order (the owner of an element's block first)."""
+    import torch.distributed as dist
+    import ofccl.torch  # noqa: F401  (registers the backend)
+    rank, size = int(settings["BOOT_RANK"]), int(settings["BOOT_SIZE"])
+    torch.cuda.set_device(rank % NGPU)
+    port = settings["BOOT_ROOT"].rsplit(":", 1)[1]
+    dist.init_process_group("ofccl", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=size)
+    bad = []
+    count = 5000
+    blocks = [_expected(r, count * size, torch.float32) for r in range(size)]
+    for name, op in (("sum", dist.ReduceOp.SUM), ("avg", dist.ReduceOp.AVG)):
+        out = torch.full((count,), 7.0, device="cuda")
+        dist.reduce_scatter_tensor(out, blocks[rank].cuda(), op=op)
+        want = _replay([b[rank * count:(rank + 1) * count] for b in blocks], rank, name,
+                       torch.float32, 1.0)
+        if not torch.equal(out.cpu(), want):
+            bad.append(f"reduce_scatter_tensor {name}")
+    for n in (count * size, count * size + 3):
+        chunk = -(-n // size)
+        pads = [torch.cat([_expected(r, n, torch.float32), torch.zeros(chunk * size - n)])
+                for r in range(size)]
+        t = _expected(rank, n, torch.float32).cuda()
+        work = dist.all_reduce(t, async_op=True)
+        work.wait()
+        want = torch.cat([_replay([p[o * chunk:(o + 1) * chunk] for p in pads], o, "sum",
+                                  torch.float32, 1.0) for o in range(size)])[:n]
+        if not torch.equal(t.cpu(), want):
+            bad.append(f"all_reduce of {n} elements")
+    torch.cuda.synchronize()
+    dist.destroy_process_group()
+    return bad
+
+
+backend.no_comm = True
 
 
 def bcast(settings):
@@ -129,22 +250,9 @@ def register(settings):
 register.no_comm = True
 
 
-@pytest.mark.parametrize("nranks", sorted({2, min(NGPU, 4)}))
-def test_register(nranks):
-    for r, bad in enumerate(ranks.run(nranks, __file__, "register",
-                                      settings={"PROVIDER": "local"}, timeout=300)):
-        assert bad == [], f"rank {r}: {bad}"
-
-
-@pytest.mark.parametrize("nranks", sorted({2, min(NGPU, 4)}))
-def test_gather(nranks):
-    for r, bad in enumerate(ranks.run(nranks, __file__, "gather", settings={"PROVIDER": "local"},
+@pytest.mark.parametrize("nranks", RANKS)
+@pytest.mark.parametrize("scenario", ["register", "gather", "bcast", "rscatter", "backend"])
+def test_gpu(scenario, nranks):
+    for r, bad in enumerate(ranks.run(nranks, __file__, scenario, settings={"PROVIDER": "local"},
                                       timeout=300)):
-        assert bad == [], f"rank {r}: {bad}"
-
-
-@pytest.mark.parametrize("nranks", sorted({2, min(NGPU, 4)}))
-def test_broadcast(nranks):
-    for r, bad in enumerate(ranks.run(nranks, __file__, "bcast", settings={"PROVIDER": "local"},
-                                      timeout=300)):
-        assert bad == [], f"rank {r}: {bad}"
+        assert bad == [], f"{scenario}, rank {r}: {bad}"

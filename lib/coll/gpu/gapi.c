@@ -4,7 +4,7 @@
  * the caller's stream (ofccl_comm_set_stream), stream waits on a request
  * (ofccl_req_stream_wait), and the routing of a collective whose buffers the
  * driver says are GPU memory: to the GPU peer class where it fits (all-gather,
- * broadcast), else through host memory (gstage.c).
+ * reduce-scatter, broadcast), else through host memory (gstage.c).
  */
 #include <stdio.h>
 #include <string.h>
@@ -44,15 +44,27 @@ int ofccl__gpu_route(ofccl_comm_t *comm, const char *what, int coll, const void 
                                what, kr >= 0 ? kr : ks, gc->dev);
         return 1;
     }
-    if (gc->path != OFCCL__GPATH_P2P || coll == OFCCL__RS || comm->size == 1) {
+    if (coll == OFCCL__RS && recvbuf != (const char *)sendbuf + (size_t)comm->rank * block &&
+        ofccl__overlaps(sendbuf, block * (size_t)comm->size, recvbuf, block)) {
+        *rc = ofccl__comm_fail(comm, OFCCL_ERR_INVALID_ARG,
+                               "%s: recvbuf overlaps sendbuf but is not this rank's block (in "
+                               "place means recvbuf == sendbuf + rank * recvcount)",
+                               what);
+        return 1;
+    }
+    if (gc->path != OFCCL__GPATH_P2P || comm->size == 1 ||
+        (coll == OFCCL__RS && comm->size > OFCCL__GPU_REDUCE_SRCS)) {
         if (gc->path != OFCCL__GPATH_P2P && ofccl__comm_note_once(comm, NOTE_STAGED))
             OFCCL__INFO(&comm->ctx->log, OFCCL__SUB_COLL, "rank %d: communicator %u: %s",
                         comm->rank, comm->id, gc->why);
         *rc = ofccl__gpu_stage(gc, coll, sendbuf, recvbuf, count, dtype, op, root, block, req);
         return 1;
     }
-    out = coll == OFCCL__AG ? block * (size_t)comm->size : block;
-    if ((*rc = ofccl__gpu_locate(gc, recvbuf, out, &where)) != 0 ||
+    /* Where the peers reach this rank's memory: the output it writes into
+     * (all-gather, broadcast), the input they read (reduce-scatter). */
+    out = coll != OFCCL__BC ? block * (size_t)comm->size : block;
+    if ((*rc = ofccl__gpu_locate(gc, coll == OFCCL__RS ? (void *)sendbuf : recvbuf, out, &where)) !=
+            0 ||
         (*rc = ofccl__coll_begin(comm, coll, &r)) != 0)
         return 1;
     r->sendbuf = coll == OFCCL__BC ? recvbuf : sendbuf;
@@ -63,7 +75,9 @@ int ofccl__gpu_route(ofccl_comm_t *comm, const char *what, int coll, const void 
     r->block = block;
     r->op = op;
     r->root = root;
-    r->algo = coll == OFCCL__AG ? &ofccl__gpu_ag : &ofccl__gpu_bc;
+    r->algo = coll == OFCCL__AG   ? &ofccl__gpu_ag
+              : coll == OFCCL__RS ? &ofccl__gpu_rs
+                                  : &ofccl__gpu_bc;
     ofccl__gpu_prepare(r, gc, &where);
     *rc = ofccl__coll_start(r);
     if (*rc) {
@@ -87,9 +101,9 @@ int ofccl__gpu_refuse(ofccl_comm_t *comm, const char *what, const char *role,
         if (k >= 0)
             return ofccl__comm_fail(comm, OFCCL_ERR_NOT_SUPPORTED,
                                     "%s: %s %d is memory of GPU %d: this call takes host memory "
-                                    "only (GPU memory: all-gather and broadcast, flat or bucketed; "
-                                    "reduce-scatter through ofccl_reduce_scatter, staged; the "
-                                    "weight push through a plan made with gpu = 1)",
+                                    "only (GPU memory: all-gather, reduce-scatter and broadcast, "
+                                    "flat or bucketed; the weight push through a plan made with "
+                                    "gpu = 1)",
                                     what, role, i, k);
     }
     return 0;

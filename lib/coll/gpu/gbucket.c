@@ -1,12 +1,15 @@
 /*
- * Buckets of GPU tensors: an all-gather or a broadcast of many tensors as one
- * collective of the GPU peer class. The bucket's flat buffer (bucket.c's
- * layout: every rank's region holds its shard of each tensor in a slot of
- * ceil(N_t / n) elements; a broadcast's one region holds the whole tensors)
- * is the communicator's scratch in the symmetric pool. On the stream, before
- * the collective, this rank's shards (the root's tensors) are copied into its
- * region; after it, every region is copied out into the tensors. No host
- * memory and no host wait: the copies are enqueued with the collective.
+ * Buckets of GPU tensors: an all-gather, a reduce-scatter or a broadcast of
+ * many tensors as one collective of the GPU peer class. The bucket's flat
+ * buffer (bucket.c's layout: every rank's region holds its shard of each
+ * tensor in a slot of ceil(N_t / n) elements; a broadcast's one region holds
+ * the whole tensors) is the communicator's scratch in the symmetric pool. On
+ * the stream, before the collective, this rank's shards (all-gather), every
+ * rank's piece of each full tensor (reduce-scatter) or the root's tensors
+ * (broadcast) are copied into the flat buffer; after it, the result is copied
+ * out into the tensors. No host memory and no host wait: the copies are
+ * enqueued with the collective. Slot padding is left as it is: it is
+ * gathered or reduced into padding, never copied out.
  */
 #include <string.h>
 
@@ -29,6 +32,13 @@ int ofccl__gbucket_pack(ofccl__req_t *r, char *out, ofccl__err_t *e)
         if (r->coll == OFCCL__BC) {
             rc = copy(gc, at, x->full, x->count * r->esize, e);
             at += x->count * r->esize;
+        } else if (r->coll == OFCCL__RS) { /* piece q of the tensor into region q */
+            size_t c = ofccl__bucket_chunk(x->count, n);
+            for (int q = 0; rc == 0 && q < n; q++)
+                rc = copy(gc, at + (size_t)q * r->block,
+                          (const char *)x->full + (size_t)q * c * r->esize,
+                          ofccl__bucket_shard(x->count, n, q) * r->esize, e);
+            at += c * r->esize;
         } else {
             rc = copy(gc, at, x->shard, ofccl__bucket_shard(x->count, n, me) * r->esize, e);
             at += ofccl__bucket_chunk(x->count, n) * r->esize;
@@ -49,6 +59,12 @@ int ofccl__gbucket_unpack(ofccl__req_t *r, const char *out, ofccl__err_t *e)
         if (r->coll == OFCCL__BC) {
             rc = copy(gc, x->full, out + off, x->count * r->esize, e);
             off += x->count * r->esize;
+            continue;
+        }
+        if (r->coll == OFCCL__RS) { /* this rank's reduced piece into its shard */
+            rc = copy(gc, x->shard, out + (size_t)r->comm->rank * r->block + off,
+                      ofccl__bucket_shard(x->count, n, r->comm->rank) * r->esize, e);
+            off += c * r->esize;
             continue;
         }
         for (int q = 0; rc == 0 && q < n; q++)
@@ -80,13 +96,13 @@ static size_t region_bytes(const ofccl_comm_t *comm, int coll, const ofccl_tenso
 }
 
 /* A pointer of the bucket that this rank reads or writes: a non-empty full
- * tensor, or a non-empty shard (all-gather). An empty shard may point past
- * its tensor's end, which is no memory at all. */
+ * tensor, or a non-empty shard (all-gather, reduce-scatter). An empty shard
+ * may point past its tensor's end, which is no memory at all. */
 static const void *used(const ofccl_comm_t *comm, int coll, const ofccl_tensor_t *x, int k)
 {
     if (k == 0)
         return x->count > 0 ? x->full : NULL;
-    return coll == OFCCL__AG && ofccl__bucket_shard(x->count, comm->size, comm->rank) > 0 ? x->shard
+    return coll != OFCCL__BC && ofccl__bucket_shard(x->count, comm->size, comm->rank) > 0 ? x->shard
                                                                                           : NULL;
 }
 
@@ -111,7 +127,9 @@ static int on_this_gpu(ofccl_comm_t *comm, const char *what, int coll, const ofc
     return 0;
 }
 
-/* One rank: each shard is its whole tensor, copied on the stream. */
+/* One rank: each shard is its whole tensor, copied on the stream (a
+ * reduce-scatter's through the reduction kernel: a pre-multiplied sum
+ * scales it). */
 static int one_rank(ofccl__gcomm_t *gc, ofccl__req_t *r)
 {
     ofccl__err_t e = {0};
@@ -120,6 +138,13 @@ static int one_rank(ofccl__gcomm_t *gc, ofccl__req_t *r)
     for (int t = 0; rc == 0 && t < r->ntensors && r->coll == OFCCL__AG; t++)
         rc = copy(gc, r->tensors[t].t.full, r->tensors[t].t.shard, r->tensors[t].t.count * r->esize,
                   &e);
+    for (int t = 0; rc == 0 && t < r->ntensors && r->coll == OFCCL__RS; t++) {
+        const void *src = r->tensors[t].t.full;
+        rc = ofccl__gpu_reduce_kernel(gc->g, gc->dev, gc->stream, r->tensors[t].t.shard, &src, 1,
+                                      r->tensors[t].t.count, (int)r->dtype, (int)r->op.kind,
+                                      r->op.scalar, r->op.kind == OFCCL_OP_AVG ? 1 : 0,
+                                      gc->sms > 0 ? gc->sms : 8, NULL, &e);
+    }
     if (rc == 0)
         rc = ofccl__gpu_stream_sync(gc->g, gc->dev, gc->stream, &e);
     if (rc)
@@ -130,9 +155,9 @@ static int one_rank(ofccl__gcomm_t *gc, ofccl__req_t *r)
 
 int ofccl__gpu_route_bucket(ofccl_comm_t *comm, const char *what, int coll,
                             const ofccl_tensor_t *tensors, int ntensors, ofccl_dtype_t dtype,
-                            int root, ofccl_req_t **req, int *rc)
+                            int root, ofccl_redop_t op, ofccl_req_t **req, int *rc)
 {
-    const void *first = NULL;
+    const void *gpu_ptr = NULL;
     size_t region;
     ofccl__gcomm_t *gc;
     ofccl__gwhere_t where = {0};
@@ -140,10 +165,14 @@ int ofccl__gpu_route_bucket(ofccl_comm_t *comm, const char *what, int coll,
 
     if (ofccl__gpu_process(&comm->ctx->log, false) == NULL || tensors == NULL)
         return 0;
-    for (int t = 0; t < ntensors && first == NULL; t++)
-        for (int k = 0; k < 2 && first == NULL; k++)
-            first = used(comm, coll, &tensors[t], k);
-    if (first == NULL || ofccl__gpu_kind_of(comm, first) < 0)
+    /* Any GPU pointer makes it a GPU bucket (on_this_gpu then refuses one
+     * that mixes host and GPU memory, naming the tensor). */
+    for (int t = 0; t < ntensors && gpu_ptr == NULL; t++)
+        for (int k = 0; k < 2 && gpu_ptr == NULL; k++) {
+            const void *p = used(comm, coll, &tensors[t], k);
+            gpu_ptr = p != NULL && ofccl__gpu_kind_of(comm, p) >= 0 ? p : NULL;
+        }
+    if (gpu_ptr == NULL)
         return 0;
     if ((*rc = ofccl__gcomm_get(comm, &gc)) != 0 ||
         (*rc = on_this_gpu(comm, what, coll, gc, tensors, ntensors)) != 0)
@@ -151,7 +180,8 @@ int ofccl__gpu_route_bucket(ofccl_comm_t *comm, const char *what, int coll,
     if (gc->path != OFCCL__GPATH_P2P && comm->size > 1) {
         *rc = ofccl__comm_fail(comm, OFCCL_ERR_NOT_SUPPORTED,
                                "%s: GPU tensors in a bucket need every pair of GPUs P2P on one "
-                               "host (%s); ofccl_allgather and ofccl_broadcast stage GPU memory",
+                               "host (%s); ofccl_allgather, ofccl_reduce_scatter and "
+                               "ofccl_broadcast stage GPU memory",
                                what, gc->why);
         return 1;
     }
@@ -160,23 +190,29 @@ int ofccl__gpu_route_bucket(ofccl_comm_t *comm, const char *what, int coll,
     if (comm->size > 1 &&
         (*rc = ofccl__gpu_locate(
              gc, NULL,
-             OFCCL__MAX(coll == OFCCL__AG ? region * (size_t)comm->size : region, (size_t)1),
+             OFCCL__MAX(coll != OFCCL__BC ? region * (size_t)comm->size : region, (size_t)1),
              &where)) != 0)
         return 1;
     if ((*rc = ofccl__coll_begin(comm, coll, &r)) != 0)
         return 1;
     r->root = root;
-    r->op = (ofccl_redop_t){OFCCL_OP_SUM, 1};
+    r->op = op;
     if ((*rc = ofccl__bucket_setup(comm, what, tensors, ntensors, dtype, r)) == 0) {
         r->finish = NULL; /* unpacked on the stream, not by the host */
         if (comm->size == 1) {
             *rc = one_rank(gc, r);
         } else {
             where.stage = NULL;
-            r->recvbuf = where.seg->peer[comm->rank] + where.off;
-            r->sendbuf =
-                coll == OFCCL__AG ? (char *)r->recvbuf + (size_t)comm->rank * r->block : r->recvbuf;
-            r->algo = coll == OFCCL__AG ? &ofccl__gpu_ag : &ofccl__gpu_bc;
+            char *flat = where.seg->peer[comm->rank] + where.off;
+            char *mine = flat + (coll != OFCCL__BC ? (size_t)comm->rank * r->block : 0);
+            /* all-gather: this rank's region into the flat buffer; reduce-scatter:
+             * the flat buffer into this rank's region (in place); broadcast:
+             * the flat buffer */
+            r->sendbuf = coll == OFCCL__RS ? flat : mine;
+            r->recvbuf = coll == OFCCL__AG ? flat : mine;
+            r->algo = coll == OFCCL__AG   ? &ofccl__gpu_ag
+                      : coll == OFCCL__RS ? &ofccl__gpu_rs
+                                          : &ofccl__gpu_bc;
             ofccl__gpu_prepare(r, gc, &where);
             gc->rq[r->slot].bucket = true;
             *rc = ofccl__coll_start(r);

@@ -27,7 +27,34 @@
 #include "gcomm.h"
 #include "util.h"
 
-enum fp_field { FP_SEQ, FP_COLL, FP_BYTES, FP_SEG, FP_OFF, FP_ROOT, FP_DTYPE, FP_LAYOUT, FP_WORDS };
+enum fp_field {
+    FP_SEQ,
+    FP_COLL,
+    FP_BYTES,
+    FP_SEG,
+    FP_OFF,
+    FP_ROOT,
+    FP_DTYPE,
+    FP_LAYOUT,
+    FP_OP,
+    FP_SCALAR,
+    FP_WORDS
+};
+_Static_assert((int)FP_WORDS == (int)OFCCL__GF_FP_WORDS, "a slot's published words");
+
+/* The reduction's words: its kind, and its scalar's bits (premul sum). */
+static uint64_t fp_op(const ofccl__req_t *r, bool scalar)
+{
+    uint64_t bits = 0;
+
+    if (r->coll != OFCCL__RS)
+        return 0;
+    if (!scalar)
+        return (uint64_t)r->op.kind + 1;
+    if (r->op.kind == OFCCL_OP_PREMUL_SUM)
+        memcpy(&bits, &r->op.scalar, sizeof(bits));
+    return bits;
+}
 
 static ofccl__gcomm_t *gc_of(const ofccl__req_t *r)
 {
@@ -68,7 +95,9 @@ static void fp_publish(ofccl__req_t *r, const struct ofccl__grq *q)
                             (uint64_t)r->dtype,
                             q->bucket                ? r->layout_hash ^ (uint64_t)r->ntensors
                             : r->coll == OFCCL__PUSH ? r->tag
-                                                     : 0};
+                                                     : 0,
+                            fp_op(r, false),
+                            fp_op(r, true)};
 
     for (int i = FP_WORDS - 1; i >= 0; i--) /* the sequence last: it says the rest is in */
         atomic_store_explicit(&w[i], v[i],
@@ -85,7 +114,9 @@ static int fp_check(ofccl__req_t *r)
                                                 "buffer (offset in it)",
                                                 "root",
                                                 "dtype",
-                                                "bucket layout"};
+                                                "bucket layout",
+                                                "reduction (sum 1, avg 2, premul sum 3)",
+                                                "premul scalar (its bits)"};
     ofccl__gcomm_t *gc = gc_of(r);
     const ofccl_comm_t *comm = r->comm;
     const _Atomic uint64_t *mine = &gc->fh[comm->rank][ofccl__gf_fp(comm->size, r->slot)];
@@ -105,6 +136,8 @@ static int fp_check(ofccl__req_t *r)
                                    : f == FP_ROOT   ? OFCCL__FIELD_ROOT
                                    : f == FP_DTYPE  ? OFCCL__FIELD_DTYPE
                                    : f == FP_LAYOUT ? OFCCL__FIELD_LAYOUT
+                                   : f == FP_OP     ? OFCCL__FIELD_REDOP
+                                   : f == FP_SCALAR ? OFCCL__FIELD_SCALAR
                                                     : OFCCL__FIELD_NONE);
             return ofccl__coll_fail(
                 r, OFCCL_ERR_MISMATCH,
@@ -244,8 +277,10 @@ int ofccl__gq_begin(ofccl__req_t *r, ofccl__err_t *e)
         if (rc)
             return rc;
     }
-    /* A bucket's tensors into this rank's region (the root's, broadcast). */
-    if (q_of(r)->bucket && (r->coll == OFCCL__AG || r->root == r->comm->rank))
+    /* A bucket's tensors into the flat buffer (this rank's shards into its
+     * region, all-gather; every piece, reduce-scatter; the root's tensors,
+     * broadcast). */
+    if (q_of(r)->bucket && (r->coll != OFCCL__BC || r->root == r->comm->rank))
         return ofccl__gbucket_pack(r, q_of(r)->peer[r->comm->rank] + q_of(r)->off, e);
     return 0;
 }
@@ -256,7 +291,7 @@ int ofccl__gq_end(ofccl__req_t *r, size_t bytes, ofccl__err_t *e)
     struct ofccl__grq *q = q_of(r);
     int rc = 0;
 
-    if (q->bucket && (r->coll == OFCCL__AG || r->root != r->comm->rank))
+    if (q->bucket && (r->coll != OFCCL__BC || r->root != r->comm->rank))
         rc = ofccl__gbucket_unpack(r, q->peer[r->comm->rank] + q->off, e);
     else if (q->stage != NULL && bytes > 0)
         rc = ofccl__gpu_copy(gc->g, gc->dev, gc->stream, q->stage, q->peer[r->comm->rank] + q->off,
@@ -462,6 +497,14 @@ static const char *waits_on(const ofccl__req_t *r, int p)
 
     if (r->finished || p == me)
         return NULL;
+    /* Reduce-scatter: this rank reads p's input once p says READY, and
+     * waits for p's DONE reading its own. */
+    if (q->coll == OFCCL__RS && flag_here(gc, ofccl__gf_ready(p)) < v_of(r))
+        return "its GPU stream has not reached this collective (its input is not readable yet)";
+    if (q->coll == OFCCL__RS)
+        return flag_here(gc, ofccl__gf_done(n, p)) < v_of(r)
+                   ? "it has not finished reading this rank's input"
+                   : NULL;
     if (writes_to_p && flag_here(gc, ofccl__gf_ready(p)) < v_of(r))
         return "its GPU stream has not reached this collective";
     /* The chain's data flags live in GPU memory: the host cannot read them. */
@@ -532,4 +575,5 @@ bool ofccl__gpu_quiesce(ofccl__gcomm_t *gc)
     }
 GPU_ALGO(ofccl__gpu_ag, "gpu", OFCCL__AG, ag_start);
 GPU_ALGO(ofccl__gpu_bc, "gpu", OFCCL__BC, bc_start);
+GPU_ALGO(ofccl__gpu_rs, "gpu", OFCCL__RS, ofccl__grs_start);
 GPU_ALGO(ofccl__gpu_push, "gpu", OFCCL__PUSH, ofccl__gpush_start);

@@ -26,8 +26,9 @@
 
 /* Words of a rank's flag region (n = communicator size). */
 enum {
-    OFCCL__GF_ABORT = 0, /* nonzero: this rank gave up; its kernel copies nothing more */
-    OFCCL__GF_HDR = 8,   /* then READY[n], DONE[n], SENT[n], FP[SLOTS][8] */
+    OFCCL__GF_ABORT = 0,     /* nonzero: this rank gave up; its kernel copies nothing more */
+    OFCCL__GF_HDR = 8,       /* then READY[n], DONE[n], SENT[n], FP[SLOTS][FP_WORDS] */
+    OFCCL__GF_FP_WORDS = 10, /* a request's published arguments (gcoll.c) */
 };
 static inline size_t ofccl__gf_ready(int from)
 {
@@ -43,7 +44,7 @@ static inline size_t ofccl__gf_sent(int n, int to)
 }
 static inline size_t ofccl__gf_fp(int n, unsigned slot)
 {
-    return OFCCL__GF_HDR + 3 * (size_t)n + (size_t)slot * 8;
+    return OFCCL__GF_HDR + 3 * (size_t)n + (size_t)slot * OFCCL__GF_FP_WORDS;
 }
 static inline size_t ofccl__gf_words(int n)
 {
@@ -195,7 +196,7 @@ int ofccl__gq_ce_streams(ofccl__gcomm_t *gc, ofccl__err_t *e);
 /* The request's algorithm: no descriptors or units; start enqueues the whole
  * collective on the stream, progress polls its end and the peers' published
  * arguments, abort releases this rank's stream (OFCCL__ALGO_STREAM). */
-extern const ofccl__algo_t ofccl__gpu_ag, ofccl__gpu_bc, ofccl__gpu_push;
+extern const ofccl__algo_t ofccl__gpu_ag, ofccl__gpu_bc, ofccl__gpu_rs, ofccl__gpu_push;
 /* Where an output of `bytes` at `out` lands: its pool segment and offset, or
  * the scratch buffer (then `stage` is `out`, copied to at the end). May grow
  * the pool (collective): before the request's slot is claimed. */
@@ -210,6 +211,10 @@ void ofccl__gpu_prepare(ofccl__req_t *r, ofccl__gcomm_t *gc, const ofccl__gwhere
 /* Tear-down: release every running request's stream and wait for its end
  * (bounded); false where the GPU may still touch the communicator's memory. */
 bool ofccl__gpu_quiesce(ofccl__gcomm_t *gc);
+
+/* ---- grs.c: reduce-scatter, each rank reducing its block out of its
+ * peers' inputs ---- */
+int ofccl__grs_start(ofccl__req_t *r);
 
 /* ---- gpush.c: a weight push bucket of a GPU plan ---- */
 int ofccl__gpush_start(ofccl__req_t *r);
