@@ -9,7 +9,12 @@
  * after a warm-up; prints bus bandwidth (all-gather size*(n-1)/n/t, broadcast
  * size/t; size = bytes of the gathered buffer), the slowest rank's time.
  * The last round's bytes are checked on every rank.
- * Usage: gpu_perf [-n GPUS] [-b MIN] [-e MAX] [-i ITERS] [-s SMS] [-m pool|reg|plain]
+ * -H HOSTS splits the ranks into that many simulated hosts (OFCCL_HOST_ID,
+ * tcp between them): GPU memory is then staged through host memory, and
+ * -m host runs the same collectives on ofccl host memory (the reference the
+ * staging is measured against); both timed on the host's clock.
+ * Usage: gpu_perf [-n GPUS] [-b MIN] [-e MAX] [-i ITERS] [-s SMS] [-m pool|reg|plain|host]
+ *        [-H HOSTS]
  */
 #include <getopt.h>
 #include <stdio.h>
@@ -24,6 +29,8 @@ static size_t sizes[MAXSIZES];
 static int nsizes, iters = 20;
 static char sms_setting[32] = "";
 static const char *mem = "pool";
+static int hosts = 1;
+static char host_id[FORK_MAX][32];
 static double *res; /* [rank][size][2] in shared memory */
 
 static size_t parse_size(const char *s)
@@ -36,6 +43,18 @@ static size_t parse_size(const char *s)
                                        : 1));
 }
 
+/* A copy between the host and the buffer (plain memcpy where it is ofccl
+ * host memory). */
+static void copy(ofccl__gpu_t *g, int dev, void *dst, const void *src, size_t len)
+{
+    ofccl__err_t e;
+
+    if (strcmp(mem, "host") == 0)
+        memcpy(dst, src, len);
+    else
+        ofccl__gpu_copy_sync(g, dev, dst, src, len, &e);
+}
+
 static int bench(int rank, ofccl_ctx_t *ctx, ofccl_comm_t *comm)
 {
     ofccl__gpu_t *g = ofccl__gpu_process(NULL, true);
@@ -45,9 +64,12 @@ static int bench(int rank, ofccl_ctx_t *ctx, ofccl_comm_t *comm)
     void *buf;
     size_t max = sizes[nsizes - 1];
     uint8_t *h = malloc(max);
+    bool host = strcmp(mem, "host") == 0;
+    double t0 = 0;
 
     (void)ctx;
-    if (strcmp(mem, "pool") == 0
+    if (host ? ofccl_buffer_alloc(comm, max, &buf) != 0
+        : strcmp(mem, "pool") == 0
             ? ofccl_gpu_buffer_alloc(comm, max, &buf) != 0
             : ofccl__gpu_mem_alloc(g, dev, max, &buf, &e) != 0 ||
                   (strcmp(mem, "reg") == 0 && ofccl_gpu_register(comm, buf, max) != 0))
@@ -63,14 +85,19 @@ static int bench(int rank, ofccl_ctx_t *ctx, ofccl_comm_t *comm)
             for (int w = -3; w < iters + 1; w++) {
                 if (w == 0 && ofccl__gpu_event_record(g, dev, a, NULL, &e) != 0)
                     return 2;
+                if (w == 0)
+                    t0 = now_s();
                 if (w == iters) {
                     ofccl__gpu_event_record(g, dev, b, NULL, &e);
                     /* check the last round (written before it, so it is what moved) */
                     for (size_t i = 0; i < (op ? sizes[si] : block); i++)
                         h[i] = (uint8_t)(rank * 7 + i * 3 + si);
                     ofccl__gpu_event_sync(g, dev, b, &e);
-                    ofccl__gpu_copy_sync(g, dev, op ? buf : (char *)buf + (size_t)rank * block, h,
-                                         op ? sizes[si] : block, &e);
+                    res[((size_t)rank * MAXSIZES + (size_t)si) * 2 + (size_t)op] =
+                        hosts > 1 || host ? (now_s() - t0) * 1e3 / iters
+                                          : ofccl__gpu_event_ms(g, dev, a, b) / iters;
+                    copy(g, dev, op ? buf : (char *)buf + (size_t)rank * block, h,
+                         op ? sizes[si] : block);
                 }
                 int rc = op ? ofccl_broadcast(comm, buf, sizes[si], OFCCL_U8, 0, &req[k])
                             : ofccl_allgather(comm, (char *)buf + (size_t)rank * block, buf, block,
@@ -89,7 +116,7 @@ static int bench(int rank, ofccl_ctx_t *ctx, ofccl_comm_t *comm)
                     k = 0;
                 }
             }
-            ofccl__gpu_copy_sync(g, dev, h, buf, op ? sizes[si] : block * (size_t)nranks, &e);
+            copy(g, dev, h, buf, op ? sizes[si] : block * (size_t)nranks);
             for (int r = 0; r < (op ? 1 : nranks); r++)
                 for (size_t i = 0; i < (op ? sizes[si] : block); i++)
                     if (h[(size_t)r * block + i] != (uint8_t)((op ? 0 : r) * 7 + i * 3 + si)) {
@@ -97,11 +124,11 @@ static int bench(int rank, ofccl_ctx_t *ctx, ofccl_comm_t *comm)
                                op ? "broadcast" : "all-gather", sizes[si], i, r);
                         return 5;
                     }
-            res[((size_t)rank * MAXSIZES + (size_t)si) * 2 + (size_t)op] =
-                ofccl__gpu_event_ms(g, dev, a, b) / iters;
         }
     }
-    if (strcmp(mem, "pool") == 0) {
+    if (host) {
+        ofccl_buffer_free(comm, buf);
+    } else if (strcmp(mem, "pool") == 0) {
         ofccl_gpu_buffer_free(comm, buf);
     } else {
         if (strcmp(mem, "reg") == 0)
@@ -117,7 +144,7 @@ int main(int argc, char **argv)
     size_t lo = 1 << 20, hi = 512u << 20;
     int opt, n = 0, st[FORK_MAX], bad = 0;
 
-    while ((opt = getopt(argc, argv, "n:b:e:i:s:m:")) != -1) {
+    while ((opt = getopt(argc, argv, "n:b:e:i:s:m:H:")) != -1) {
         if (opt == 'n')
             n = atoi(optarg);
         else if (opt == 'b')
@@ -130,17 +157,22 @@ int main(int argc, char **argv)
             snprintf(sms_setting, sizeof(sms_setting), "GPU_SMS=%s", optarg);
         else if (opt == 'm')
             mem = optarg;
+        else if (opt == 'H')
+            hosts = atoi(optarg) > 1 ? atoi(optarg) : 1;
     }
-    if (strcmp(mem, "pool") != 0 && strcmp(mem, "reg") != 0 && strcmp(mem, "plain") != 0) {
-        fprintf(stderr, "gpu_perf: -m pool, reg or plain\n");
+    if (strcmp(mem, "pool") != 0 && strcmp(mem, "reg") != 0 && strcmp(mem, "plain") != 0 &&
+        strcmp(mem, "host") != 0) {
+        fprintf(stderr, "gpu_perf: -m pool, reg, plain or host\n");
         return 2;
     }
     for (size_t s = lo; s <= hi && nsizes < MAXSIZES; s *= 2)
         sizes[nsizes++] = s;
     nranks = n > 1 ? n : 2;
-    provider = "local";
-    for (int r = 0; r < nranks; r++)
-        rank_setting[r] = sms_setting[0] ? sms_setting : NULL;
+    provider = hosts > 1 ? "tcp" : "local";
+    for (int r = 0; r < nranks; r++) {
+        snprintf(host_id[r], sizeof(host_id[r]), "HOST_ID=perf-host-%d", r * hosts / nranks);
+        rank_setting[r] = hosts > 1 ? host_id[r] : sms_setting[0] ? sms_setting : NULL;
+    }
     res = mmap(NULL, sizeof(double) * FORK_MAX * MAXSIZES * 2, PROT_READ | PROT_WRITE,
                MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     run(bench, st);
@@ -150,11 +182,14 @@ int main(int argc, char **argv)
         printf("gpu_perf: a rank failed\n");
         return 1;
     }
-    printf("ofccl GPU, %d ranks, %s, in place in %s, bus GB/s\n%12s %12s %12s\n", nranks,
+    printf("ofccl GPU, %d ranks on %d host(s)%s, %s, in place in %s, bus GB/s\n%12s %12s %12s\n",
+           nranks, hosts, hosts > 1 ? " (simulated, tcp between them)" : "",
            sms_setting[0] ? sms_setting : "GPU_SMS default",
-           strcmp(mem, "pool") == 0  ? "the symmetric pool"
-           : strcmp(mem, "reg") == 0 ? "registered cudaMalloc memory"
-                                     : "plain cudaMalloc memory (through scratch)",
+           strcmp(mem, "pool") == 0   ? "the symmetric pool"
+           : strcmp(mem, "reg") == 0  ? "registered cudaMalloc memory"
+           : strcmp(mem, "host") == 0 ? "ofccl host memory (the reference for staging)"
+           : hosts > 1                ? "plain cudaMalloc memory (staged through host memory)"
+                                      : "plain cudaMalloc memory (through scratch)",
            "size", "all-gather", "broadcast");
     for (int si = 0; si < nsizes; si++) {
         double t[2] = {0, 0};

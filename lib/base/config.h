@@ -157,6 +157,10 @@ typedef enum ofccl__cfg_type {
     X(GPU_CHAIN_BYTES, SIZE, AGREE, "0", "", 0, 1073741824,                                        \
       "GPU broadcast: chunk of the pipelined chain; 0 = by size (1/16 of the buffer, 256 KiB to "  \
       "4 MiB)")                                                                                    \
+    X(GPU_STAGE_BYTES, SIZE, AGREE, "16M", "", 4096, 1073741824,                                   \
+      "GPU memory staged through host memory (ranks on several hosts, GPUs without P2P): bytes "   \
+      "of one chunk's collective (each rank's piece is this / the ranks); three in the bounce "    \
+      "buffer, copies of one chunk overlapping the collective of the next")                        \
     X(GPU_POOL_BYTES, SIZE, AGREE, "0", "", 0, INT64_MAX,                                          \
       "Budget of the symmetric GPU pool per communicator (its segments, mapped into every "        \
       "same-host peer); 0 = grow as needed")

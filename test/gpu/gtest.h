@@ -34,6 +34,15 @@ int gpu_register_size(int rank, ofccl_ctx_t *ctx, ofccl_comm_t *comm);
 /* test_gpu_rs.c: reduce-scatter on GPU memory, checked against the CPU
  * reduction bit for bit; an operator that differs gives MISMATCH. */
 int gpu_reduce_scatter(int rank, ofccl_ctx_t *ctx, ofccl_comm_t *comm);
+/* One reduce-scatter of `count` elements per rank, every element checked
+ * (`exact`: bit for bit against the CPU's direct order, else within the
+ * bound of any order); where: 0 pool in place, 1 pool, 2 other GPU memory,
+ * 3 registered, 4 other GPU memory in place. 0 when right. */
+int gpu_rs_check(int me, ofccl_comm_t *comm, size_t count, int where, ofccl_dtype_t dt,
+                 ofccl_redop_t op, unsigned salt, int exact);
+/* test_gpu_staged.c: two simulated hosts, GPU memory staged through host
+ * memory chunk by chunk. */
+int gpu_staged(int rank, ofccl_ctx_t *ctx, ofccl_comm_t *comm);
 /* test_gpu_push.c: weight push on GPU memory (a GPU plan). */
 int gpu_push(int rank, ofccl_ctx_t *ctx, ofccl_comm_t *comm);
 

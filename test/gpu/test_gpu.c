@@ -13,7 +13,8 @@
  * and GPU tensors together is refused (INVALID_ARG) and the communicator
  * goes on.
  * The caller's own GPU memory registered: test_gpu_reg.c. Weight push on GPU
- * memory: test_gpu_push.c. Reduce-scatter: test_gpu_rs.c.
+ * memory: test_gpu_push.c. Reduce-scatter: test_gpu_rs.c. GPU memory across
+ * two simulated hosts (staged through host memory): test_gpu_staged.c.
  * Usage: [OFCCL_TEST_GPU_SHARED=1] test_gpu [NRANKS] [scenario...]  (scenarios: gather bcast ce
  * stream mismatch kill leak refuse bucket bucket-ce register register-ce reg-size push rs rs-ce)
  */
@@ -495,7 +496,8 @@ int main(int argc, char **argv)
                {"reg-size", gpu_register_size, NULL},
                {"push", gpu_push, NULL},
                {"rs", gpu_reduce_scatter, NULL},
-               {"rs-ce", gpu_reduce_scatter, "GPU_SMS=0"}};
+               {"rs-ce", gpu_reduce_scatter, "GPU_SMS=0"},
+               {"staged", gpu_staged, NULL}};
     int n = gpus_here(), rc = 0;
     bool shared;
 
@@ -525,6 +527,16 @@ int main(int argc, char **argv)
         which = all[i].fn;
         for (int r = 0; r < nranks; r++)
             rank_setting[r] = all[i].setting;
+        /* Two simulated hosts (the first half of the ranks and the rest)
+         * joined by tcp, and small staging chunks: GPU memory staged. */
+        provider = all[i].fn == gpu_staged ? "tcp" : "local";
+        if (all[i].fn == gpu_staged)
+            for (int r = 0; r < nranks; r++)
+                rank_setting[r] = r < nranks / 2 ? "HOST_ID=gpu-host-a" : "HOST_ID=gpu-host-b";
+        if (all[i].fn == gpu_staged)
+            setenv("OFCCL_GPU_STAGE_BYTES", "65536", 1);
+        else
+            unsetenv("OFCCL_GPU_STAGE_BYTES");
         printf("== %s, %d ranks\n", all[i].name, nranks);
         rc |= cu_run("gpu", tests);
     }

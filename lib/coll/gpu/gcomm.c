@@ -243,6 +243,7 @@ static int setup(ofccl_comm_t *comm, ofccl__gcomm_t *gc)
     gc->sms = (int)ofccl__cfg_int(&comm->ctx->cfg, OFCCL__CFG_GPU_SMS);
     gc->chain_bytes = (size_t)ofccl__cfg_int(&comm->ctx->cfg, OFCCL__CFG_GPU_CHAIN_BYTES);
     gc->budget = (size_t)ofccl__cfg_int(&comm->ctx->cfg, OFCCL__CFG_GPU_POOL_BYTES);
+    gc->stage = (size_t)ofccl__cfg_int(&comm->ctx->cfg, OFCCL__CFG_GPU_STAGE_BYTES);
     gc->g = ofccl__gpu_process(&comm->ctx->log, true);
     gc->dev = gc->g != NULL ? ofccl__gpu_current_device(gc->g, comm->local_rank) : -1;
     if (gc->g != NULL) {
@@ -354,7 +355,7 @@ void ofccl__gcomm_free(ofccl_comm_t *comm)
     ofccl__greg_fini(gc);
     ofccl__gpool_fini(gc);
     regions_free(comm, gc);
-    free(gc->host_stage);
+    ofccl__gstage_fini(gc);
     free(gc);
     comm->gpu = NULL;
 }

@@ -102,7 +102,7 @@ typedef struct ofccl__gcomm {
     char why[320];
     int sms;            /* OFCCL_GPU_SMS: 0 = copy engines only */
     size_t chain_bytes; /* OFCCL_GPU_CHAIN_BYTES: the broadcast chain's chunk, 0 = by size */
-    size_t stage;       /* staging chunk (OFCCL_GPU_STAGE_BYTES) */
+    size_t stage;       /* staging: one chunk's collective (OFCCL_GPU_STAGE_BYTES) */
     /* flags (P2P): every rank's region, mapped here and registered with CUDA */
     void *region;
     size_t region_len;
@@ -148,7 +148,9 @@ typedef struct ofccl__gcomm {
     char *dflags;
     ofccl__gseg_t *dflags_seg;
     size_t dflags_off;
-    /* staging (gstage.c): pinned host bounce buffers */
+    /* staging (gstage.c): a communicator of its own (a duplicate), and the
+     * bounce buffer, its pool memory registered with CUDA */
+    ofccl_comm_t *stage_comm;
     void *host_stage;
     size_t host_stage_len;
 } ofccl__gcomm_t;
@@ -228,10 +230,12 @@ int ofccl__gbucket_pack(ofccl__req_t *r, char *out, ofccl__err_t *e);
 int ofccl__gbucket_unpack(ofccl__req_t *r, const char *out, ofccl__err_t *e);
 
 /* ---- gapi.c / gstage.c ---- */
-/* Through host memory, on the host; the request returned is complete. */
+/* Through host memory, chunk by chunk (copies overlapping the host
+ * collectives); the request returned is complete. */
 int ofccl__gpu_stage(ofccl__gcomm_t *gc, int coll, const void *sendbuf, void *recvbuf, size_t count,
                      ofccl_dtype_t dtype, ofccl_redop_t op, int root, size_t block,
                      ofccl_req_t **req);
+void ofccl__gstage_fini(ofccl__gcomm_t *gc);
 
 /* ---- greg.c: the caller's GPU memory ---- */
 /* Collective: every rank registers `bytes` of its own at `ptr` (the same
