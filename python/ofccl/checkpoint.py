@@ -17,6 +17,11 @@ in flight; a rollout rank reads bucket k while bucket k + 1 arrives.
     async for name, tensor in engine.receive_weights(): ...     # rollout ranks
     engine.finalize()
 
+With ``device="cuda"`` (every process alike; both groups on one host, every
+pair of GPUs P2P) the weights stay on the GPUs: trainer ranks push their CUDA
+shards straight into the rollout ranks' GPU bucket buffers by the copy
+engines, and ``receive_weights`` yields CUDA tensors.
+
 Importing this module also registers the engine in verl's
 CheckpointEngineRegistry as "ofccl" when verl is importable (verl's
 ``checkpoint_engine.custom_backend_module=ofccl.checkpoint``).
@@ -95,15 +100,21 @@ class OfcclCheckpointEngine:
     rebuild_group: finalize() also destroys the communicator (else it is kept
         and the next init_process_group with the same topology reuses it).
     settings: more ofccl settings (e.g. {"TIMEOUT_MS": 60000}).
+    device: "cpu" (buckets in host memory; CUDA weights are copied to it) or
+        "cuda" (buckets in GPU memory: weights go GPU to GPU and the rollout
+        side gets CUDA tensors; every process alike, one host).
     """
 
     TRAINER, ROLLOUT = "trainer", "rollout"
 
     def __init__(self, bucket_size: int = 64 << 20, is_master: bool = False,
                  host: Optional[str] = None, copy: bool = False, rebuild_group: bool = False,
-                 settings: Optional[Dict[str, Any]] = None, **_: Any):
+                 settings: Optional[Dict[str, Any]] = None, device: str = "cpu", **_: Any):
         if bucket_size <= 0:
             raise InvalidArgument(f"bucket_size {bucket_size}: give a positive byte count")
+        if device not in ("cpu", "cuda"):
+            raise InvalidArgument(f"device {device!r}: \"cpu\" or \"cuda\"")
+        self.device = device
         self.bucket_size = int(bucket_size)
         self.is_master = is_master
         self.host = host
@@ -244,18 +255,20 @@ class OfcclCheckpointEngine:
         tensors = [(name, [nbytes] if code == buffers.U8 else shape, code)
                    for name, shape, _, code, nbytes in mine]
         self._plan = PushPlan(comm, tensors, self.senders, self.receivers,
-                              bucket_bytes=self.bucket_size)
+                              bucket_bytes=self.bucket_size, gpu=self.device == "cuda")
         self._plan_key = key
         self.plans_built += 1
         return self._plan
 
-    @staticmethod
-    def _describe(name: str, t: Any) -> Tuple[List[Any], Any]:
-        """(metadata entry, CPU contiguous tensor ofccl moves) of one weight:
-        dtypes ofccl has no code for travel as bytes."""
+    def _describe(self, name: str, t: Any) -> Tuple[List[Any], Any]:
+        """(metadata entry, contiguous tensor ofccl moves: on the CPU, or on this
+        rank's GPU with device="cuda") of one weight: dtypes ofccl has no code
+        for travel as bytes."""
         torch = _torch()
         t = t.detach()
-        if t.device.type != "cpu":
+        if self.device == "cuda" and t.device.type != "cuda":
+            t = t.to(torch.device("cuda", torch.cuda.current_device()))
+        elif self.device == "cpu" and t.device.type != "cpu":
             t = t.cpu()
         t = t.contiguous()
         dt = str(t.dtype).replace("torch.", "")
@@ -272,7 +285,8 @@ class OfcclCheckpointEngine:
         sends only its own shard of each. Every trainer rank yields the same
         names, shapes and dtypes (else ofccl.Mismatch). The iterator is read
         first (the plan needs the whole list); its tensors are not copied
-        unless they are on a GPU or not contiguous."""
+        unless they are on another device than the buckets or not
+        contiguous."""
         comm = self._live("send_weights")
         if comm.rank not in self.senders:
             raise StateError(f"send_weights: rank {comm.rank} is in the rollout group")
@@ -288,9 +302,10 @@ class OfcclCheckpointEngine:
 
     async def receive_weights(self, **_: Any) -> AsyncIterator[Tuple[str, Any]]:
         """Rollout ranks: yield (name, tensor) bucket by bucket as each arrives
-        (the trainer's names, shapes and dtypes). Unless copy=True a tensor views
-        the bucket buffer: use or copy it before asking for the first tensor
-        after the next bucket's."""
+        (the trainer's names, shapes and dtypes; CUDA tensors with
+        device="cuda"). Unless copy=True a tensor views the bucket buffer: use
+        or copy it before asking for the first tensor after the next
+        bucket's."""
         comm = self._live("receive_weights")
         if comm.rank not in self.receivers:
             raise StateError(f"receive_weights: rank {comm.rank} is in the trainer group")

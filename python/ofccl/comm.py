@@ -554,11 +554,11 @@ class Comm:
 
     def push_plan(self, tensors: Sequence[Tuple[str, Any, Any]], senders: Sequence[int],
                   receivers: Sequence[int], *, bucket_bytes: int = 0,
-                  slices: Optional[Sequence[Tuple[int, int]]] = None) -> Any:
+                  slices: Optional[Sequence[Tuple[int, int]]] = None, gpu: bool = False) -> Any:
         """A weight-push plan (collective): see ofccl.push.PushPlan."""
         from .push import PushPlan
         return PushPlan(self, tensors, senders, receivers, bucket_bytes=bucket_bytes,
-                        slices=slices)
+                        slices=slices, gpu=gpu)
 
     def alloc(self, shape: Union[int, Sequence[int]], dtype: Any = "float32") -> Any:
         """Like Context.alloc, from this communicator's pool (ofccl_buffer_alloc):

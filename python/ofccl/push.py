@@ -14,6 +14,11 @@ Sender i (its place in `senders`) owns elements [i*c, min((i+1)*c, count)) of
 every flattened tensor, c = ceil(count / len(senders)) (``shard_range``).
 Tensors are grouped in order into buckets of about `bucket_bytes` (a larger
 tensor is a bucket of its own); a receiver may ask for a slice of each tensor.
+
+With ``gpu=True`` (every rank alike; one host, every pair of GPUs P2P) the
+plan moves GPU memory: senders pass CUDA shards, receivers get the plan's own
+buffers as CUDA tensors (symmetric GPU memory), and each bucket goes GPU to
+GPU by the copy engines, enqueued on torch's current stream (docs/gpu.md).
 """
 
 from __future__ import annotations
@@ -40,6 +45,17 @@ class _View:
         self.plan = plan
 
 
+class _GpuView:
+    """A GPU plan's receive buffer for torch (__cuda_array_interface__): the
+    tensors over it keep it, and so the plan, alive."""
+
+    def __init__(self, plan: "PushPlan", ptr: int, nbytes: int):
+        self.view = _View(plan)
+        plan._views.add(self.view)
+        self.__cuda_array_interface__ = {"shape": (max(nbytes, 1),), "typestr": "|u1",
+                                         "data": (ptr, False), "version": 3, "strides": None}
+
+
 def _ints(seq: Sequence[int], what: str, size: int) -> List[int]:
     out = [int(r) for r in seq]
     bad = [r for r in out if not 0 <= r < size]
@@ -57,9 +73,10 @@ class PushPlan:
 
     def __init__(self, comm: Comm, tensors: Sequence[Tuple[str, Any, Any]],
                  senders: Sequence[int], receivers: Sequence[int], *, bucket_bytes: int = 0,
-                 slices: Optional[Sequence[Tuple[int, int]]] = None):
+                 slices: Optional[Sequence[Tuple[int, int]]] = None, gpu: bool = False):
         h = comm._live()
         self.comm = comm
+        self.gpu = bool(gpu)
         self._h: Optional[int] = None
         self._views: "weakref.WeakSet[_View]" = weakref.WeakSet()
         self.senders = _ints(senders, "senders", comm.size)
@@ -103,6 +120,7 @@ class PushPlan:
         spec.nreceivers, spec.receivers = len(self.receivers), keep[1]
         spec.ntensors, spec.counts, spec.dtypes = nt, keep[2], keep[3]
         spec.bucket_bytes = int(bucket_bytes)
+        spec.gpu = 1 if self.gpu else 0
         if self.slices is not None:
             keep += [(c_size_t * max(nt, 1))(*[o for o, _ in self.slices]),
                      (c_size_t * max(nt, 1))(*[c for _, c in self.slices])]
@@ -147,14 +165,30 @@ class PushPlan:
 
     def shard_of(self, t: int, full: Any) -> Any:
         """This sender's shard of a full tensor t (numpy array or CPU torch tensor,
-        contiguous): a view, no copy."""
-        got = buffers.resolve(full, f"push tensor {t} ({self.names[t]})", self.dtypes[t],
-                              False)[1]
+        contiguous; a CUDA tensor for a GPU plan): a view, no copy."""
+        if self.gpu:
+            got = self._cuda(full, f"push tensor {t} ({self.names[t]})", t).numel()
+        else:
+            got = buffers.resolve(full, f"push tensor {t} ({self.names[t]})", self.dtypes[t],
+                                  False)[1]
         if got != self.counts[t]:
             raise InvalidArgument(f"push tensor {t} ({self.names[t]}): {got} elements, the plan "
                                   f"has {self.counts[t]}")
         s0, n = self.shard_range(t)
         return full.reshape(-1)[s0:s0 + n]
+
+    def _cuda(self, x: Any, what: str, t: int) -> Any:
+        """A GPU plan's tensor: CUDA, contiguous, of tensor t's element size."""
+        if getattr(x, "device", None) is None or x.device.type != "cuda":
+            raise InvalidArgument(f"{what}: a GPU plan takes CUDA tensors, got "
+                                  f"{getattr(x, 'device', type(x).__name__)}")
+        if not x.is_contiguous():
+            raise InvalidArgument(f"{what}: not contiguous")
+        if x.element_size() != buffers.ITEMSIZE[self.dtypes[t]]:
+            raise InvalidArgument(f"{what}: {x.dtype} has {x.element_size()}-byte elements, the "
+                                  f"plan's dtype {buffers.NAMES[self.dtypes[t]]} "
+                                  f"{buffers.ITEMSIZE[self.dtypes[t]]}")
+        return x
 
     def where(self, t: int) -> Tuple[int, int, int]:
         """Receivers: (bucket, byte offset in the bucket's buffer, bytes) of tensor t."""
@@ -171,9 +205,12 @@ class PushPlan:
         of its dtype and shape (bf16 as uint16 bits), or with torch=True a torch
         tensor; no copy."""
         _, off, n = self.where(t)
-        raw = np.asarray(buf, dtype=np.uint8).reshape(-1)[off:off + n]
         code = self.dtypes[t]
         shape = self.shapes[t] if self.slices is None else (self.slices[t][1],)
+        if self.gpu:  # a CUDA uint8 tensor over the plan's GPU buffer
+            dt = {v: k for k, v in buffers.torch_dtypes().items()}[code]
+            return buf[off:off + n].view(dt).reshape(shape)
+        raw = np.asarray(buf, dtype=np.uint8).reshape(-1)[off:off + n]
         if torch:
             import torch as th
             tt = th.from_numpy(raw) if n else th.empty(0, dtype=th.uint8)
@@ -182,10 +219,15 @@ class PushPlan:
         np_dt = np.uint16 if code == buffers.BF16 else np.dtype(buffers.NAMES[code])
         return raw.view(np_dt).reshape(shape)
 
-    def buffer(self, k: int) -> np.ndarray:
-        """The plan's own receive buffer of bucket k (k % 2), once k was posted."""
+    def buffer(self, k: int) -> Any:
+        """The plan's own receive buffer of bucket k (k % 2), once k was posted
+        (a CUDA uint8 tensor for a GPU plan)."""
         p = c_void_p()
         self._check(_lib.lib().ofccl_push_buffer(self._live(), k, byref(p)), "ofccl_push_buffer")
+        if self.gpu:
+            import torch as th
+            return th.as_tensor(_GpuView(self, p.value, self.max_bucket_bytes),
+                                device="cuda")[:self.max_bucket_bytes]
         raw = (ctypes.c_uint8 * max(self.max_bucket_bytes, 1)).from_address(p.value)
         holder = _View(self)
         self._views.add(holder)
@@ -204,8 +246,11 @@ class PushPlan:
                                   f"{'none' if shards is None else len(shards)}")
         arr = (c_void_p * max(len(shards), 1))()
         for t, s in enumerate(shards):
-            p, n, _ = buffers.resolve(s, f"push shard {t} ({self.names[t]})", self.dtypes[t],
-                                      False)
+            if self.gpu:
+                p, n = self._cuda(s, f"push shard {t} ({self.names[t]})", t).data_ptr(), s.numel()
+            else:
+                p, n, _ = buffers.resolve(s, f"push shard {t} ({self.names[t]})", self.dtypes[t],
+                                          False)
             want = self.shard_range(t)[1]
             if n != want:
                 raise InvalidArgument(
@@ -223,6 +268,12 @@ class PushPlan:
         h = self._live()
         arr = shards if isinstance(shards, ctypes.Array) else self._shards(shards)
         bp, blen = None, 0
+        if self.gpu:  # enqueued on torch's current stream
+            from . import gpu as _gpu
+            _gpu.collectives_for(self.comm)._stream()
+            if buf is not None:
+                raise InvalidArgument(f"push bucket {k}: a GPU plan receives into its own "
+                                      "buffers only (pass no buf)")
         if buf is not None:
             if not self.is_receiver:
                 raise InvalidArgument(f"rank {self.comm.rank} is not a receiver: pass no buf")

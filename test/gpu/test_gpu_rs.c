@@ -7,7 +7,8 @@
  * order (docs/reductions.md), and for f32 and f64 also bit for bit against a
  * replay of that order written here, for bf16 and f16 within the documented
  * bound of a reference computed in double. Bucketed, every dtype and
- * operator: six tensors of uneven sizes, in place and not. Then a
+ * operator: six tensors of uneven sizes, in place and not. The same
+ * reduce-scatter ten times: the same bits every time. Then a
  * reduce-scatter whose operator differs on the last rank: MISMATCH on every
  * rank.
  */
@@ -370,6 +371,42 @@ static int rs_bucket(int me, ofccl_comm_t *comm, ofccl_dtype_t dt, ofccl_redop_t
     return bad;
 }
 
+/* Determinism: the same reduce-scatter ten times (bf16 and f32, sum,
+ * 1 Mi elements per rank, from the pool), every run's bits those of the
+ * first. */
+static int rs_repeat(int me, ofccl_comm_t *comm, ofccl_dtype_t dt)
+{
+    size_t count = 1 << 20, es = ofccl_dtype_size(dt), block = count * es;
+    size_t total = block * (size_t)nranks;
+    char *h = malloc(total + 1), *first = malloc(block + 1), *got = malloc(block + 1);
+    void *in = NULL, *out = dmalloc(block);
+    int bad = 0;
+
+    if (ofccl_gpu_buffer_alloc(comm, total, &in) != 0)
+        return 1;
+    make_input(me, nranks, count, dt, 777, h, NULL);
+    put(in, (uint8_t *)h, total);
+    for (int run = 0; run < 10 && !bad; run++) {
+        ofccl_req_t *req;
+        int rc =
+            ofccl_reduce_scatter(comm, in, out, count, dt, (ofccl_redop_t){OFCCL_OP_SUM, 1}, &req);
+        if (rc == 0 && (rc = ofccl_wait(req)) == 0)
+            ofccl_req_free(req);
+        get((uint8_t *)(run ? got : first), out, block);
+        if (rc != 0 || (run && memcmp(got, first, block) != 0)) {
+            printf("rank %d: reduce-scatter run %d (dtype %d): %s\n", me, run, dt,
+                   rc ? ofccl_comm_last_error(comm) : "other bits than run 0");
+            bad = 1;
+        }
+    }
+    ofccl_gpu_buffer_free(comm, in);
+    ofccl__gpu_mem_free(gpu, dev, out);
+    free(h);
+    free(first);
+    free(got);
+    return bad;
+}
+
 int gpu_reduce_scatter(int rank, ofccl_ctx_t *ctx, ofccl_comm_t *comm)
 {
     static const size_t counts[] = {0, 1, 7, 1000, 4097, 65536, 300001};
@@ -392,6 +429,7 @@ int gpu_reduce_scatter(int rank, ofccl_ctx_t *ctx, ofccl_comm_t *comm)
     for (int d = 0; d < 4 && !bad; d++)
         for (int o = 0; o < 3 && !bad; o++)
             bad |= rs_bucket(rank, comm, dts[d], ops[o], salt++);
+    bad |= !bad && (rs_repeat(rank, comm, OFCCL_BF16) || rs_repeat(rank, comm, OFCCL_F32));
     if (bad)
         return 60;
     /* The last rank averages, the others sum: MISMATCH everywhere, naming

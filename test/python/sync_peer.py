@@ -1,7 +1,10 @@
 """One process of the weight-sync test (test_weight_sync.py): a trainer or a
 rollout rank of two separately launched groups. argv: role, rank. Prints
 'META <json>' (prepare()), reads the init_process_group keywords as one JSON
-line on stdin, runs the syncs and prints 'RESULT <json>'."""
+line on stdin, runs the syncs and prints 'RESULT <json>'. argv[3] "cuda": the
+engine's buckets on the GPU (trainers push CUDA tensors, the rollout side
+gets CUDA tensors); trainer r on GPU r, rollout r on GPU 2 + r (modulo the
+GPUs there are)."""
 
 import asyncio
 import hashlib
@@ -33,15 +36,18 @@ def weight(name, shape, dtype, step):
     return torch.randn(shape, generator=g, dtype=torch.float64).to(dtype)
 
 
+DEVICE = sys.argv[3] if len(sys.argv) > 3 else "cpu"
+
+
 def weights(step, rank, bad=False):
     for name, shape, dtype in TENSORS:
         if bad and rank == 1 and name == "bias":
             shape = (65,)  # this trainer disagrees with the others
-        yield name, weight(name, shape, dtype, step)
+        yield name, weight(name, shape, dtype, step).to(DEVICE)
 
 
 def as_bytes(t):
-    return t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b""
+    return t.reshape(-1).view(torch.uint8).cpu().numpy().tobytes() if t.numel() else b""
 
 
 async def receive(engine, step):
@@ -50,7 +56,8 @@ async def receive(engine, step):
         shape, dtype = dict((n, (s, d)) for n, s, d in TENSORS)[name]
         want = weight(name, shape, dtype, step)
         # checked as it arrives: the view is valid until the next bucket's
-        if got.dtype != dtype or tuple(got.shape) != shape or as_bytes(got) != as_bytes(want):
+        if got.dtype != dtype or tuple(got.shape) != shape or got.device.type != DEVICE or \
+                as_bytes(got) != as_bytes(want):
             wrong.append(name)
         names.append(name)
         digest.update(as_bytes(got))
@@ -59,9 +66,12 @@ async def receive(engine, step):
 
 def main():
     role, rank = sys.argv[1], int(sys.argv[2])
+    if DEVICE == "cuda":
+        torch.cuda.set_device((rank + (0 if role == "trainer" else 2)) % torch.cuda.device_count())
     engine = ofccl.checkpoint.new_engine(
         "ofccl", bucket_size=BUCKET, is_master=(role == "trainer" and rank == 0),
-        host="127.0.0.1", settings={"TIMEOUT_MS": 60000, "BOOT_TIMEOUT_MS": 120000})
+        host="127.0.0.1", settings={"TIMEOUT_MS": 60000, "BOOT_TIMEOUT_MS": 120000},
+        device=DEVICE)
     print("META " + json.dumps(engine.prepare()), flush=True)
     kwargs = json.loads(sys.stdin.readline())
     out = {"steps": []}

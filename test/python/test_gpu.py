@@ -1,5 +1,5 @@
 """CUDA tensors through the package: all-gather, reduce-scatter and broadcast
-on the library's GPU path (symmetric pool tensors from the FSDP2 hook's allocate(), and plain
+on the library's GPU path, and the weight-sync engine on GPU buckets (symmetric pool tensors from the FSDP2 hook's allocate(), and plain
 CUDA tensors), Work.wait() as a stream wait, every element checked against
 what each rank computes itself. One process per GPU (ranks.py); skipped, with
 the reason, where torch sees fewer than two GPUs."""
@@ -256,3 +256,11 @@ def test_gpu(scenario, nranks):
     for r, bad in enumerate(ranks.run(nranks, __file__, scenario, settings={"PROVIDER": "local"},
                                       timeout=300)):
         assert bad == [], f"{scenario}, rank {r}: {bad}"
+
+
+def test_weight_sync_gpu():
+    """The weight-sync engine with device="cuda": 2 trainer and 2 rollout
+    processes (separately launched groups), CUDA tensors in and out, byte for
+    byte (test_weight_sync.py's scenario)."""
+    import test_weight_sync
+    test_weight_sync.two_groups_sync("cuda")

@@ -20,9 +20,9 @@ PEER = os.path.join(HERE, "sync_peer.py")
 sys.path.insert(0, HERE)
 
 
-def _launch(role, n):
+def _launch(role, n, device):
     """One job: n processes of one group (its own batch of processes)."""
-    return [subprocess.Popen([sys.executable, PEER, role, str(r)], stdin=subprocess.PIPE,
+    return [subprocess.Popen([sys.executable, PEER, role, str(r), device], stdin=subprocess.PIPE,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             for r in range(n)]
 
@@ -37,11 +37,13 @@ def _line(p, prefix, deadline):
     raise AssertionError(f"no '{prefix}' line in time")
 
 
-def test_two_groups_sync():
+def two_groups_sync(device):
+    """The scenario above, the engine's buckets on `device` ("cpu", "cuda":
+    test_gpu.py runs that one)."""
     from ofccl.checkpoint import OfcclCheckpointEngine, get_engine
     assert get_engine("ofccl") is OfcclCheckpointEngine
-    trainers = _launch("trainer", 2)
-    rollout = _launch("rollout", 2)  # the second job, launched on its own
+    trainers = _launch("trainer", 2, device)
+    rollout = _launch("rollout", 2, device)  # the second job, launched on its own
     procs = trainers + rollout
     deadline = time.monotonic() + 200
     try:
@@ -72,6 +74,10 @@ def test_two_groups_sync():
     assert results[0]["steps"][0]["sha"] != results[0]["steps"][1]["sha"]
     for r in results:
         assert "tensors" in r["mismatch"] or "counts" in r["mismatch"], r["mismatch"]
+
+
+def test_two_groups_sync():
+    two_groups_sync("cpu")
 
 
 def test_registries(tmp_path):
