@@ -3,18 +3,21 @@ CheckpointEngine, over ofccl's weight push.
 
 The two groups may be separately launched jobs: they meet through ofccl's TCP
 rendezvous (OFCCL_BOOT_GROUPS "trainer:T,rollout:R") at an address the
-trainer's first rank picks in ``prepare()``, and form one communicator. Every
-trainer rank sends its own shard of every tensor straight into every rollout
-rank's bucket buffer (no gather to one rank), bucket by bucket, two buckets
-in flight; a rollout rank reads bucket k while bucket k + 1 arrives.
+trainer's first rank picks in ``prepare()``, and form one communicator. The
+sync streams (ofccl.weight_stream): the trainer's iterator is read bucket by
+bucket, every trainer rank sends its own share of each bucket straight into
+every rollout rank's bucket buffer (no gather to one rank), two buckets in
+flight and one filling, and each bucket's description (names, shapes, dtypes)
+travels just ahead of it; a rollout rank reads bucket k while bucket k + 1
+arrives.
 
     # every process (trainer and rollout), driven as verl's manager does
     engine = ofccl.checkpoint.new_engine("ofccl", bucket_size=64 << 20, is_master=...)
     meta = engine.prepare()                       # gathered from every process
     tk, rk = OfcclCheckpointEngine.build_topology(T, R, metas)
     engine.init_process_group(**kwargs_for_me)    # from tk (trainers) or rk (rollout)
-    await engine.send_weights(model.named_parameters())         # trainer ranks
-    async for name, tensor in engine.receive_weights(): ...     # rollout ranks
+    await engine.send_weights(model.named_parameters(), global_steps=step)    # trainer ranks
+    async for name, tensor in engine.receive_weights(global_steps=step): ...  # rollout ranks
     engine.finalize()
 
 With ``device="cuda"`` (every process alike; both groups on one host, every
@@ -22,27 +25,26 @@ pair of GPUs P2P) the weights stay on the GPUs: trainer ranks push their CUDA
 shards straight into the rollout ranks' GPU bucket buffers by the copy
 engines, and ``receive_weights`` yields CUDA tensors.
 
-Importing this module also registers the engine in verl's
-CheckpointEngineRegistry as "ofccl" when verl is importable (verl's
-``checkpoint_engine.custom_backend_module=ofccl.checkpoint``).
+Where verl is importable the engine is a subclass of verl's CheckpointEngine
+and importing this module registers it in verl's CheckpointEngineRegistry as
+"ofccl" (verl's ``checkpoint_engine.custom_backend_module=ofccl.checkpoint``);
+without verl it is a plain class with the same methods.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
+import logging
 import os
 import socket
-from typing import Any, AsyncIterator, Callable, Dict, Iterable, List, Optional, Tuple
+from typing import Any, AsyncIterator, Callable, Dict, List, Optional, Tuple
 
-import numpy as np
-
-from . import buffers
+from . import _profile
 from .comm import Comm, Context
 from .errors import InvalidArgument, StateError
-from .push import PushPlan
+from .weight_stream import WeightStream
 
 _ENGINES: Dict[str, Callable[..., Any]] = {}
+_log = logging.getLogger("ofccl.checkpoint")
 
 
 def register_engine(name: str) -> Callable[[Any], Any]:
@@ -87,8 +89,27 @@ def _default_host() -> str:
         return "127.0.0.1"
 
 
+def _verl_base() -> type:
+    """verl's CheckpointEngine where verl is importable, else object."""
+    try:
+        from verl.checkpoint_engine.base import CheckpointEngine  # type: ignore
+        return CheckpointEngine
+    except Exception:  # noqa: BLE001 - verl absent or unimportable: a plain class
+        return object
+
+
+async def _items(weights: Any) -> AsyncIterator[Tuple[str, Any]]:
+    """(name, tensor) pairs of a sync or an async iterable, one at a time."""
+    if hasattr(weights, "__aiter__"):
+        async for item in weights:
+            yield item
+    else:
+        for item in weights:
+            yield item
+
+
 @register_engine("ofccl")
-class OfcclCheckpointEngine:
+class OfcclCheckpointEngine(_verl_base()):  # type: ignore[misc]
     """Weight sync over ofccl push (see the module text).
 
     bucket_size: bytes per bucket (two buckets per rollout rank are in memory).
@@ -106,10 +127,18 @@ class OfcclCheckpointEngine:
     """
 
     TRAINER, ROLLOUT = "trainer", "rollout"
+    # How a sync travels: buckets of packed weights, each described ahead of it.
+    wire_format = "ofccl-stream-1"
+    KWARGS = ("bucket_size", "is_master", "host", "copy", "rebuild_group", "settings", "device")
 
     def __init__(self, bucket_size: int = 64 << 20, is_master: bool = False,
                  host: Optional[str] = None, copy: bool = False, rebuild_group: bool = False,
-                 settings: Optional[Dict[str, Any]] = None, device: str = "cpu", **_: Any):
+                 settings: Optional[Dict[str, Any]] = None, device: str = "cpu",
+                 **unknown: Any):
+        if unknown:
+            raise InvalidArgument(f"ofccl checkpoint engine: unknown keyword(s) "
+                                  f"{', '.join(sorted(unknown))} (engine_kwargs); it takes "
+                                  f"{', '.join(self.KWARGS)}")
         if bucket_size <= 0:
             raise InvalidArgument(f"bucket_size {bucket_size}: give a positive byte count")
         if device not in ("cpu", "cuda"):
@@ -127,10 +156,8 @@ class OfcclCheckpointEngine:
         self.rank = -1
         self._topology: Optional[Tuple[Any, ...]] = None
         self._boot_root: Optional[str] = None
-        self._plan: Optional[PushPlan] = None
-        self._plan_key: Optional[bytes] = None
+        self._stream: Optional[WeightStream] = None
         self.plans_built = 0
-        self._meta: List[Any] = []
         self.senders: List[int] = []
         self.receivers: List[int] = []
 
@@ -212,9 +239,9 @@ class OfcclCheckpointEngine:
         self._close_comm()
 
     def _close_comm(self) -> None:
-        if self._plan is not None:
-            self._plan.close()
-            self._plan, self._plan_key = None, None
+        if self._stream is not None:
+            self._stream.close()
+            self._stream = None
         if self.comm is not None:
             self.comm.close()
             self.comm = None
@@ -229,97 +256,64 @@ class OfcclCheckpointEngine:
             raise StateError(f"{role}: call init_process_group first")
         return self.comm
 
-    def _agree(self, own: Optional[List[Any]]) -> PushPlan:
-        """The master's tensor list reaches every rank (two broadcasts from rank
-        0). Trainer ranks build the plan from their own list, so one whose
-        tensors differ gets ofccl.Mismatch on every rank; a list seen before
-        reuses its plan (on every rank, or on none)."""
-        comm = self._live("weights")
-        blob = json.dumps(own).encode() if comm.rank == 0 else b""
-        n = np.array([len(blob)], dtype=np.uint64)
-        comm.broadcast(n.view(np.uint8), 0).wait()
-        buf = np.frombuffer(blob, dtype=np.uint8).copy() if comm.rank == 0 else \
-            np.empty(int(n[0]), dtype=np.uint8)
-        if len(buf):
-            comm.broadcast(buf, 0).wait()
-        self._meta = json.loads(buf.tobytes().decode())
-        mine = own if own is not None else self._meta
-        # Rebuilding is collective: decide it from every rank's list (digests).
-        digest = hashlib.sha256(json.dumps(mine).encode()).digest()[:8]
-        key = comm.all_gather(np.frombuffer(digest, dtype=np.uint8).copy()).wait().tobytes()
-        if self._plan is not None and key == self._plan_key:
-            return self._plan
-        if self._plan is not None:
-            self._plan.close()
-            self._plan = None
-        tensors = [(name, [nbytes] if code == buffers.U8 else shape, code)
-                   for name, shape, _, code, nbytes in mine]
-        self._plan = PushPlan(comm, tensors, self.senders, self.receivers,
-                              bucket_bytes=self.bucket_size, gpu=self.device == "cuda")
-        self._plan_key = key
-        self.plans_built += 1
-        return self._plan
-
-    def _describe(self, name: str, t: Any) -> Tuple[List[Any], Any]:
-        """(metadata entry, contiguous tensor ofccl moves: on the CPU, or on this
-        rank's GPU with device="cuda") of one weight: dtypes ofccl has no code
-        for travel as bytes."""
-        torch = _torch()
-        t = t.detach()
-        if self.device == "cuda" and t.device.type != "cuda":
-            t = t.to(torch.device("cuda", torch.cuda.current_device()))
-        elif self.device == "cpu" and t.device.type != "cpu":
-            t = t.cpu()
-        t = t.contiguous()
-        dt = str(t.dtype).replace("torch.", "")
-        code = buffers.torch_dtypes().get(t.dtype)
-        flat = t.reshape(-1)
-        if code is None:
-            code = buffers.U8
-            flat = flat.view(torch.uint8)
-        return [name, list(t.shape), dt, code, t.numel() * t.element_size()], flat
+    def _weights(self) -> WeightStream:
+        """The communicator's stream (its push plan), made once: every later
+        sync reuses its buffers."""
+        if self._stream is None:
+            self._stream = WeightStream(self._live("weights"), self.senders, self.receivers,
+                                        self.bucket_size, self.device)
+            self.plans_built += 1
+        return self._stream
 
     # ---- the sync -------------------------------------------------------------
-    async def send_weights(self, weights: Iterable[Tuple[str, Any]], **_: Any) -> None:
-        """Trainer ranks: push every (name, full tensor) of `weights`; each rank
-        sends only its own shard of each. Every trainer rank yields the same
-        names, shapes and dtypes (else ofccl.Mismatch). The iterator is read
-        first (the plan needs the whole list); its tensors are not copied
-        unless they are on another device than the buckets or not
-        contiguous."""
+    async def send_weights(self, weights: Any, global_steps: Any = None) -> None:
+        """Trainer ranks: push every (name, full tensor) `weights` yields (a sync or
+        an async iterable), streaming: the iterator is read bucket by bucket, a
+        trainer rank holding at most three buckets' share whatever the model's
+        size. Each rank sends only its own share of each bucket. Every trainer
+        rank yields the same names, shapes and dtypes in the same order, else
+        every rank raises ofccl.Mismatch naming the weight. `global_steps`
+        travels with the sync (a rollout rank waiting for another step raises
+        Mismatch)."""
         comm = self._live("send_weights")
         if comm.rank not in self.senders:
             raise StateError(f"send_weights: rank {comm.rank} is in the rollout group")
-        meta, flats = [], []
-        for name, t in weights:
-            m, flat = self._describe(name, t)
-            meta.append(m)
-            flats.append(flat)
-        plan = self._agree(meta)
-        shards = [plan.shard_of(t, f) for t, f in enumerate(flats)]
-        async for _ in plan.push_async(shards):
-            pass
+        rf = _profile.begin(f"weight_sync step={global_steps}", 0, comm.size)
+        try:
+            n = await self._weights().send(_items(weights), _jsonable(global_steps))
+        finally:
+            _profile.end(rf)
+        _log.info("weight sync step %r: %d buckets sent by trainer rank %d", global_steps, n,
+                  comm.rank)
 
-    async def receive_weights(self, **_: Any) -> AsyncIterator[Tuple[str, Any]]:
+    async def receive_weights(self, global_steps: Any = None) -> AsyncIterator[Tuple[str, Any]]:
         """Rollout ranks: yield (name, tensor) bucket by bucket as each arrives
         (the trainer's names, shapes and dtypes; CUDA tensors with
         device="cuda"). Unless copy=True a tensor views the bucket buffer: use
-        or copy it before asking for the first tensor after the next
-        bucket's."""
+        or copy it before asking for the first tensor after the next bucket's
+        (a weight split over buckets is yielded as its own tensor). With
+        `global_steps`, the trainer's sync must be of that step (else every
+        rank raises ofccl.Mismatch)."""
         comm = self._live("receive_weights")
         if comm.rank not in self.receivers:
             raise StateError(f"receive_weights: rank {comm.rank} is in the trainer group")
-        torch = _torch()
-        plan = self._agree(None)
-        async for k, buf in plan.push_async():
-            for t in plan.bucket_tensors(k):
-                name, shape, dt, code, _ = self._meta[t]
-                x = plan.view(t, buf, torch=True)
-                if code == buffers.U8 and dt != "uint8":
-                    x = x.view(getattr(torch, dt))
-                x = x.reshape(shape)
-                yield name, (x.clone() if self.copy else x)
-            del buf
+        rf = _profile.begin(f"weight_sync step={global_steps}", 0, comm.size)
+        try:
+            async for item in self._weights().receive(_jsonable(global_steps), self.copy):
+                yield item
+        finally:
+            _profile.end(rf)
+        _log.info("weight sync step %r: received by rollout rank %d", global_steps, comm.rank)
+
+
+def _jsonable(step: Any) -> Any:
+    """The step as it travels (an int, a string, or None)."""
+    if step is None or isinstance(step, (int, str)):
+        return step
+    try:
+        return int(step)
+    except (TypeError, ValueError):
+        return str(step)
 
 
 def _register_with_verl() -> None:

@@ -46,13 +46,19 @@ def weights(step, rank, bad=False):
         yield name, weight(name, shape, dtype, step).to(DEVICE)
 
 
+async def async_weights(step, rank):
+    """The same weights from an async generator (verl's iterators may be)."""
+    for item in weights(step, rank):
+        yield item
+
+
 def as_bytes(t):
     return t.reshape(-1).view(torch.uint8).cpu().numpy().tobytes() if t.numel() else b""
 
 
-async def receive(engine, step):
+async def receive(engine, step, expect=None):
     names, wrong, digest = [], [], hashlib.sha256()
-    async for name, got in engine.receive_weights():
+    async for name, got in engine.receive_weights(global_steps=step if expect is None else expect):
         shape, dtype = dict((n, (s, d)) for n, s, d in TENSORS)[name]
         want = weight(name, shape, dtype, step)
         # checked as it arrives: the view is valid until the next bucket's
@@ -79,7 +85,8 @@ def main():
         engine.prepare()
         engine.init_process_group(**kwargs)  # as verl calls it before every sync
         if role == "trainer":
-            asyncio.run(engine.send_weights(weights(step, rank)))
+            gen = weights(step, rank) if step == 1 else async_weights(step, rank)
+            asyncio.run(engine.send_weights(gen, global_steps=step))
             digest = hashlib.sha256()
             for _, t in weights(step, rank):
                 digest.update(as_bytes(t))
@@ -88,16 +95,31 @@ def main():
             out["steps"].append(asyncio.run(receive(engine, step)))
         engine.finalize()
     out["plans_built"] = engine.plans_built
-    out["nbuckets"] = engine._plan.nbuckets
+    out["nbuckets"] = engine._stream.buckets_sent if role == "trainer" else \
+        engine._stream.buckets_received
     # A trainer whose tensor list differs: every rank fails with Mismatch.
     try:
         if role == "trainer":
-            asyncio.run(engine.send_weights(weights(3, rank, bad=True)))
+            asyncio.run(engine.send_weights(weights(3, rank, bad=True), global_steps=3))
         else:
             asyncio.run(receive(engine, 3))
         out["mismatch"] = "none"
     except ofccl.Mismatch as exc:
         out["mismatch"] = exc.message
+    # The rollout side waits for step 5, the trainers send step 4: Mismatch everywhere,
+    # then a good sync of step 6 on the same engine.
+    try:
+        if role == "trainer":
+            asyncio.run(engine.send_weights(weights(4, rank), global_steps=4))
+        else:
+            asyncio.run(receive(engine, 4, expect=5))
+        out["step_mismatch"] = "none"
+    except ofccl.Mismatch as exc:
+        out["step_mismatch"] = exc.message
+    if role == "trainer":
+        asyncio.run(engine.send_weights(weights(6, rank), global_steps=6))
+    else:
+        out["after"] = asyncio.run(receive(engine, 6))
     engine.close()
     print("RESULT " + json.dumps(out), flush=True)
 
