@@ -52,8 +52,10 @@ def rank_main(rank, args):
     from ofccl.push import PushPlan
     from ofccl.weight_stream import WeightStream
     n = args.trainers + args.rollout
-    ctx = ofccl.Context({"BOOT_ROOT": f"127.0.0.1:{args.port}", "BOOT_RANK": rank,
-                         "BOOT_SIZE": n, "PROVIDER": "local", "TIMEOUT_MS": 120000})
+    settings = {"BOOT_ROOT": f"127.0.0.1:{args.port}", "BOOT_RANK": rank, "BOOT_SIZE": n,
+                "PROVIDER": "local", "TIMEOUT_MS": 120000}
+    settings.update(kv.split("=", 1) for kv in args.set)
+    ctx = ofccl.Context(settings)
     comm = ctx.world()
     senders, receivers = list(range(args.trainers)), list(range(args.trainers, n))
     trainer = rank in senders
@@ -126,6 +128,8 @@ def main():
     ap.add_argument("--trainers", type=int, default=2)
     ap.add_argument("--rollout", type=int, default=2)
     ap.add_argument("--reps", type=int, default=2)
+    ap.add_argument("--set", action="append", default=[],
+                    help="an ofccl setting KEY=VALUE for every rank (repeatable)")
     ap.add_argument("--rank", type=int, default=-1)
     ap.add_argument("--port", type=int, default=0)
     args = ap.parse_args()
@@ -140,7 +144,8 @@ def main():
     procs = [subprocess.Popen([sys.executable, __file__, "--rank", str(r), "--port", str(port),
                                "--size", str(args.size), "--bucket", str(args.bucket),
                                "--piece", str(args.piece), "--trainers", str(args.trainers),
-                               "--rollout", str(args.rollout), "--reps", str(args.reps)],
+                               "--rollout", str(args.rollout), "--reps", str(args.reps)] +
+                              [x for kv in args.set for x in ("--set", kv)],
                               stdout=subprocess.PIPE, text=True) for r in range(n)]
     res = []
     for p in procs:
@@ -155,7 +160,8 @@ def main():
     tr = [r for r in res if r["trainer"]]
     mib = 1 << 20
     print(f"weight sync of {args.size / mib:.0f} MiB in {args.bucket / mib:.0f} MiB buckets, "
-          f"{args.trainers} trainer and {args.rollout} rollout ranks (local transport)")
+          f"{args.trainers} trainer and {args.rollout} rollout ranks (local transport"
+          f"{', ' + ', '.join(args.set) if args.set else ''})")
     base = max(r["base_rss"] for r in tr)
     print(f"  trainer RSS before the syncs: {base / mib:.0f} MiB")
     print(f"  stream    {st:7.3f} s  {args.size / st / 1e9:6.2f} GB/s  trainer peak RSS "

@@ -3,25 +3,28 @@ bucket as the trainer's iterator yields them, the list never known in advance.
 
 One push plan per communicator carries every sync: two bucket slots of
 `bucket_size` bytes each (a plan of two uint8 "tensors"), bucket j of a sync
-in slot j % 2. A bucket is a packed run of weights (each at a 64-byte
+in slot j % 2. A bucket starts with its description (a header: JSON of the
+step, whether it is the sync's last bucket, and per piece its name, shape,
+dtype and where its bytes are), then the packed weights, each at a 64-byte
 aligned offset; a weight larger than what is left starts a new bucket, and
-one larger than a bucket is split over several). Trainer rank i sends only
-its own share of each bucket's bytes (the plan's shard), so it copies 1/T of
-the bytes it reads, into one of three pack buffers of its share: two buckets
-in flight and one filling, whatever the model's size.
+one larger than a bucket is split over several. Trainer rank i sends only
+its own share of each bucket's bytes (the plan's shard; the header is in the
+first trainer's), so it copies 1/T of the bytes it reads, into one of three
+pack buffers of its share: two buckets in flight and one filling, whatever
+the model's size. One weight is read ahead, so the last bucket says it is.
 
-Before each bucket, every rank takes part in two small collectives: the first
-trainer rank broadcasts the bucket's description (JSON: the step, and per
-piece its name, shape, dtype and where its bytes are), then every rank's
-verdict is gathered: a trainer whose own bucket differs names the first
-piece that does, a rollout rank waiting for another step says so, and every
-rank raises ofccl.Mismatch with the same message. A description marked
-"end" closes the sync. The collective order is the same on every rank:
-describe(j), verdicts(j), push(j), describe(j + 1), ...
+Before each bucket the trainer ranks alone compare digests of their
+descriptions (a communicator of the trainers); where one differs, they push a
+bucket whose header carries the error (naming the first piece that differs)
+and every rank raises ofccl.Mismatch with it. A rollout rank posts bucket
+j + 1 as soon as bucket j has arrived and said it is not the last, and reads
+bucket j meanwhile. One waiting for another step reads the sync to its end
+(the trainers finish normally) and then raises Mismatch.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 from typing import Any, AsyncIterator, Dict, List, Optional, Tuple
@@ -35,7 +38,6 @@ from .push import PushPlan
 ALIGN = 64
 PACKS = 3  # pack buffers of a trainer rank: two buckets in flight, one filling
 _log = logging.getLogger("ofccl.checkpoint")
-_OK, _ENDS, _STEP = -1, -2, -3  # verdicts besides a piece index
 
 
 def _torch() -> Any:
@@ -50,41 +52,62 @@ def _as_bytes(t: Any) -> Any:
     return flat.view(torch.uint8) if flat.dtype != torch.uint8 else flat
 
 
+def _up(x: int) -> int:
+    return (x + ALIGN - 1) // ALIGN * ALIGN
+
+
 class Bucket:
     """The pieces of one bucket as they are packed: [name, shape, dtype, the
     weight's bytes, the piece's offset in them, its length, its offset in the
-    bucket]."""
+    bucket]; the header takes the first `head` bytes."""
 
-    def __init__(self, size: int):
-        self.size, self.used, self.items = size, 0, []  # type: Tuple[int, int, List[List[Any]]]
+    def __init__(self, size: int, head: int):
+        self.size, self.head, self.used = size, head, head
+        self.items: List[List[Any]] = []
+        self.text = 64  # the header's JSON so far (its fixed part, roughly)
 
-    def room(self) -> int:
-        return self.size - (self.used + ALIGN - 1) // ALIGN * ALIGN
+    def room(self, entry: List[Any]) -> int:
+        """Bytes a piece may take here (0: the header is full)."""
+        if self.text + len(json.dumps(entry)) + 2 > self.head - 8:
+            return 0
+        return max(self.size - _up(self.used), 0)
 
-    def add(self, name: str, shape: List[int], dt: str, total: int, at: int, n: int) -> int:
-        off = (self.used + ALIGN - 1) // ALIGN * ALIGN
-        self.items.append([name, shape, dt, total, at, n, off])
-        self.used = off + n
+    def add(self, entry: List[Any]) -> int:
+        off = _up(self.used)
+        entry[6] = off
+        self.items.append(entry)
+        self.used = off + entry[5]
+        self.text += len(json.dumps(entry)) + 2
         return off
 
-    def describe(self, step: Any, end: bool = False) -> Dict[str, Any]:
-        return {"step": step, "end": end, "items": self.items}
+    def header(self, step: Any, last: bool, error: Optional[str] = None) -> bytes:
+        d: Dict[str, Any] = {"step": step, "last": last, "items": self.items}
+        if error is not None:
+            d = {"step": step, "last": True, "items": [], "error": error}
+        blob = json.dumps(d).encode()
+        return len(blob).to_bytes(8, "little") + blob
 
 
 class WeightStream:
     """The streaming protocol over one communicator (senders first, then
-    receivers); `device` "cpu" or "cuda" (a GPU plan)."""
+    receivers); `device` "cpu" or "cuda" (a GPU plan). Collective to make."""
 
     def __init__(self, comm: Comm, senders: List[int], receivers: List[int], bucket_size: int,
                  device: str):
-        if bucket_size < ALIGN:
-            raise InvalidArgument(f"bucket_size {bucket_size}: at least {ALIGN} bytes")
         self.comm, self.device, self.size = comm, device, int(bucket_size)
         self.senders, self.receivers = senders, receivers
+        share = -(-self.size // max(len(senders), 1))
+        self.head = min(64 << 10, share // 2 // ALIGN * ALIGN)
+        if self.head < 1024:
+            raise InvalidArgument(f"bucket_size {bucket_size}: at least {2048 * len(senders)} "
+                                  f"bytes with {len(senders)} trainer ranks (each bucket's "
+                                  "description travels in the first one's share)")
         self.plan = PushPlan(comm, [("slot0", self.size, "uint8"), ("slot1", self.size, "uint8")],
                              senders, receivers, bucket_bytes=self.size, gpu=device == "cuda")
         if self.plan.nbuckets != 2:
             raise InvalidArgument(f"weight stream: a plan of {self.plan.nbuckets} buckets")
+        # the trainers' own communicator: their descriptions are compared there
+        self.tcomm = comm.split(0 if comm.rank in senders else 1, comm.rank)
         self.buckets_sent = self.buckets_received = 0
         self.completed = 0  # this sync's buckets whose push is complete here (trainer)
         self._packs: List[Any] = []
@@ -92,54 +115,7 @@ class WeightStream:
     def close(self) -> None:
         self._packs = []
         self.plan.close()
-
-    # ---- descriptions and verdicts --------------------------------------------------
-    async def _describe(self, mine: Optional[Dict[str, Any]]) -> Dict[str, Any]:
-        """The first trainer rank's description of the next bucket, on every rank."""
-        comm = self.comm
-        blob = json.dumps(mine).encode() if comm.rank == 0 else b""
-        n = np.array([len(blob)], dtype=np.uint64)
-        await comm.broadcast(n.view(np.uint8), 0)
-        buf = np.frombuffer(blob, dtype=np.uint8).copy() if comm.rank == 0 else \
-            np.empty(int(n[0]), dtype=np.uint8)
-        if len(buf):
-            await comm.broadcast(buf, 0)
-        return json.loads(buf.tobytes().decode())
-
-    async def _agree(self, theirs: Dict[str, Any], mine: Optional[Dict[str, Any]],
-                     want_step: Any, j: int) -> None:
-        """Every rank's verdict on bucket j; Mismatch on every rank if one objects."""
-        v = _OK
-        if mine is not None and mine != theirs:
-            if mine["end"] != theirs["end"]:
-                v = _ENDS
-            else:
-                a, b = mine["items"], theirs["items"]
-                v = next((i for i in range(min(len(a), len(b))) if a[i] != b[i]),
-                         min(len(a), len(b)))
-        elif mine is None and want_step is not None and theirs["step"] != want_step:
-            v = _STEP
-        got = await self.comm.all_gather(np.array([v], dtype=np.int64).view(np.uint8))
-        for r, v in enumerate(got.view(np.int64).tolist()):
-            if v == _OK:
-                continue
-            if v == _STEP:
-                msg = (f"rollout rank {r} waits for the weights of step {want_step!r}, the "
-                       f"trainer sends step {theirs['step']!r}") if r == self.comm.rank else \
-                      (f"rollout rank {r} waits for the weights of another step than "
-                       f"{theirs['step']!r}, the one the trainer sends")
-            elif v == _ENDS:
-                msg = (f"trainer rank {r} {'has more weights' if theirs['end'] else 'has none'} "
-                       f"where trainer rank 0's {'end' if theirs['end'] else 'go on'} (bucket "
-                       f"{j}): every trainer rank yields the same names, shapes and dtypes")
-            else:
-                items = theirs["items"]
-                what = (f"'{items[v][0]}' {items[v][1]} {items[v][2]}" if v < len(items)
-                        else "nothing (its bucket holds more)")
-                msg = (f"trainer rank {r} yields another weight than trainer rank 0 at piece {v} "
-                       f"of bucket {j} (rank 0: {what}): every trainer rank yields the same "
-                       "names, shapes and dtypes")
-            raise Mismatch(f"weight sync: {msg}")
+        self.tcomm.close()
 
     # ---- trainer ------------------------------------------------------------
     def _pack(self, b: int) -> Any:
@@ -149,145 +125,172 @@ class WeightStream:
         while len(self._packs) <= b:
             n = max(self.plan.shard_range(0)[1], 1)
             if self.device == "cuda":
-                self._packs.append(torch.empty(n, dtype=torch.uint8,
-                                               device=torch.device("cuda",
-                                                                   torch.cuda.current_device())))
+                dev = torch.device("cuda", torch.cuda.current_device())
+                self._packs.append(torch.empty(n, dtype=torch.uint8, device=dev))
             else:
                 self._packs.append(torch.from_numpy(self.comm.alloc(n, "uint8")))
         return self._packs[b]
 
     def _copy_share(self, pack: Any, src: Any, off: int) -> None:
-        """The part of a piece (bytes `src` at bucket offset `off`) inside this
-        sender's share of the bucket, into the pack buffer."""
+        """The part of `src` (bytes at bucket offset `off`) inside this sender's
+        share of the bucket, into the pack buffer."""
         s0, n = self.plan.shard_range(0)
         a, b = max(off, s0), min(off + src.numel(), s0 + n)
         if a < b:
             pack[a - s0:b - s0].copy_(src[a - off:b - off])
 
+    async def _differs(self, bucket: Bucket, last: bool, j: int) -> Optional[str]:
+        """None where every trainer's description of bucket j is the same, else
+        the message naming the first piece that differs (on every trainer)."""
+        mine = json.dumps([bucket.items, last]).encode()
+        digest = np.frombuffer(hashlib.sha256(mine).digest()[:8], dtype=np.uint8).copy()
+        got = await self.tcomm.all_gather(digest)
+        if len(set(got.reshape(-1, 8).tobytes()[i:i + 8] for i in range(0, got.size, 8))) == 1:
+            return None
+        # Rare: trainer 0's description to every trainer, and where each differs.
+        n = np.array([len(mine)], dtype=np.uint64)
+        await self.tcomm.broadcast(n.view(np.uint8), 0)
+        buf = np.frombuffer(mine, dtype=np.uint8).copy() if self.tcomm.rank == 0 else \
+            np.empty(int(n[0]), dtype=np.uint8)
+        await self.tcomm.broadcast(buf, 0)
+        items0, last0 = json.loads(buf.tobytes().decode())
+        a = bucket.items
+        v = -1 if [a, last] == [items0, last0] else \
+            next((i for i in range(min(len(a), len(items0))) if a[i] != items0[i]),
+                 min(len(a), len(items0)))
+        where = await self.tcomm.all_gather(np.array([v], dtype=np.int64).view(np.uint8))
+        for r, v in enumerate(where.view(np.int64).tolist()):
+            if v < 0:
+                continue
+            what = (f"'{items0[v][0]}' {items0[v][1]} {items0[v][2]}" if v < len(items0)
+                    else "no more weights")
+            return (f"weight sync: trainer rank {r} yields another weight than trainer rank 0 at "
+                    f"piece {v} of bucket {j} (rank 0: {what}): every trainer rank yields the "
+                    "same names, shapes and dtypes")
+        return "weight sync: the trainer ranks' buckets differ"
+
     async def send(self, items: AsyncIterator[Tuple[str, Any]], step: Any) -> int:
         """Push every (name, tensor) the iterator yields; returns the buckets."""
+        torch = _torch()
+        dev = torch.device("cuda", torch.cuda.current_device()) if self.device == "cuda" else None
         inflight: List[Any] = []
-        j = 0
-        bucket = Bucket(self.size)
-        pack = self._pack(0)
+        state = {"j": 0, "bucket": Bucket(self.size, self.head), "pack": self._pack(0)}
         self.completed = 0
 
-        async def ship(end: bool) -> None:
-            nonlocal j, bucket, pack
-            mine = bucket.describe(step, end)
-            theirs = await self._describe(mine)
-            await self._agree(theirs, mine, None, j)
-            if end:
-                return
+        async def ship(last: bool) -> None:
+            j, bucket, pack = state["j"], state["bucket"], state["pack"]
+            error = await self._differs(bucket, last, j)
+            if self.comm.rank == self.senders[0]:
+                head = bucket.header(step, last, error)
+                if len(head) > self.head:
+                    raise InvalidArgument(f"weight sync: bucket {j}'s description takes "
+                                          f"{len(head)} bytes, its header {self.head}")
+                self._copy_share(pack, torch.frombuffer(bytearray(head), dtype=torch.uint8), 0)
             if len(inflight) == 2:
                 await inflight.pop(0)
                 self.completed += 1
             inflight.append(self.plan.post(j % 2, [pack, pack]))
-            _log.debug("weight sync step %r: bucket %d posted (%d pieces, %d bytes)", step, j,
-                       len(bucket.items), bucket.used)
-            j += 1
-            bucket = Bucket(self.size)
-            pack = self._pack(j % PACKS)
+            if error is not None:
+                raise Mismatch(error)
+            state.update(j=j + 1, bucket=Bucket(self.size, self.head),
+                         pack=self._pack((j + 1) % PACKS))
 
+        it = items.__aiter__()
         try:
-            await self._fill(items, ship, lambda: (bucket, pack))
+            nxt = await _next(it)
+            while nxt is not None:
+                name, t = nxt
+                t = t.detach()
+                if dev is not None and t.device != dev:
+                    t = t.to(dev)
+                raw = _as_bytes(t.contiguous())
+                entry = [name, list(t.shape), str(t.dtype).replace("torch.", ""), raw.numel(),
+                         0, 0, 0]
+                at, total = 0, raw.numel()
+                while True:
+                    bucket = state["bucket"]
+                    room = bucket.room(entry)
+                    if bucket.items and (room == 0 or
+                                         room < min(total - at, self.size - self.head)):
+                        await ship(False)
+                        continue
+                    if room == 0:
+                        raise InvalidArgument(f"weight sync: the description of weight {name!r} "
+                                              f"does not fit a bucket's header ({self.head} "
+                                              "bytes): a shorter name, or larger buckets")
+                    n = min(total - at, room)
+                    off = bucket.add(entry[:4] + [at, n, 0])
+                    self._copy_share(state["pack"], raw[at:at + n], off)
+                    at += n
+                    if at >= total:
+                        break
+                nxt = await _next(it)  # one weight ahead: the last bucket says so
+            await ship(True)
         finally:  # buckets posted before a failure finish (or fail) first
             for r in inflight:
                 try:
                     await r
                 except Exception:  # noqa: BLE001 - the sync's own error is the one raised
                     pass
-        self.completed = j
-        self.buckets_sent = j
-        return j
-
-    async def _fill(self, items: AsyncIterator[Tuple[str, Any]], ship: Any, cur: Any) -> None:
-        """Read the iterator into buckets, shipping each when full, then the end."""
-        torch = _torch()
-        async for name, t in items:
-            bucket, pack = cur()
-            t = t.detach()
-            dev = "cuda" if self.device == "cuda" else "cpu"
-            if t.device.type != dev and dev == "cuda":
-                t = t.to(torch.device("cuda", torch.cuda.current_device()))
-            raw = _as_bytes(t.contiguous())
-            shape, dt, total = list(t.shape), str(t.dtype).replace("torch.", ""), raw.numel()
-            at = 0
-            while True:
-                if bucket.items and (bucket.room() < min(total - at, self.size) or
-                                     bucket.room() <= 0):
-                    await ship(False)
-                    bucket, pack = cur()
-                n = min(total - at, bucket.room())
-                off = bucket.add(name, shape, dt, total, at, n)
-                self._copy_share(pack, raw[at:at + n], off)
-                at += n
-                if at >= total:
-                    break
-        if cur()[0].items:
-            await ship(False)
-        await ship(True)
+        self.completed = self.buckets_sent = state["j"]
+        return state["j"]
 
     # ---- rollout ------------------------------------------------------------
     async def receive(self, step: Any, copy: bool) -> AsyncIterator[Tuple[str, Any]]:
         """Yield (name, tensor) as buckets arrive; a tensor views the bucket's
-        buffer (copy=False) until the first tensor after the next bucket's is
-        asked for. Weights split over buckets are assembled (owning)."""
-        posted: Dict[int, Tuple[Any, Dict[str, Any]]] = {}
-        ended = False
-
-        async def post_next(k: int) -> None:
-            nonlocal ended
-            if ended:
-                return
-            theirs = await self._describe(None)
-            await self._agree(theirs, None, step, k)
-            if theirs["end"]:
-                ended = True
-                return
-            posted[k] = (self.plan.post(k % 2), theirs)
-
+        buffer (copy=False) until the first tensor of the next bucket is asked
+        for. Weights split over buckets are assembled (owning)."""
+        torch = _torch()
+        parts: Dict[str, Any] = {}
+        wrong_step = None
+        req = self.plan.post(0)
+        j = 0
+        self.buckets_received = 0
         try:
-            async for item in self._yield(posted, post_next, copy):
-                yield item
-        finally:  # buckets posted and not read (the consumer stopped, a failure)
-            for req, _ in posted.values():
+            while req is not None:
+                buf = await req
+                req = None
+                if isinstance(buf, np.ndarray):
+                    buf = torch.from_numpy(buf)
+                n = int.from_bytes(buf[:8].cpu().numpy().tobytes(), "little")
+                head = json.loads(buf[8:8 + n].cpu().numpy().tobytes().decode())
+                if "error" in head:
+                    raise Mismatch(head["error"])
+                if not head["last"]:
+                    req = self.plan.post((j + 1) % 2)  # arrives while bucket j is read
+                if step is not None and head["step"] != step:
+                    wrong_step = head["step"]
+                j += 1
+                self.buckets_received = j
+                if wrong_step is not None:
+                    continue  # read to the end: the trainers finish, then raise
+                for name, shape, dt, total, at, n, off in head["items"]:
+                    dtype = getattr(torch, dt)
+                    if n == total:
+                        x = buf[off:off + n].view(dtype).reshape(shape) if n else \
+                            torch.empty(shape, dtype=dtype, device=buf.device)
+                        yield name, (x.clone() if copy else x)
+                        continue
+                    whole = parts.setdefault(name, torch.empty(total, dtype=torch.uint8,
+                                                               device=buf.device))
+                    whole[at:at + n].copy_(buf[off:off + n])
+                    if at + n == total:
+                        del parts[name]
+                        yield name, whole.view(dtype).reshape(shape)
+                del buf
+        finally:  # a bucket posted and not read (the consumer stopped, a failure)
+            if req is not None:
                 try:
                     await req
                 except Exception:  # noqa: BLE001 - the sync's own error is the one raised
                     pass
-        _log.debug("weight sync step %r: %d buckets received", step, self.buckets_received)
+        if wrong_step is not None:
+            raise Mismatch(f"weight sync: rollout rank {self.comm.rank} waits for the weights of "
+                           f"step {step!r}, the trainers sent step {wrong_step!r}")
 
-    async def _yield(self, posted: Dict[int, Any], post_next: Any,
-                     copy: bool) -> AsyncIterator[Tuple[str, Any]]:
-        torch = _torch()
-        parts: Dict[str, Any] = {}
-        j = 0
-        self.buckets_received = 0
-        await post_next(0)
-        await post_next(1)
-        while j in posted:
-            req, desc = posted[j]
-            buf = await req
-            del posted[j]
-            if isinstance(buf, np.ndarray):
-                buf = torch.from_numpy(buf)
-            for name, shape, dt, total, at, n, off in desc["items"]:
-                dtype = getattr(torch, dt)
-                if n == total:
-                    x = buf[off:off + n].view(dtype).reshape(shape) if n else \
-                        torch.empty(shape, dtype=dtype, device=buf.device)
-                    yield name, (x.clone() if copy else x)
-                    continue
-                whole = parts.get(name)
-                if whole is None:
-                    whole = parts[name] = torch.empty(total, dtype=torch.uint8,
-                                                      device=buf.device)
-                whole[at:at + n].copy_(buf[off:off + n])
-                if at + n == total:
-                    del parts[name]
-                    yield name, whole.view(dtype).reshape(shape)
-            del buf
-            j += 1
-            self.buckets_received = j
-            await post_next(j + 1)
+
+async def _next(it: Any) -> Optional[Tuple[str, Any]]:
+    try:
+        return await it.__anext__()
+    except StopAsyncIteration:
+        return None

@@ -106,8 +106,8 @@ def main():
         out["mismatch"] = "none"
     except ofccl.Mismatch as exc:
         out["mismatch"] = exc.message
-    # The rollout side waits for step 5, the trainers send step 4: Mismatch everywhere,
-    # then a good sync of step 6 on the same engine.
+    # The rollout side waits for step 5, the trainers send step 4: the rollout ranks
+    # read the sync to its end and raise Mismatch; then a good sync of step 6.
     try:
         if role == "trainer":
             asyncio.run(engine.send_weights(weights(4, rank), global_steps=4))

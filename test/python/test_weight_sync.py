@@ -76,7 +76,10 @@ def two_groups_sync(device):
         # every rank names the weight trainer rank 1 disagrees on
         assert "trainer rank 1" in r["mismatch"] and "'bias' [64] float32" in r["mismatch"], \
             r["mismatch"]
-        assert "step 5" in r["step_mismatch"] or "another step" in r["step_mismatch"], \
+    for r in results[:2]:  # the trainers sent their step: done
+        assert r["step_mismatch"] == "none", r["step_mismatch"]
+    for r in results[2:]:  # the rollout side names both steps
+        assert "step 5" in r["step_mismatch"] and "step 4" in r["step_mismatch"], \
             r["step_mismatch"]
     for r in results[2:]:
         assert r["after"]["names"] == names and r["after"]["wrong"] == [], r["after"]
