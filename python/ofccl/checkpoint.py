@@ -7,9 +7,9 @@ trainer's first rank picks in ``prepare()``, and form one communicator. The
 sync streams (ofccl.weight_stream): the trainer's iterator is read bucket by
 bucket, every trainer rank sends its own share of each bucket straight into
 every rollout rank's bucket buffer (no gather to one rank), two buckets in
-flight and one filling, and each bucket's description (names, shapes, dtypes)
-travels just ahead of it; a rollout rank reads bucket k while bucket k + 1
-arrives.
+flight and one filling, and each bucket's description (names, shapes, dtypes,
+the step) travels in its header; a rollout rank reads bucket k while bucket
+k + 1 arrives.
 
     # every process (trainer and rollout), driven as verl's manager does
     engine = ofccl.checkpoint.new_engine("ofccl", bucket_size=64 << 20, is_master=...)
@@ -274,7 +274,7 @@ class OfcclCheckpointEngine(_verl_base()):  # type: ignore[misc]
         rank yields the same names, shapes and dtypes in the same order, else
         every rank raises ofccl.Mismatch naming the weight. `global_steps`
         travels with the sync (a rollout rank waiting for another step raises
-        Mismatch)."""
+        Mismatch once the sync is over)."""
         comm = self._live("send_weights")
         if comm.rank not in self.senders:
             raise StateError(f"send_weights: rank {comm.rank} is in the rollout group")
@@ -292,8 +292,8 @@ class OfcclCheckpointEngine(_verl_base()):  # type: ignore[misc]
         device="cuda"). Unless copy=True a tensor views the bucket buffer: use
         or copy it before asking for the first tensor after the next bucket's
         (a weight split over buckets is yielded as its own tensor). With
-        `global_steps`, the trainer's sync must be of that step (else every
-        rank raises ofccl.Mismatch)."""
+        `global_steps`, the trainer's sync must be of that step: else nothing
+        is yielded, the sync is read to its end and ofccl.Mismatch raised."""
         comm = self._live("receive_weights")
         if comm.rank not in self.receivers:
             raise StateError(f"receive_weights: rank {comm.rank} is in the trainer group")
