@@ -98,6 +98,7 @@ typedef struct ofccl__boot_params {
     int size;                  /* TCP rendezvous size (0 = unset) */
     const char *launcher_vars; /* launcher variables seen in the environment ("" = none) */
     const char *host_id;       /* OFCCL_HOST_ID: this host's identity ("" or NULL = detect) */
+    const char *secret_file;   /* OFCCL_BOOT_SECRET_FILE: the TCP rendezvous's job secret */
     const ofccl__log_t *log;
 } ofccl__boot_params_t;
 

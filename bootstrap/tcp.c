@@ -183,6 +183,69 @@ static int adopt_table(ofccl__boot_t *b, ofccl__tcp_boot_t *t, const uint8_t *bo
 
 /* Hello out, host table back; *retry = 1 when the root asks for a new
  * connection instead. */
+/* The rank's side of the job secret's handshake, after the root's first
+ * answer `d` to its hello: a CHALLENGE is answered with this rank's PROOF,
+ * and the root's PROVEN checked before anything else is sent; *d then holds
+ * the root's next answer (the host table, or why not). Without a secret, a
+ * CHALLENGE is refused naming the setting. */
+static int rank_prove(ofccl__boot_t *b, ofccl__tcp_boot_t *t, const uint8_t *hello, size_t len,
+                      ofccl__tcp_down_t *d, uint64_t deadline, ofccl__err_t *e)
+{
+    ofccl__tcp_conn_t *c = &t->conns[0];
+    uint8_t proof[OFCCL__TCP_PROOF_LEN], nr[OFCCL__AUTH_LEN], want[OFCCL__AUTH_LEN];
+    int rc;
+
+    if (d->status == OFCCL__TCP_ST_CHALLENGE && !t->auth.on)
+        return ofccl__fail(b->log, OFCCL__SUB_BOOT, e, OFCCL_ERR_CONFIG,
+                           "rank %d: the bootstrap root at %s asks for the job secret: set "
+                           "OFCCL_BOOT_SECRET_FILE to the job's secret file on this rank",
+                           b->rank, t->root);
+    if (d->status == OFCCL__TCP_ST_PROVEN || (t->auth.on && d->status == OFCCL__TCP_ST_OK))
+        return ofccl__fail(b->log, OFCCL__SUB_BOOT, e, OFCCL_ERR_BOOTSTRAP,
+                           "rank %d: the bootstrap root at %s answered without asking for the job "
+                           "secret: it has no OFCCL_BOOT_SECRET_FILE, or it is not this job's "
+                           "root; this rank has one and does not join",
+                           b->rank, t->root);
+    if (d->status != OFCCL__TCP_ST_CHALLENGE)
+        return 0; /* no secret on either side, or REJECT, RETRY, ABORT */
+    memcpy(nr, d->body, OFCCL__AUTH_LEN);
+    free(d->body);
+    d->body = NULL;
+    ofccl__put_le32(proof, OFCCL__TCP_PROOF_MAGIC);
+    ofccl__put_le32(proof + 4, (uint32_t)b->rank);
+    if (ofccl__auth_nonce(proof + 8) != 0)
+        return ofccl__fail(b->log, OFCCL__SUB_BOOT, e, OFCCL_ERR_INTERNAL,
+                           "rank %d: no random nonce for the job secret's handshake", b->rank);
+    ofccl__auth_mac(&t->auth, "ofccl rank", nr, OFCCL__AUTH_LEN, proof + 8, OFCCL__AUTH_LEN, hello,
+                    len, proof + 8 + OFCCL__AUTH_LEN);
+    c->out = proof;
+    c->out_len = sizeof(proof);
+    c->out_off = 0;
+    c->in = c->hdr;
+    c->in_len = OFCCL__TCP_FRAME_HDR;
+    c->in_off = 0;
+    c->stage = 1;
+    rc = ofccl__tcp_io_run(b, c, 1, deadline, ofccl__tcp_down_step, d, d->what, e);
+    c->out = NULL;
+    if (rc != 0 || d->status != OFCCL__TCP_ST_PROVEN)
+        return rc; /* REJECT (the root found the proof wrong) and the rest: as usual */
+    ofccl__auth_mac(&t->auth, "ofccl root", proof + 8, OFCCL__AUTH_LEN, nr, OFCCL__AUTH_LEN, hello,
+                    len, want);
+    if (!ofccl__auth_equal(want, d->body))
+        return ofccl__fail(b->log, OFCCL__SUB_BOOT, e, OFCCL_ERR_BOOTSTRAP,
+                           "rank %d: the bootstrap root at %s did not prove it knows the job "
+                           "secret: it is not this job's root, or its OFCCL_BOOT_SECRET_FILE "
+                           "holds another secret; this rank does not join",
+                           b->rank, t->root);
+    free(d->body);
+    d->body = NULL;
+    c->in = c->hdr;
+    c->in_len = OFCCL__TCP_FRAME_HDR;
+    c->in_off = 0;
+    c->stage = 1;
+    return ofccl__tcp_io_run(b, c, 1, deadline, ofccl__tcp_down_step, d, d->what, e);
+}
+
 static int rank_rendezvous(ofccl__boot_t *b, ofccl__tcp_boot_t *t, uint64_t deadline, int *retry,
                            ofccl__err_t *e)
 {
@@ -214,6 +277,8 @@ static int rank_rendezvous(ofccl__boot_t *b, ofccl__tcp_boot_t *t, uint64_t dead
     c->stage = 1;
     rc = ofccl__tcp_io_run(b, c, 1, deadline, ofccl__tcp_down_step, &d, d.what, e);
     c->out = NULL;
+    if (rc == 0)
+        rc = rank_prove(b, t, hello, OFCCL__TCP_HELLO_LEN + idlen, &d, deadline, e);
     *retry = rc == 0 && d.status == OFCCL__TCP_ST_RETRY;
     if (*retry)
         OFCCL__INFO(b->log, OFCCL__SUB_BOOT,
@@ -276,6 +341,7 @@ static void tcp_finalize(ofccl__boot_t *b)
     for (int r = 0; r < t->nconns; r++)
         ofccl__tcp_conn_close(&t->conns[r]);
     free(t->conns);
+    ofccl__auth_clear(&t->auth);
     free(t);
     b->impl = NULL;
 }
@@ -353,6 +419,11 @@ int ofccl__boot_tcp_open(const ofccl__boot_params_t *p, ofccl__boot_t *b, ofccl_
         goto err_free;
     }
     ofccl__strlcpy(t->root, p->root, sizeof(t->root));
+    if (p->secret_file != NULL && p->secret_file[0] != '\0' &&
+        (rc = ofccl__auth_load(p->secret_file, b->log, &t->auth, e)) != 0)
+        goto err_free;
+    if (!t->auth.on && b->rank == 0 && b->size > 1)
+        ofccl__auth_warn_open(b->log, p->root);
     for (int r = 0; r < t->nconns; r++) {
         t->conns[r].fd = -1;
         t->conns[r].rank = b->rank == 0 ? r : 0;
@@ -393,6 +464,8 @@ err_free:
             ofccl__tcp_conn_close(&t->conns[r]);
         free(t->conns);
     }
+    if (t != NULL)
+        ofccl__auth_clear(&t->auth);
     free(t);
     free(b->host_of);
     b->host_of = NULL;

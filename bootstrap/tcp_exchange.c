@@ -31,12 +31,20 @@ int ofccl__tcp_down_step(ofccl__boot_t *b, ofccl__tcp_conn_t *c, void *arg, ofcc
         uint32_t size = ofccl__get_le32(c->hdr + 16), blen = ofccl__get_le32(c->hdr + 20);
 
         if (magic != d->magic || (status == OFCCL__TCP_ST_OK && seq != d->seq) ||
-            status > OFCCL__TCP_ST_RETRY)
+            status > OFCCL__TCP_ST_PROVEN)
             return ofccl__fail(b->log, OFCCL__SUB_BOOT, e, OFCCL_ERR_CORRUPT,
                                "rank 0 (the bootstrap root) sent a bad frame header during %s "
                                "(magic 0x%08x, status %u, seq %llu)",
                                d->what, magic, status, (unsigned long long)seq);
         d->status = (int)status;
+        if (status == OFCCL__TCP_ST_CHALLENGE || status == OFCCL__TCP_ST_PROVEN) {
+            if (blen != OFCCL__AUTH_LEN)
+                return ofccl__fail(b->log, OFCCL__SUB_BOOT, e, OFCCL_ERR_CORRUPT,
+                                   "rank 0 (the bootstrap root) sent a %u-byte %s during %s", blen,
+                                   status == OFCCL__TCP_ST_CHALLENGE ? "challenge" : "proof",
+                                   d->what);
+            status = OFCCL__TCP_ST_OK; /* a body, read below */
+        }
         if (status != OFCCL__TCP_ST_OK) {
             if (blen > OFCCL__TCP_MAX_REASON)
                 return ofccl__fail(b->log, OFCCL__SUB_BOOT, e, OFCCL_ERR_CORRUPT,

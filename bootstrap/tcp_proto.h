@@ -33,6 +33,7 @@
 #include <stdint.h>
 
 #include "boot.h"
+#include "tcp_auth.h"
 #include "tcp_io.h"
 
 #define OFCCL__TCP_HELLO_MAGIC 0x48424F4Fu /* "OFBH" */
@@ -54,6 +55,10 @@ enum {
     OFCCL__TCP_ST_REJECT = 1,
     OFCCL__TCP_ST_ABORT = 2,
     OFCCL__TCP_ST_RETRY = 3,
+    /* a job secret's handshake (tcp_auth.h): 32-byte bodies, the nonce and
+     * the root's proof */
+    OFCCL__TCP_ST_CHALLENGE = 4,
+    OFCCL__TCP_ST_PROVEN = 5,
 };
 
 typedef struct ofccl__tcp_records ofccl__tcp_records_t;
@@ -71,6 +76,7 @@ typedef struct ofccl__tcp_boot {
     ofccl__tcp_records_t *rec; /* published records (tcp_records.c); NULL until a publish */
     /* Root only: bytes the exchanges took in and sent out (INFO at finalize). */
     uint64_t bytes_in, bytes_out;
+    ofccl__auth_t auth; /* the job secret's key, if one is set */
 } ofccl__tcp_boot_t;
 
 typedef struct ofccl__tcp_down {

@@ -9,7 +9,9 @@
  * caller is busy elsewhere. It listens on the root address's host (port
  * chosen by the kernel), serves requests in arrival order, and runs until
  * the bootstrap is finalized: a rank that needs a record after rank 0 closed
- * its context gets an error naming the root.
+ * its context gets an error naming the root. With a job secret, each
+ * connection starts with the server's nonce and is served only once the
+ * client proved it knows the secret (tcp_auth.h).
  */
 #include <errno.h>
 #include <netinet/in.h>
@@ -38,6 +40,9 @@ typedef struct client {
     int fd;
     uint8_t hdr[OFCCL__TCP_FRAME_HDR];
     size_t got;
+    bool authed;                 /* proved the job secret (or there is none) */
+    uint8_t ns[OFCCL__AUTH_LEN]; /* the nonce it was sent */
+    uint8_t proof[OFCCL__TCP_RECAUTH_LEN];
 } client_t;
 
 struct ofccl__tcp_records {
@@ -50,6 +55,7 @@ struct ofccl__tcp_records {
     int lfd, wake[2], port, running;
     pthread_t thread;
     uint64_t served, bytes_out;
+    ofccl__auth_t auth; /* the job secret's key (both sides), if one is set */
     /* others: the server's port and the connection to it */
     int srv_port;
     ofccl__tcp_conn_t conn;
@@ -72,6 +78,7 @@ static ofccl__tcp_records_t *records_new(ofccl__boot_t *b, ofccl__tcp_boot_t *t,
     r->log = b->log;
     r->lfd = r->wake[0] = r->wake[1] = -1;
     r->conn.fd = -1;
+    r->auth = t->auth;
     t->rec = r;
     return r;
 }
@@ -135,9 +142,54 @@ static int send_all(int fd, const uint8_t *f, size_t len)
     return 0;
 }
 
+/* With a job secret: read a client's proof; -1 when it is wrong (closed). */
+static int client_proof(ofccl__tcp_records_t *r, client_t *c)
+{
+    ssize_t n = recv(c->fd, c->proof + c->got, sizeof(c->proof) - c->got, MSG_DONTWAIT);
+    uint8_t want[OFCCL__AUTH_LEN];
+
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
+        return -1;
+    if (n < 0 || (c->got += (size_t)n) < sizeof(c->proof))
+        return 0;
+    c->got = 0;
+    ofccl__auth_mac(&r->auth, "ofccl records", c->ns, OFCCL__AUTH_LEN, c->proof + 4, 4, NULL, 0,
+                    want);
+    if (ofccl__get_le32(c->proof) != OFCCL__TCP_RECAUTH_MAGIC ||
+        !ofccl__auth_equal(want, c->proof + 8)) {
+        OFCCL__WARN(r->log, OFCCL__SUB_BOOT,
+                    "record server: refusing a connection that did not prove it knows the job "
+                    "secret");
+        return -1;
+    }
+    c->authed = true;
+    return 0;
+}
+
+/* A new client: with a job secret, its nonce goes first. */
+static int client_open(ofccl__tcp_records_t *r, client_t *c, int fd)
+{
+    uint8_t f[OFCCL__TCP_FRAME_HDR + OFCCL__AUTH_LEN];
+
+    *c = (client_t){.fd = fd, .authed = !r->auth.on};
+    if (!r->auth.on)
+        return 0;
+    ofccl__put_le32(f, OFCCL__TCP_REC_MAGIC);
+    ofccl__put_le32(f + 4, OFCCL__TCP_ST_CHALLENGE);
+    ofccl__put_le64(f + 8, 0);
+    ofccl__put_le32(f + 16, (uint32_t)r->size);
+    ofccl__put_le32(f + 20, OFCCL__AUTH_LEN);
+    if (ofccl__auth_nonce(c->ns) != 0)
+        return -1;
+    memcpy(f + OFCCL__TCP_FRAME_HDR, c->ns, OFCCL__AUTH_LEN);
+    return send_all(fd, f, sizeof(f));
+}
+
 /* Read what has arrived on a client; answer a complete request. -1: close it. */
 static int serve_client(ofccl__tcp_records_t *r, client_t *c)
 {
+    if (!c->authed)
+        return client_proof(r, c);
     ssize_t n = recv(c->fd, c->hdr + c->got, sizeof(c->hdr) - c->got, MSG_DONTWAIT);
     uint8_t *f;
     size_t len;
@@ -190,7 +242,10 @@ static void *server_main(void *arg)
             int fd = accept4(r->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
             if (fd >= 0) {
                 ofccl__tcp_set_nodelay(fd);
-                cl[ncl++] = (client_t){.fd = fd};
+                if (client_open(r, &cl[ncl], fd) == 0)
+                    ncl++;
+                else
+                    close(fd);
             }
         }
     }
@@ -301,6 +356,46 @@ static int local_get(ofccl__boot_t *b, ofccl__tcp_records_t *r, uint64_t tag, in
     return 0;
 }
 
+/* With a job secret: read the server's nonce, answer with this rank's proof. */
+static int prove_to_server(ofccl__boot_t *b, ofccl__tcp_boot_t *t, ofccl__tcp_records_t *r,
+                           uint64_t deadline, ofccl__err_t *e)
+{
+    uint8_t proof[OFCCL__TCP_RECAUTH_LEN];
+    ofccl__tcp_down_t d;
+    int rc;
+
+    memset(&d, 0, sizeof(d));
+    d.magic = OFCCL__TCP_REC_MAGIC;
+    d.max_body = OFCCL__AUTH_LEN;
+    d.what = "the record server's challenge";
+    r->conn.in = r->conn.hdr;
+    r->conn.in_len = OFCCL__TCP_FRAME_HDR;
+    r->conn.in_off = 0;
+    r->conn.stage = 1;
+    rc = ofccl__tcp_io_run(b, &r->conn, 1, deadline, ofccl__tcp_down_step, &d, d.what, e);
+    if (rc == 0 && d.status != OFCCL__TCP_ST_CHALLENGE)
+        rc = ofccl__fail(b->log, OFCCL__SUB_BOOT, e, OFCCL_ERR_BOOTSTRAP,
+                         "rank %d: the bootstrap root's record server (%s) did not ask for the "
+                         "job secret",
+                         b->rank, t->root);
+    if (rc == 0) {
+        ofccl__put_le32(proof, OFCCL__TCP_RECAUTH_MAGIC);
+        ofccl__put_le32(proof + 4, (uint32_t)b->rank);
+        ofccl__auth_mac(&r->auth, "ofccl records", d.body, OFCCL__AUTH_LEN, proof + 4, 4, NULL, 0,
+                        proof + 8);
+        r->conn.out = proof;
+        r->conn.out_len = sizeof(proof);
+        r->conn.out_off = 0;
+        r->conn.stage = 0;
+        rc = ofccl__tcp_io_run(b, &r->conn, 1, deadline, ofccl__tcp_down_step, &d, d.what, e);
+        r->conn.out = NULL;
+    }
+    free(d.body);
+    if (rc != 0)
+        ofccl__tcp_conn_close(&r->conn);
+    return rc;
+}
+
 /* Connect to the record server (once; the connection is kept). */
 static int connect_server(ofccl__boot_t *b, ofccl__tcp_boot_t *t, ofccl__tcp_records_t *r,
                           uint64_t deadline, ofccl__err_t *e)
@@ -323,7 +418,7 @@ static int connect_server(ofccl__boot_t *b, ofccl__tcp_boot_t *t, ofccl__tcp_rec
                            b->rank, t->root, r->srv_port, strerror(err));
     ofccl__tcp_set_nodelay(r->conn.fd);
     r->conn.rank = 0;
-    return 0;
+    return r->auth.on ? prove_to_server(b, t, r, deadline, e) : 0;
 }
 
 int ofccl__tcp_get(ofccl__boot_t *b, uint64_t tag, int rank, void *out, size_t cap, size_t *len,
@@ -443,6 +538,7 @@ void ofccl__tcp_rec_close(ofccl__boot_t *b, ofccl__tcp_boot_t *t)
         free(r->tables[i].lens);
     }
     pthread_mutex_destroy(&r->lock);
+    ofccl__auth_clear(&r->auth);
     free(r);
     t->rec = NULL;
 }

@@ -32,7 +32,7 @@
 #define HELLO_MS_MIN 10
 #define MAX_CONFLICT_HOSTS 64 /* hosts checked for a shared hostname (a log line only) */
 
-enum { V_WAIT, V_HELLO, V_FOREIGN, V_REJECT };
+enum { V_WAIT, V_HELLO, V_FOREIGN, V_REJECT, V_PROVEN, V_BADPROOF };
 
 typedef struct pending {
     ofccl__tcp_conn_t c;      /* first member: the hello step gets &c; c.fd < 0 = free slot */
@@ -40,6 +40,13 @@ typedef struct pending {
     int verdict;              /* V_*: what the hello step decided */
     char why[160];            /* V_REJECT: the reason told to the peer */
     char id[OFCCL__HOST_ID_MAX + 1];
+    /* the job secret's handshake (tcp_auth.h): the challenge sent, the
+     * hello it binds, the proof received */
+    bool challenged;
+    uint8_t nr[OFCCL__AUTH_LEN];
+    uint8_t hello[OFCCL__TCP_HELLO_LEN + OFCCL__HOST_ID_MAX];
+    size_t hello_len;
+    uint8_t proof[OFCCL__TCP_PROOF_LEN];
 } pending_t;
 
 typedef struct rendezvous {
@@ -128,7 +135,25 @@ static void send_status(ofccl__tcp_conn_t *c, int size, uint32_t status, const c
 static int hello_step(ofccl__boot_t *b, ofccl__tcp_conn_t *c, void *arg, ofccl__err_t *e)
 {
     pending_t *p = (pending_t *)c;
+    const rdv_t *v = arg;
 
+    if (c->stage == 3) { /* the proof of the job secret */
+        uint8_t want[OFCCL__AUTH_LEN];
+        c->stage = 0;
+        ofccl__auth_mac(&v->t->auth, "ofccl rank", p->nr, OFCCL__AUTH_LEN, p->proof + 8,
+                        OFCCL__AUTH_LEN, p->hello, p->hello_len, want);
+        if (ofccl__get_le32(p->proof) != OFCCL__TCP_PROOF_MAGIC ||
+            ofccl__get_le32(p->proof + 4) != ofccl__get_le32(c->hdr + 8) ||
+            !ofccl__auth_equal(want, p->proof + 8 + OFCCL__AUTH_LEN)) {
+            p->verdict = V_BADPROOF;
+            snprintf(p->why, sizeof(p->why),
+                     "its proof of the job secret is wrong: its OFCCL_BOOT_SECRET_FILE holds "
+                     "another secret than the root's");
+        } else {
+            p->verdict = V_PROVEN;
+        }
+        return 0;
+    }
     if (c->stage == 1) {
         uint32_t magic = ofccl__get_le32(c->hdr);
         unsigned version = ofccl__get_le16(c->hdr + 4), idlen = ofccl__get_le16(c->hdr + 6);
@@ -168,6 +193,24 @@ static int hello_step(ofccl__boot_t *b, ofccl__tcp_conn_t *c, void *arg, ofccl__
 static void pending_close(pending_t *p)
 {
     ofccl__tcp_conn_close(&p->c);
+    p->challenged = false;
+}
+
+/* A 32-byte handshake frame (CHALLENGE or PROVEN) to a pending connection;
+ * it fits an empty socket buffer, so it either goes whole or the peer is
+ * not worth waiting for. */
+static bool send_auth(pending_t *p, int size, uint32_t status, const uint8_t *body)
+{
+    uint8_t frame[OFCCL__TCP_FRAME_HDR + OFCCL__AUTH_LEN];
+
+    ofccl__put_le32(frame, OFCCL__TCP_TABLE_MAGIC);
+    ofccl__put_le32(frame + 4, status);
+    ofccl__put_le64(frame + 8, 0);
+    ofccl__put_le32(frame + 16, (uint32_t)size);
+    ofccl__put_le32(frame + 20, OFCCL__AUTH_LEN);
+    memcpy(frame + OFCCL__TCP_FRAME_HDR, body, OFCCL__AUTH_LEN);
+    return send(p->c.fd, frame, sizeof(frame), MSG_NOSIGNAL | MSG_DONTWAIT) ==
+           (ssize_t)sizeof(frame);
 }
 
 /* Reject `p`'s hello, telling the peer why (it is an ofccl rank). */
@@ -192,7 +235,31 @@ static void pending_evict(rdv_t *v, pending_t *p, const char *why)
     v->evicted++;
 }
 
-/* A complete hello arrived on `p`: adopt it as its rank, or reject it. */
+/* With a job secret: challenge the hello's sender (its proof is read next,
+ * within the same deadline as the hello). */
+static int pending_challenge(rdv_t *v, pending_t *p)
+{
+    size_t idlen = strlen(p->id);
+
+    memcpy(p->hello, p->c.hdr, OFCCL__TCP_HELLO_LEN);
+    memcpy(p->hello + OFCCL__TCP_HELLO_LEN, p->id, idlen);
+    p->hello_len = OFCCL__TCP_HELLO_LEN + idlen;
+    if (ofccl__auth_nonce(p->nr) != 0 ||
+        !send_auth(p, v->b->size, OFCCL__TCP_ST_CHALLENGE, p->nr)) {
+        pending_close(p);
+        return 0;
+    }
+    p->challenged = true;
+    p->verdict = V_WAIT;
+    p->c.in = p->proof;
+    p->c.in_len = sizeof(p->proof);
+    p->c.in_off = 0;
+    p->c.stage = 3;
+    return 0;
+}
+
+/* A complete hello arrived on `p` (and, with a job secret, its proof): adopt
+ * it as its rank, challenge it, or reject it. */
 static int pending_hello(rdv_t *v, pending_t *p, ofccl__err_t *e)
 {
     ofccl__boot_t *b = v->b;
@@ -214,6 +281,18 @@ static int pending_hello(rdv_t *v, pending_t *p, ofccl__err_t *e)
     if (p->why[0] != '\0') {
         pending_reject(v, p, p->why);
         return 0;
+    }
+    if (t->auth.on && !p->challenged)
+        return pending_challenge(v, p);
+    if (t->auth.on) {
+        uint8_t mac[OFCCL__AUTH_LEN];
+        ofccl__auth_mac(&t->auth, "ofccl root", p->proof + 8, OFCCL__AUTH_LEN, p->nr,
+                        OFCCL__AUTH_LEN, p->hello, p->hello_len, mac);
+        if (!send_auth(p, b->size, OFCCL__TCP_ST_PROVEN, mac)) {
+            pending_close(p);
+            return 0;
+        }
+        p->challenged = false;
     }
     v->ids[rank] = strdup(p->id);
     if (v->ids[rank] == NULL)
@@ -241,8 +320,15 @@ static int pending_read(rdv_t *v, pending_t *p, ofccl__err_t *e)
     int err = 0;
 
     if (ofccl__tcp_conn_recv(b, &p->c, hello_step, v, &err, e) == OFCCL__TCP_CLOSED) {
-        OFCCL__DEBUG(b->log, OFCCL__SUB_BOOT,
-                     "TCP bootstrap: a connection from %s closed before its hello", p->c.addr);
+        if (p->challenged)
+            OFCCL__WARN(b->log, OFCCL__SUB_BOOT,
+                        "TCP bootstrap: the connection from %s claiming rank %u closed before "
+                        "it proved it knows the job secret (a process without "
+                        "OFCCL_BOOT_SECRET_FILE?)",
+                        p->c.addr, ofccl__get_le32(p->c.hdr + 8));
+        else
+            OFCCL__DEBUG(b->log, OFCCL__SUB_BOOT,
+                         "TCP bootstrap: a connection from %s closed before its hello", p->c.addr);
         pending_close(p);
         return 0;
     }
@@ -257,7 +343,11 @@ static int pending_read(rdv_t *v, pending_t *p, ofccl__err_t *e)
     case V_REJECT:
         pending_reject(v, p, p->why);
         return 0;
+    case V_BADPROOF:
+        pending_reject(v, p, p->why);
+        return 0;
     case V_HELLO:
+    case V_PROVEN:
         return pending_hello(v, p, e);
     default:
         return 0;

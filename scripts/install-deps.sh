@@ -2,7 +2,7 @@
 # Install what ofccl needs on Debian 12, only if something is missing.
 set -eu
 pkgs="build-essential meson ninja-build pkg-config python3 libfabric-dev libfabric-bin
-      libhwloc-dev hwloc libpmix-dev libcunit1-dev openmpi-bin libopenmpi-dev gnuplot-nox
+      libhwloc-dev hwloc libpmix-dev libcunit1-dev libssl-dev openmpi-bin libopenmpi-dev gnuplot-nox
       iproute2 nftables clang libclang-rt-14-dev
       munge slurmctld slurmd slurm-client slurm-wlm-basic-plugins
       python3-dev python3-venv python3-numpy python3-pytest python3-torch python3-matplotlib"

@@ -51,6 +51,10 @@ typedef enum ofccl__cfg_type {
     X(BOOT_ROOT, STRING, LOCAL, "", "<host:port>", 0, 0,                                           \
       "TCP rendezvous: address where rank 0 listens and the others connect")                       \
     X(BOOT_RANK, INT, LOCAL, "-1", "", -1, 1048575, "TCP rendezvous: rank of this process")        \
+    X(BOOT_SECRET_FILE, STRING, LOCAL, "", "<path>", 0, 0,                                         \
+      "TCP rendezvous: file holding the job secret (16 to 4096 bytes, mode 0600); every rank "     \
+      "sets one, and only processes that prove they know it join; empty = anyone who reaches "     \
+      "the root's port may join")                                                                  \
     X(BOOT_SIZE, INT, LOCAL, "0", "", 0, 1048576, "TCP rendezvous: number of ranks")               \
     X(TIMEOUT_MS, INT, LOCAL, "300000", "", 0, 86400000,                                           \
       "Deadline of a blocking call or request, in ms; 0 = none")                                   \

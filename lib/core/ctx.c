@@ -234,6 +234,7 @@ static int ctx_open(ofccl_ctx_t *ctx, const ofccl_ctx_params_t *params)
         .size = (int)ofccl__cfg_int(&ctx->cfg, OFCCL__CFG_BOOT_SIZE),
         .launcher_vars = launcher,
         .host_id = ofccl__cfg_str(&ctx->cfg, OFCCL__CFG_HOST_ID),
+        .secret_file = ofccl__cfg_str(&ctx->cfg, OFCCL__CFG_BOOT_SECRET_FILE),
         .log = &ctx->log,
     };
     rc = boot_groups(&ctx->cfg, &bp.rank, &bp.size, e);
@@ -258,6 +259,16 @@ static int ctx_open(ofccl_ctx_t *ctx, const ofccl_ctx_params_t *params)
     OFCCL__INFO(&ctx->log, OFCCL__SUB_CORE, "rank %d of %d (local %d of %d) via %s: %s",
                 ctx->boot->rank, ctx->boot->size, ctx->boot->local_rank, ctx->boot->local_size,
                 ctx->boot->ops->name, ctx->choice_why);
+    /* The job secret admits ranks at the rendezvous; the fabric itself is
+     * restricted to the job only by a provider's domain authorization key
+     * (cxi's VNI, efa's), which ofccl does not derive yet. */
+    if (ofccl__cfg_str(&ctx->cfg, OFCCL__CFG_BOOT_SECRET_FILE)[0] != '\0' &&
+        strcmp(ctx->provider, "local") != 0 && ctx->boot->rank == 0)
+        OFCCL__INFO(&ctx->log, OFCCL__SUB_CORE,
+                    "job secret: provider %s gets no domain authorization key from it (none "
+                    "offered here; cxi and efa keys are not derived yet): the fabric is open to "
+                    "any process holding a memory key",
+                    ctx->provider);
     rc = ofccl__fault_parse(ofccl__cfg_str(&ctx->cfg, OFCCL__CFG_FAULT), ctx->boot->rank,
                             &ctx->fault, &ctx->kill_at, e);
     if (rc) {

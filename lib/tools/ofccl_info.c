@@ -204,6 +204,12 @@ int main(int argc, char **argv)
         printf("  %s\n", why);
     else
         printf("  none: %s\n", e.msg);
+    if (ofccl__cfg_str(&cfg, OFCCL__CFG_BOOT_SECRET_FILE)[0] != '\0')
+        printf("\nTCP rendezvous: a job secret (OFCCL_BOOT_SECRET_FILE): only processes that "
+               "prove they know it join\n");
+    else
+        printf("\nTCP rendezvous: no job secret: any process that can reach the root's port "
+               "can join as a rank (set OFCCL_BOOT_SECRET_FILE on every rank)\n");
     if (topo)
         ofccl__topo_free(topo);
     return 0;

@@ -39,6 +39,7 @@ import socket
 from typing import Any, AsyncIterator, Callable, Dict, List, Optional, Tuple
 
 from . import _profile
+from ._secret import new_secret, secret_settings
 from .comm import Comm, Context
 from .errors import InvalidArgument, StateError
 from .weight_stream import WeightStream
@@ -156,6 +157,7 @@ class OfcclCheckpointEngine(_verl_base()):  # type: ignore[misc]
         self.rank = -1
         self._topology: Optional[Tuple[Any, ...]] = None
         self._boot_root: Optional[str] = None
+        self._secret: Optional[str] = None
         self._stream: Optional[WeightStream] = None
         self.plans_built = 0
         self.senders: List[int] = []
@@ -169,7 +171,8 @@ class OfcclCheckpointEngine(_verl_base()):  # type: ignore[misc]
             return None
         if self._boot_root is None or self.comm is None:
             self._boot_root = _free_address(self.host or _default_host())
-        return {"boot_root": self._boot_root}
+            self._secret = new_secret()
+        return {"boot_root": self._boot_root, "secret": self._secret}
 
     @classmethod
     def build_topology(cls, trainer_world_size: int, rollout_world_size: int,
@@ -177,7 +180,7 @@ class OfcclCheckpointEngine(_verl_base()):  # type: ignore[misc]
         """Keyword lists for init_process_group: trainer ranks first, then rollout
         ranks, in one communicator; the rendezvous address is the master's (the
         first metadata entry that has one)."""
-        roots = [m["boot_root"] for m in metadata if isinstance(m, dict) and m.get("boot_root")]
+        roots = [m for m in metadata if isinstance(m, dict) and m.get("boot_root")]
         if not roots:
             raise InvalidArgument("build_topology: no metadata carries a boot_root; create the "
                                   "trainer's first engine with is_master=True")
@@ -189,13 +192,16 @@ class OfcclCheckpointEngine(_verl_base()):  # type: ignore[misc]
 
         def kw(group: str, n: int) -> Dict[str, List[Any]]:
             return {"rank": list(range(n)), "group": [group] * n, "groups": [groups] * n,
-                    "boot_root": [roots[0]] * n}
+                    "boot_root": [roots[0]["boot_root"]] * n,
+                    "secret": [roots[0].get("secret")] * n}
         return kw(cls.TRAINER, t), kw(cls.ROLLOUT, r)
 
     def init_process_group(self, rank: int, group: str, groups: str, boot_root: str,
-                           **_: Any) -> None:
+                           secret: Optional[str] = None, **_: Any) -> None:
         """Join the communicator of both groups (collective over both jobs). A
-        second call with the same topology keeps the communicator."""
+        second call with the same topology keeps the communicator. `secret`
+        (the master's, from prepare()'s metadata) admits only this sync's
+        processes to the rendezvous."""
         topo = (int(rank), group, groups, boot_root)
         if self.comm is not None and self._topology[:3] == topo[:3]:
             return
@@ -211,7 +217,8 @@ class OfcclCheckpointEngine(_verl_base()):  # type: ignore[misc]
         s = {"BOOT": "tcp", "BOOT_ROOT": boot_root, "BOOT_GROUP": group, "BOOT_GROUPS": groups,
              "BOOT_RANK": int(rank)}
         s.update(self.settings)
-        self.ctx = Context(s)
+        with secret_settings(secret, s) as s:
+            self.ctx = Context(s)
         try:
             self.comm = self.ctx.world()
         except BaseException:

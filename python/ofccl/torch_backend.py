@@ -21,11 +21,12 @@ import os
 import socket
 import threading
 from datetime import timedelta
-from typing import Any, Callable, List, Optional
+from typing import Any, Callable, List, Optional, Tuple
 
 import torch
 import torch.distributed as dist
 
+from ._secret import new_secret, secret_settings
 from ._torchcoll import Collectives, GpuWork, Work, done_work, followed, redop
 from .comm import Context
 from .errors import Again, NotSupported
@@ -33,21 +34,26 @@ from .errors import Again, NotSupported
 BACKEND = "ofccl"
 
 
-def _rendezvous_settings(store: Any, rank: int, size: int, timeout: timedelta) -> dict:
-    """Where the TCP rendezvous meets. The bootstrap is the library's choice:
-    OFCCL_BOOT=auto takes the rendezvous once its root is set, and a
-    bootstrap the library's settings name (OFCCL_BOOT) wins."""
+def _rendezvous_settings(store: Any, rank: int, size: int,
+                         timeout: timedelta) -> Tuple[dict, str]:
+    """Where the TCP rendezvous meets, and its job secret: rank 0 picks both
+    and hands them to the others through torch's store (which torch already
+    trusts), so only this group's processes join. The bootstrap is the
+    library's choice: OFCCL_BOOT=auto takes the rendezvous once its root is
+    set, and a bootstrap the library's settings name (OFCCL_BOOT) wins."""
     key = "ofccl/boot_root"
     if rank == 0:
         host = os.environ.get("MASTER_ADDR") or "127.0.0.1"
         with socket.socket() as s:
             s.bind((host if host != "localhost" else "127.0.0.1", 0))
             port = s.getsockname()[1]
+        store.set("ofccl/secret", new_secret())
         store.set(key, f"{host}:{port}")
     root = store.get(key).decode()
+    secret = store.get("ofccl/secret").decode()
     ms = max(1000, int(timeout.total_seconds() * 1000))
     return {"BOOT_ROOT": root, "BOOT_RANK": rank, "BOOT_SIZE": size,
-            "BOOT_TIMEOUT_MS": min(ms, 86400000)}
+            "BOOT_TIMEOUT_MS": min(ms, 86400000)}, secret
 
 
 def _unsupported(name: str) -> Any:
@@ -99,9 +105,10 @@ class ProcessGroupOfccl(dist.ProcessGroup):
     def __init__(self, store: Any, rank: int, size: int, timeout: timedelta,
                  settings: Optional[dict] = None):
         super().__init__(rank, size)
-        s = _rendezvous_settings(store, rank, size, timeout)
+        s, secret = _rendezvous_settings(store, rank, size, timeout)
         s.update(settings or {})
-        self.ofccl_ctx = Context(s)
+        with secret_settings(secret, s) as s:
+            self.ofccl_ctx = Context(s)
         self.ofccl_comm = self.ofccl_ctx.world()
         if self.ofccl_comm.rank != rank or self.ofccl_comm.size != size:
             raise NotSupported(f"ofccl bootstrap gave rank {self.ofccl_comm.rank} of "
