@@ -225,21 +225,27 @@ class ProcessGroupOfccl(dist.ProcessGroup):
     # ---- all-reduce --------------------------------------------------------
     @_after_earlier
     def allreduce(self, tensors: List[torch.Tensor], opts: Any = None) -> Work:
-        """The last tensor's reduce-scatter is posted and the call returns; its
-        all-gather follows on completion (or before a later collective). The
-        tensors before it go one after the other, as the staging they use
-        is shared."""
+        """Every tensor's reduce-scatter is posted and the call returns; their
+        all-gathers follow on completion (or before a later collective), in
+        order. Where the library's staging buffers or request slots run out,
+        the earlier tensors are completed first and the post is made again."""
         op = redop(_op_of(opts))
         if not tensors:
             return done_work(tensors)
         if self._coll.gpu_direct and all(t.device.type == "cuda" for t in tensors):
             return self._allreduce_gpu(tensors, op)
-        for t in tensors[:-1]:
-            self._allreduce_one(t, op)[1]()
-        first, rest = self._allreduce_one(tensors[-1], op)
-        with self._later_lock:
-            self._later.append(rest)
-        return Work(first._reqs, tensors, self._post_later)
+        reqs: List[Any] = []
+        for t in tensors:
+            try:
+                first, rest = self._allreduce_one(t, op)
+            except Again:
+                self._post_later()  # the earlier tensors' all-gathers, waited for
+                reqs = []
+                first, rest = self._allreduce_one(t, op)
+            with self._later_lock:
+                self._later.append(rest)
+            reqs += first._reqs
+        return Work(reqs, tensors, self._post_later)
 
     def allreduce_coalesced(self, tensors: List[torch.Tensor], opts: Any = None) -> Work:
         return self.allreduce(tensors, opts)
