@@ -14,9 +14,10 @@
  * goes on.
  * The caller's own GPU memory registered: test_gpu_reg.c. Weight push on GPU
  * memory: test_gpu_push.c. Reduce-scatter: test_gpu_rs.c. GPU memory across
- * two simulated hosts (staged through host memory): test_gpu_staged.c.
+ * two simulated hosts (hierarchically, and every rank staged): test_gpu_staged.c.
  * Usage: [OFCCL_TEST_GPU_SHARED=1] test_gpu [NRANKS] [scenario...]  (scenarios: gather bcast ce
- * stream mismatch kill leak refuse bucket bucket-ce register register-ce reg-size push rs rs-ce)
+ * stream mismatch kill leak refuse bucket bucket-ce register register-ce reg-size push rs rs-ce
+ * staged staged-x staged-flat)
  */
 #include <signal.h>
 #include <stdint.h>
@@ -497,7 +498,9 @@ int main(int argc, char **argv)
                {"push", gpu_push, NULL},
                {"rs", gpu_reduce_scatter, NULL},
                {"rs-ce", gpu_reduce_scatter, "GPU_SMS=0"},
-               {"staged", gpu_staged, NULL}};
+               {"staged", gpu_staged, "halves"},
+               {"staged-x", gpu_staged, "interleaved"},
+               {"staged-flat", gpu_staged, "flat"}};
     int n = gpus_here(), rc = 0;
     bool shared;
 
@@ -527,16 +530,22 @@ int main(int argc, char **argv)
         which = all[i].fn;
         for (int r = 0; r < nranks; r++)
             rank_setting[r] = all[i].setting;
-        /* Two simulated hosts (the first half of the ranks and the rest)
-         * joined by tcp, and small staging chunks: GPU memory staged. */
+        /* Two simulated hosts (the first half of the ranks and the rest, or
+         * every other rank) joined by tcp, and small staging chunks: GPU memory
+         * across hosts, hierarchically (the peer class within each host), or
+         * every rank staged ("flat"). */
         provider = all[i].fn == gpu_staged ? "tcp" : "local";
-        if (all[i].fn == gpu_staged)
+        if (all[i].fn == gpu_staged) {
+            bool x = strcmp(all[i].setting, "interleaved") == 0;
             for (int r = 0; r < nranks; r++)
-                rank_setting[r] = r < nranks / 2 ? "HOST_ID=gpu-host-a" : "HOST_ID=gpu-host-b";
-        if (all[i].fn == gpu_staged)
+                rank_setting[r] =
+                    (x ? r % 2 == 0 : r < nranks / 2) ? "HOST_ID=gpu-host-a" : "HOST_ID=gpu-host-b";
             setenv("OFCCL_GPU_STAGE_BYTES", "65536", 1);
-        else
+            setenv("OFCCL_GPU_HIER", strcmp(all[i].setting, "flat") == 0 ? "0" : "1", 1);
+        } else {
             unsetenv("OFCCL_GPU_STAGE_BYTES");
+            unsetenv("OFCCL_GPU_HIER");
+        }
         printf("== %s, %d ranks\n", all[i].name, nranks);
         rc |= cu_run("gpu", tests);
     }

@@ -1,9 +1,12 @@
 /*
- * GPU memory across (simulated) hosts: test_gpu's "staged" scenario runs the
- * ranks as two hosts (OFCCL_HOST_ID, tcp between them), where GPU buffers
- * are staged through host memory inside the library, chunk by chunk
- * (OFCCL_GPU_STAGE_BYTES small, so most sizes take many chunks and a slot is
- * reused). All-gather (every dtype, in place and not), reduce-scatter (f32
+ * GPU memory across (simulated) hosts: test_gpu's "staged" scenarios run the
+ * ranks as two hosts (OFCCL_HOST_ID, tcp between them: the first half of the
+ * ranks and the rest, or every other rank), where GPU buffers are staged
+ * through host memory inside the library, chunk by chunk (OFCCL_GPU_STAGE_BYTES
+ * small, so most sizes take many chunks and a slot is reused):
+ * hierarchically ("staged", "staged-x": OFCCL_GPU_HIER=1, ghier.c, each
+ * host's ranks as a communicator of their own, from 2 ranks a host), or
+ * every rank ("staged-flat"). All-gather (every dtype, in place and not), reduce-scatter (f32
  * and bf16, sum and average, in place and not) and broadcast from every root,
  * each checked element by element against what each rank computes itself
  * (the reduce-scatter within the bound of any order of additions: the

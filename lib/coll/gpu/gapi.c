@@ -52,6 +52,10 @@ int ofccl__gpu_route(ofccl_comm_t *comm, const char *what, int coll, const void 
                                what);
         return 1;
     }
+    if (gc->hier) {
+        *rc = ofccl__ghier(gc, coll, sendbuf, recvbuf, count, dtype, op, root, req);
+        return 1;
+    }
     if (gc->path != OFCCL__GPATH_P2P || comm->size == 1 ||
         (coll == OFCCL__RS && comm->size > OFCCL__GPU_REDUCE_SRCS)) {
         if (gc->path != OFCCL__GPATH_P2P && ofccl__comm_note_once(comm, NOTE_STAGED))

@@ -274,6 +274,8 @@ static int setup(ofccl_comm_t *comm, ofccl__gcomm_t *gc)
     if (rc < 0)
         return rc;
     rc = v;
+    gc->hier = v == V_OTHER_HOST && comm->nnodes > 1 && comm->node_width > 1 &&
+               ofccl__cfg_int(&comm->ctx->cfg, OFCCL__CFG_GPU_HIER) != 0;
     if (rc == V_OK && ((rc = chain_flags(gc)) < 0 || (rc = preload(gc)) < 0))
         return rc;
     if (rc == V_OK) {
@@ -355,6 +357,7 @@ void ofccl__gcomm_free(ofccl_comm_t *comm)
     ofccl__greg_fini(gc);
     ofccl__gpool_fini(gc);
     regions_free(comm, gc);
+    ofccl__ghier_fini(gc);
     ofccl__gstage_fini(gc);
     free(gc);
     comm->gpu = NULL;

@@ -148,6 +148,13 @@ typedef struct ofccl__gcomm {
     char *dflags;
     ofccl__gseg_t *dflags_seg;
     size_t dflags_off;
+    /* across hosts (ghier.c): the peer class within each host, staging
+     * between them, on a communicator of this host's ranks and one of this
+     * rank's rail; a device buffer for the blocks in between */
+    bool hier;
+    ofccl_comm_t *hier_local, *hier_rail;
+    void *hier_tmp;
+    size_t hier_tmp_len;
     /* staging (gstage.c): a communicator of its own (a duplicate), and the
      * bounce buffer, its pool memory registered with CUDA */
     ofccl_comm_t *stage_comm;
@@ -236,6 +243,11 @@ int ofccl__gpu_stage(ofccl__gcomm_t *gc, int coll, const void *sendbuf, void *re
                      ofccl_dtype_t dtype, ofccl_redop_t op, int root, size_t block,
                      ofccl_req_t **req);
 void ofccl__gstage_fini(ofccl__gcomm_t *gc);
+/* Across hosts with as many ranks on each (gc->hier): within each host by
+ * the peer class, between hosts staged; the request returned is complete. */
+int ofccl__ghier(ofccl__gcomm_t *gc, int coll, const void *sendbuf, void *recvbuf, size_t count,
+                 ofccl_dtype_t dtype, ofccl_redop_t op, int root, ofccl_req_t **req);
+void ofccl__ghier_fini(ofccl__gcomm_t *gc);
 
 /* ---- greg.c: the caller's GPU memory ---- */
 /* Collective: every rank registers `bytes` of its own at `ptr` (the same
