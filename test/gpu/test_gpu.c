@@ -16,8 +16,8 @@
  * memory: test_gpu_push.c. Reduce-scatter: test_gpu_rs.c. GPU memory across
  * two simulated hosts (hierarchically, and every rank staged): test_gpu_staged.c.
  * Usage: [OFCCL_TEST_GPU_SHARED=1] test_gpu [NRANKS] [scenario...]  (scenarios: gather bcast ce
- * stream mismatch kill leak refuse bucket bucket-ce register register-ce reg-size push rs rs-ce
- * staged staged-x staged-flat)
+ * stream mismatch kill kill-rs leak refuse bucket bucket-ce register register-ce reg-size push rs
+ * rs-ce staged staged-x staged-flat)
  */
 #include <signal.h>
 #include <stdint.h>
@@ -288,9 +288,8 @@ static int mismatch(int rank, ofccl_ctx_t *ctx, ofccl_comm_t *comm)
     return rc == OFCCL_ERR_MISMATCH ? 0 : 66;
 }
 
-/* Rank 1 dies before posting: the others' all-gather fails with
- * REMOTE_ERROR naming it, long before the deadline, and their stream goes on. */
-static int kill_peer(int rank, ofccl_ctx_t *ctx, ofccl_comm_t *comm)
+/* One collective with rank 1 killed before it (kill_peer, kill_peer_rs). */
+static int kill_with(int rank, ofccl_comm_t *comm, bool rs)
 {
     void *out;
     ofccl_req_t *req;
@@ -299,7 +298,6 @@ static int kill_peer(int rank, ofccl_ctx_t *ctx, ofccl_comm_t *comm)
     double t0;
     int rc, done = 0;
 
-    (void)ctx;
     if (gpu_up(rank))
         return 70;
     ofccl_comm_set_timeout(comm, 20000);
@@ -310,11 +308,14 @@ static int kill_peer(int rank, ofccl_ctx_t *ctx, ofccl_comm_t *comm)
     if (rank == 1)
         raise(SIGKILL);
     t0 = now_s();
-    rc = ofccl_allgather(comm, (char *)out + (size_t)rank * 1024, out, 1024, OFCCL_U8, &req);
+    rc = rs ? ofccl_reduce_scatter(comm, out, (char *)out + (size_t)rank * 4096, 1024, OFCCL_F32,
+                                   (ofccl_redop_t){OFCCL_OP_SUM, 1}, &req)
+            : ofccl_allgather(comm, (char *)out + (size_t)rank * 1024, out, 1024, OFCCL_U8, &req);
     if (rc == 0)
         rc = ofccl_wait(req);
-    printf("rank %d: GPU all-gather with rank 1 dead: %s after %.2f s: %s\n", rank,
-           ofccl_strerror(rc), now_s() - t0, ofccl_comm_last_error(comm));
+    printf("rank %d: GPU %s with rank 1 dead: %s after %.2f s: %s\n", rank,
+           rs ? "reduce-scatter" : "all-gather", ofccl_strerror(rc), now_s() - t0,
+           ofccl_comm_last_error(comm));
     if (rc != OFCCL_ERR_REMOTE_ERROR || now_s() - t0 > 10 ||
         strstr(ofccl_comm_last_error(comm), "rank 1") == NULL)
         return 68;
@@ -327,6 +328,21 @@ static int kill_peer(int rank, ofccl_ctx_t *ctx, ofccl_comm_t *comm)
            done == 1 ? "released" : "STILL BLOCKED");
     ofccl_req_free(req);
     return done == 1 ? 0 : 69;
+}
+
+/* Rank 1 dies before posting: the others' all-gather (or reduce-scatter, the
+ * reduction kernel's abort word) fails with REMOTE_ERROR naming it, long
+ * before the deadline, and their stream goes on. */
+static int kill_peer(int rank, ofccl_ctx_t *ctx, ofccl_comm_t *comm)
+{
+    (void)ctx;
+    return kill_with(rank, comm, false);
+}
+
+static int kill_peer_rs(int rank, ofccl_ctx_t *ctx, ofccl_comm_t *comm)
+{
+    (void)ctx;
+    return kill_with(rank, comm, true);
 }
 
 /* 100 communicators with GPU buffers and a collective each, created and
@@ -447,7 +463,7 @@ static void test_one(void)
 
     run(which, st);
     for (int r = 0; r < nranks; r++) {
-        if (which == kill_peer && r == 1)
+        if ((which == kill_peer || which == kill_peer_rs) && r == 1)
             continue;
         CU_ASSERT_TRUE(exited_ok(st[r]));
         if (!exited_ok(st[r]))
@@ -488,6 +504,7 @@ int main(int argc, char **argv)
                {"stream", stream, NULL},
                {"mismatch", mismatch, NULL},
                {"kill", kill_peer, NULL},
+               {"kill-rs", kill_peer_rs, NULL},
                {"leak", leak, NULL},
                {"refuse", refuse, NULL},
                {"bucket", gpu_bucket, NULL},

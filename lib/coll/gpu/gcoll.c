@@ -500,7 +500,7 @@ static const char *waits_on(const ofccl__req_t *r, int p)
     /* Reduce-scatter: this rank reads p's input once p says READY, and
      * waits for p's DONE reading its own. */
     if (q->coll == OFCCL__RS && flag_here(gc, ofccl__gf_ready(p)) < v_of(r))
-        return "its GPU stream has not reached this collective (its input is not readable yet)";
+        return "its input is not readable yet: its GPU stream has not reached this collective";
     if (q->coll == OFCCL__RS)
         return flag_here(gc, ofccl__gf_done(n, p)) < v_of(r)
                    ? "it has not finished reading this rank's input"
