@@ -232,7 +232,7 @@ int ofccl__ep_peer_map_kind(ofccl__ep_t *ep, int peer, const ofccl__rkey_t *rk, 
     int rc;
 
     *ptr = NULL;
-    if (!ep->prov->caps.peer_map)
+    if (!ep->prov->caps.peer_map && !ep->prov->caps.peer_map_some)
         return ofccl__fail(ep->prov->log, OFCCL__SUB_PROV, e, OFCCL_ERR_NOT_SUPPORTED,
                            "rank %d: %s cannot map peer %d's memory here (no peer_map capability)",
                            ep->params.rank, ep->prov->caps.name, peer);

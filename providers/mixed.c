@@ -32,8 +32,11 @@
  *     other memory.
  *   - The signal method is the fabric's choice; the local transport carries
  *     both (8 bytes of CQ data, CPU atomics), so it is one method per
- *     endpoint. Peers' memory is not mapped (caps.peer_map is false):
- *     same-host peers get RMA ops, each one memcpy by the initiator.
+ *     endpoint. Peers' memory is not mapped by the algorithms
+ *     (caps.peer_map is false): same-host peers get RMA ops, each one memcpy
+ *     by the initiator. A mapping asked for one peer (caps.peer_map_some:
+ *     the GPU peer class's flag regions) goes to the transport serving it,
+ *     and is refused where that one maps nothing.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -109,6 +112,8 @@ static void mx_caps(ofccl__prov_t *mx, struct mx_prov *st)
         st->sub[i]->caps.virt_addr = last->caps.virt_addr;
     }
     mx->caps.peer_map = false;
+    for (int i = 0; i < st->n; i++)
+        mx->caps.peer_map_some |= st->sub[i]->caps.peer_map;
     /* One peer at a time where the last one can: the others attach peers
      * one by one too. The host's peers come first (at creation). */
     mx->caps.add_peer = last->caps.add_peer;
@@ -593,6 +598,28 @@ static int mx_peer_class(const ofccl__ep_t *ep, int peer)
     return mx->sub[c].be->peer_class(&mx->sub[c], peer);
 }
 
+/* A peer's memory mapped by the transport that serves the peer, where it
+ * maps (the local transport: same-host peers). Keys are the same in every
+ * transport (mx_mr_reg). */
+static int mx_peer_map(ofccl__ep_t *ep, int peer, const ofccl__rkey_t *rk, uint64_t roff,
+                       size_t len, unsigned access, void **ptr, ofccl__mem_kind_t *kind,
+                       ofccl__err_t *e)
+{
+    struct mx_ep *mx = mxe(ep);
+    ofccl__ep_t *s;
+
+    if (mx == NULL)
+        return ofccl__fail(ep->prov->log, OFCCL__SUB_PROV, e, OFCCL_ERR_STATE,
+                           "rank %d: mapping peer %d's memory before the endpoint is set up",
+                           ep->params.rank, peer);
+    s = &mx->sub[mx->cls[peer]];
+    if (!s->prov->caps.peer_map)
+        return ofccl__fail(ep->prov->log, OFCCL__SUB_PROV, e, OFCCL_ERR_NOT_SUPPORTED,
+                           "rank %d: peer %d is reached through %s, which maps no memory",
+                           ep->params.rank, peer, s->prov->caps.name);
+    return s->be->peer_map(s, peer, rk, roff, len, access, ptr, kind, e);
+}
+
 /* Never joined into another composite: it reaches what its transports do. */
 static bool mx_reaches(const ofccl__prov_t *prov, bool same_host, ofccl__mem_kind_t kind)
 {
@@ -631,7 +658,7 @@ const ofccl__backend_t ofccl__mixed_backend = {
     .strerror = mx_strerror,
     .op_name = ofccl__tp_op_name,
     .peer_gone = mx_peer_gone,
-    .peer_map = ofccl__tp_stub_peer_map,
+    .peer_map = mx_peer_map,
     .wait_fd = ofccl__tp_stub_wait_fd,
     .reaches = mx_reaches,
     .peer_class = mx_peer_class,

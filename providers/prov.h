@@ -69,6 +69,10 @@ typedef struct ofccl__prov_caps {
     size_t inject_size;
     size_t max_msg_size;
     bool peer_map; /* peers' registered memory can be mapped here (ofccl__ep_peer_map) */
+    /* Some peers' memory can be mapped: a composite's peers served by a
+     * transport that maps (its same-host peers); ofccl__ep_peer_map answers
+     * per peer. Algorithms that map every peer ask peer_map. */
+    bool peer_map_some;
     bool add_peer; /* peers can be inserted one at a time, on demand (ofccl__ep_add_peer) */
     /* With add_peer: the peers on this rank's host are to be added when the
      * endpoint's communicator is created, the others on first use (the

@@ -162,10 +162,9 @@ typedef enum ofccl__cfg_type {
       "GPU broadcast: chunk of the pipelined chain; 0 = by size (1/16 of the buffer, 256 KiB to "  \
       "4 MiB)")                                                                                    \
     X(GPU_HIER, BOOL, AGREE, "0", "0|1", 0, 0,                                                     \
-      "GPU memory across hosts with as many ranks on each: 1 = hierarchically, each host's ranks " \
-      "as their own communicator and staging only between hosts (slower today: that "             \
-      "communicator runs on the composite transport, which maps no peer memory, so it stages "     \
-      "too); 0 = every rank staged")                                                               \
+      "GPU memory across hosts with as many ranks on each: 1 = hierarchically, the GPU peer "      \
+      "class within each host and staging only between hosts (ahead from 64 MiB, behind below "    \
+      "16 MiB on simulated hosts); 0 = every rank staged")                                         \
     X(GPU_STAGE_BYTES, SIZE, AGREE, "16M", "", 4096, 1073741824,                                   \
       "GPU memory staged through host memory (ranks on several hosts, GPUs without P2P): bytes "   \
       "of one chunk's collective (each rank's piece is this / the ranks); three in the bounce "    \

@@ -94,7 +94,9 @@ static int local_verdict(ofccl_comm_t *comm, ofccl__gcomm_t *gc, const uint8_t *
         return V_NO_DRIVER;
     if (comm->nnodes > 1)
         return V_OTHER_HOST;
-    if (!ofccl__comm_caps(comm)->peer_map || comm->peer_ctrl_at == NULL)
+    /* Every peer's flag region is mapped here: by the local transport, alone
+     * or inside a composite (one host: every peer is same-host). */
+    if (!ofccl__comm_caps(comm)->peer_map && !ofccl__comm_caps(comm)->peer_map_some)
         return V_NO_MAP;
     for (int r = 0; r < comm->size; r++) {
         char bus[33], why[128];

@@ -1,13 +1,12 @@
 /*
- * GPU memory across hosts, hierarchically: each host's ranks as a
- * communicator of their own, staging through host memory (gstage.c) only
- * between hosts. Used where the ranks span hosts with as many on each
- * (node_width > 1) and OFCCL_GPU_HIER=1. It is off by default: in a job that
- * spans hosts, the host's communicator runs on the composite transport
- * (providers/mixed.c), which maps no peer memory, so its GPU collectives
- * stage too and the whole is slower than staging every rank; it is the
- * shape the peer class fits once the composite maps same-host peers. Two
- * communicators of the caller's are made at the
+ * GPU memory across hosts, hierarchically: the GPU peer class within each
+ * host (its ranks as a communicator of their own, on the composite transport
+ * that maps same-host peers' flag regions: caps.peer_map_some), staging
+ * through host memory (gstage.c) only between hosts. Used where the ranks
+ * span hosts with as many on each (node_width > 1) and OFCCL_GPU_HIER=1 (off
+ * by default: its steps cost more than they save below tens of MiB on
+ * simulated hosts, docs/gpu.md). Two communicators of the caller's are made
+ * at the
  * first such collective (collective: every rank gets there together, the
  * path being agreed): `local`, the ranks of this host ordered by their index
  * i on it, and `rail`, the ranks with this rank's index i ordered by host h.
