@@ -6,8 +6,9 @@
  * (captured by a stand-in root) are refused, each with a message naming the
  * setting. The stand-in root, which cannot prove the secret, learns nothing
  * more from the real rank it caught, and that rank fails naming it. A rank
- * with a secret refuses a root without one. Every process logs at the trace
- * level into a file that must not hold the secret.
+ * with a secret refuses a root without one. A flood of 24 processes with a
+ * wrong secret does not delay the real ranks. Every process logs at the
+ * trace level into a file that must not hold the secret.
  */
 #include <fcntl.h>
 
@@ -276,6 +277,58 @@ static void test_rank_refuses_open_root(void)
     CU_ASSERT_EQUAL(reap(pids, 2, 20000), 2);
 }
 
+/* One of a flood of processes with a wrong secret: refused (by its proof,
+ * or because the rank is taken or the rendezvous is over). */
+static int flooder(const job_t *j)
+{
+    ofccl__boot_t *b = NULL;
+    ofccl__err_t e;
+
+    log_to_file();
+    CHECK(open_as(j, bad, &b, &e) != 0 && b == NULL);
+    return 0;
+}
+
+/* A real rank that must join within JOIN_MS, flood or not. */
+#define JOIN_MS 5000
+static int timed_rank(const job_t *j)
+{
+    ofccl__boot_t *b = NULL;
+    ofccl__err_t e;
+    uint64_t t0 = ofccl__now_ns();
+
+    log_to_file();
+    CHECK(open_as(j, good, &b, &e) == 0);
+    fprintf(stderr, "  rank %d joined in %llu ms\n", j->rank, (unsigned long long)ms_since(t0));
+    CHECK(ms_since(t0) < JOIN_MS);
+    CHECK(ofccl__boot_barrier(b, &e) == 0);
+    ofccl__boot_close(b);
+    return 0;
+}
+
+static void test_flood(void)
+{
+    enum { FLOOD = 24 };
+    char root[64];
+    job_t jobs[NRANKS], fl[FLOOD];
+    pid_t pids[NRANKS + FLOOD];
+    int n = 0;
+
+    make_root(root, sizeof(root), AF_INET);
+    for (int r = 0; r < NRANKS; r++)
+        jobs[r] = (job_t){.root = root, .rank = r, .size = NRANKS, .timeout_ms = TIMEOUT};
+    pids[n++] = spawn(timed_rank, &jobs[0]);
+    poll(NULL, 0, 100);
+    for (int k = 0; k < FLOOD; k++) {
+        fl[k] =
+            (job_t){.root = root, .rank = 1 + k % (NRANKS - 1), .size = NRANKS, .timeout_ms = 3000};
+        pids[n++] = spawn(flooder, &fl[k]);
+    }
+    for (int r = 1; r < NRANKS; r++)
+        pids[n++] = spawn(timed_rank, &jobs[r]);
+    CU_ASSERT_EQUAL(reap(pids, n, 4 * TIMEOUT), n);
+}
+
 int main(void)
 {
     static const cu_test_t tests[] = {
@@ -283,6 +336,7 @@ int main(void)
          test_secret_job},
         {"tcp secret: a rank with a secret refuses a root without one",
          test_rank_refuses_open_root},
+        {"tcp secret: a flood of wrong secrets does not delay the real ranks", test_flood},
         {NULL, NULL},
     };
     int rc;
