@@ -143,7 +143,9 @@ static int progress(ofccl__req_t *r)
     /* Written what it can: take what has not come (one block per pass). */
     if (!busy && r->arrived < r->units_in)
         take_one(r);
-    if (r->arrived < r->units_in)
+    /* A taken block counts when its copy is posted; the copy itself may end
+     * later (an executor that completes on a stream): through only then. */
+    if (r->arrived < r->units_in || !ofccl__exec_idle(r))
         return 0;
     /* Complete here: nobody reads a peer's block for this rank any more. */
     ofccl__through_say(r);
