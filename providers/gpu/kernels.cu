@@ -67,13 +67,13 @@ extern "C" __global__ void __launch_bounds__(512) ofccl_copy(struct ofccl_copy_a
 
 /* Arguments of ofccl_chain (kernel.c fills the same layout). */
 struct ofccl_chain_args {
-    const char *src;            /* this rank's copy of the data (the root's source) */
-    char *next;                 /* the successor's buffer, NULL for the last rank */
-    unsigned long long len;     /* bytes */
-    unsigned long long chunk;   /* bytes per chunk, a multiple of 16 * blockDim.x */
+    const char *src;                 /* this rank's copy of the data (the root's source) */
+    char *next;                      /* the successor's buffer, NULL for the last rank */
+    unsigned long long len;          /* bytes */
+    unsigned long long chunk;        /* bytes per chunk, a multiple of 16 * blockDim.x */
     volatile unsigned long long *in; /* [gridDim.x] flags the predecessor sets here (NULL: root) */
-    unsigned long long *out;    /* [gridDim.x] the successor's flags (NULL: last rank) */
-    unsigned long long base;    /* flag value of chunk c is base + c + 1 */
+    unsigned long long *out;         /* [gridDim.x] the successor's flags (NULL: last rank) */
+    unsigned long long base;         /* flag value of chunk c is base + c + 1 */
     const volatile unsigned long long *abort; /* nonzero: give up (host memory) */
 };
 
@@ -117,11 +117,13 @@ extern "C" __global__ void __launch_bounds__(512) ofccl_chain(struct ofccl_chain
             char *d = a.next + off;
             /* What the predecessor stored here is read past L1 (.cg), four
              * vectors in flight per thread. */
-            unsigned long long v16 = ((uintptr_t)s | (uintptr_t)d | lo) & 15 ? lo : lo + (hi - lo) / 16 * 16;
+            unsigned long long v16 =
+                ((uintptr_t)s | (uintptr_t)d | lo) & 15 ? lo : lo + (hi - lo) / 16 * 16;
             const unsigned long long step = blockDim.x * 16ull;
             unsigned long long i = lo + threadIdx.x * 16;
             for (; i + 3 * step < v16; i += 4 * step) {
-                uint4 x0 = __ldcg((const uint4 *)(s + i)), x1 = __ldcg((const uint4 *)(s + i + step));
+                uint4 x0 = __ldcg((const uint4 *)(s + i)),
+                      x1 = __ldcg((const uint4 *)(s + i + step));
                 uint4 x2 = __ldcg((const uint4 *)(s + i + 2 * step));
                 uint4 x3 = __ldcg((const uint4 *)(s + i + 3 * step));
                 *(uint4 *)(d + i) = x0;
@@ -181,7 +183,10 @@ static __device__ void vset(uint4 &v, int w, unsigned x)
         v.w = x;
 }
 
-static __device__ float bf16_get(unsigned short h) { return __uint_as_float((unsigned)h << 16); }
+static __device__ float bf16_get(unsigned short h)
+{
+    return __uint_as_float((unsigned)h << 16);
+}
 /* Round to nearest even; a NaN stays a quiet NaN with its sign and top
  * payload bits (lib/core/reduce_cvt.h does the same). */
 static __device__ unsigned short bf16_put(float x)
@@ -212,10 +217,22 @@ static __device__ unsigned short f16_put(float x)
 struct red_f32 {
     typedef float acc;
     enum { E = 4 };
-    static __device__ float vget(const uint4 &v, int j) { return __uint_as_float(vword(v, j)); }
-    static __device__ void vput(uint4 &v, int j, float x) { vset(v, j, __float_as_uint(x)); }
-    static __device__ float get(const void *p, size_t i) { return ((const float *)p)[i]; }
-    static __device__ void put(void *p, size_t i, float x) { ((float *)p)[i] = x; }
+    static __device__ float vget(const uint4 &v, int j)
+    {
+        return __uint_as_float(vword(v, j));
+    }
+    static __device__ void vput(uint4 &v, int j, float x)
+    {
+        vset(v, j, __float_as_uint(x));
+    }
+    static __device__ float get(const void *p, size_t i)
+    {
+        return ((const float *)p)[i];
+    }
+    static __device__ void put(void *p, size_t i, float x)
+    {
+        ((float *)p)[i] = x;
+    }
 };
 struct red_f64 {
     typedef double acc;
@@ -229,11 +246,16 @@ struct red_f64 {
         vset(v, 2 * j, (unsigned)__double2loint(x));
         vset(v, 2 * j + 1, (unsigned)__double2hiint(x));
     }
-    static __device__ double get(const void *p, size_t i) { return ((const double *)p)[i]; }
-    static __device__ void put(void *p, size_t i, double x) { ((double *)p)[i] = x; }
+    static __device__ double get(const void *p, size_t i)
+    {
+        return ((const double *)p)[i];
+    }
+    static __device__ void put(void *p, size_t i, double x)
+    {
+        ((double *)p)[i] = x;
+    }
 };
-template <float (*GET)(unsigned short), unsigned short (*PUT)(float)>
-struct red_half {
+template <float (*GET)(unsigned short), unsigned short (*PUT)(float)> struct red_half {
     typedef float acc;
     enum { E = 8 };
     static __device__ float vget(const uint4 &v, int j)
@@ -249,17 +271,38 @@ struct red_half {
     {
         return GET(((const unsigned short *)p)[i]);
     }
-    static __device__ void put(void *p, size_t i, float x) { ((unsigned short *)p)[i] = PUT(x); }
+    static __device__ void put(void *p, size_t i, float x)
+    {
+        ((unsigned short *)p)[i] = PUT(x);
+    }
 };
 typedef red_half<bf16_get, bf16_put> red_bf16;
 typedef red_half<f16_get, f16_put> red_f16;
 
-static __device__ float red_add(float a, float b) { return __fadd_rn(a, b); }
-static __device__ double red_add(double a, double b) { return __dadd_rn(a, b); }
-static __device__ float red_mul(float a, float b) { return __fmul_rn(a, b); }
-static __device__ double red_mul(double a, double b) { return __dmul_rn(a, b); }
-static __device__ float red_div(float a, float b) { return __fdiv_rn(a, b); }
-static __device__ double red_div(double a, double b) { return __ddiv_rn(a, b); }
+static __device__ float red_add(float a, float b)
+{
+    return __fadd_rn(a, b);
+}
+static __device__ double red_add(double a, double b)
+{
+    return __dadd_rn(a, b);
+}
+static __device__ float red_mul(float a, float b)
+{
+    return __fmul_rn(a, b);
+}
+static __device__ double red_mul(double a, double b)
+{
+    return __dmul_rn(a, b);
+}
+static __device__ float red_div(float a, float b)
+{
+    return __fdiv_rn(a, b);
+}
+static __device__ double red_div(double a, double b)
+{
+    return __ddiv_rn(a, b);
+}
 
 /* Elements [E v, E v + E) of every source (16 bytes each) summed into x: the
  * first source, then the others in order. Every source's vector is loaded
@@ -290,8 +333,7 @@ static __device__ void red_vec(const ofccl_reduce_args &a, size_t v, typename T:
             }
 }
 
-template <class T, bool PREMUL>
-static __device__ void red_run(const ofccl_reduce_args &a)
+template <class T, bool PREMUL> static __device__ void red_run(const ofccl_reduce_args &a)
 {
     typedef typename T::acc A;
     const A c = (A)a.scalar, div = (A)a.ndiv;
@@ -325,8 +367,7 @@ static __device__ void red_run(const ofccl_reduce_args &a)
     }
 }
 
-template <class T>
-static __device__ void red_kind(const ofccl_reduce_args &a)
+template <class T> static __device__ void red_kind(const ofccl_reduce_args &a)
 {
     if (a.kind == 2)
         red_run<T, true>(a);
