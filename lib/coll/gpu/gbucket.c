@@ -16,11 +16,6 @@
 #include "gcomm.h"
 #include "util.h"
 
-static int copy(const ofccl__gcomm_t *gc, void *dst, const void *src, size_t len, ofccl__err_t *e)
-{
-    return len && dst != src ? ofccl__gpu_copy(gc->g, gc->dev, gc->stream, dst, src, len, e) : 0;
-}
-
 int ofccl__gbucket_pack(ofccl__req_t *r, char *out, ofccl__err_t *e)
 {
     const ofccl__gcomm_t *gc = r->comm->gpu;
@@ -30,17 +25,18 @@ int ofccl__gbucket_pack(ofccl__req_t *r, char *out, ofccl__err_t *e)
     for (int t = 0; rc == 0 && t < r->ntensors; t++) {
         const ofccl_tensor_t *x = &r->tensors[t].t;
         if (r->coll == OFCCL__BC) {
-            rc = copy(gc, at, x->full, x->count * r->esize, e);
+            rc = ofccl__gq_copy(gc, at, x->full, x->count * r->esize, e);
             at += x->count * r->esize;
         } else if (r->coll == OFCCL__RS) { /* piece q of the tensor into region q */
             size_t c = ofccl__bucket_chunk(x->count, n);
             for (int q = 0; rc == 0 && q < n; q++)
-                rc = copy(gc, at + (size_t)q * r->block,
-                          (const char *)x->full + (size_t)q * c * r->esize,
-                          ofccl__bucket_shard(x->count, n, q) * r->esize, e);
+                rc = ofccl__gq_copy(gc, at + (size_t)q * r->block,
+                                    (const char *)x->full + (size_t)q * c * r->esize,
+                                    ofccl__bucket_shard(x->count, n, q) * r->esize, e);
             at += c * r->esize;
         } else {
-            rc = copy(gc, at, x->shard, ofccl__bucket_shard(x->count, n, me) * r->esize, e);
+            rc = ofccl__gq_copy(gc, at, x->shard, ofccl__bucket_shard(x->count, n, me) * r->esize,
+                                e);
             at += ofccl__bucket_chunk(x->count, n) * r->esize;
         }
     }
@@ -57,20 +53,20 @@ int ofccl__gbucket_unpack(ofccl__req_t *r, const char *out, ofccl__err_t *e)
         const ofccl_tensor_t *x = &r->tensors[t].t;
         size_t c = ofccl__bucket_chunk(x->count, n);
         if (r->coll == OFCCL__BC) {
-            rc = copy(gc, x->full, out + off, x->count * r->esize, e);
+            rc = ofccl__gq_copy(gc, x->full, out + off, x->count * r->esize, e);
             off += x->count * r->esize;
             continue;
         }
         if (r->coll == OFCCL__RS) { /* this rank's reduced piece into its shard */
-            rc = copy(gc, x->shard, out + (size_t)r->comm->rank * r->block + off,
-                      ofccl__bucket_shard(x->count, n, r->comm->rank) * r->esize, e);
+            rc = ofccl__gq_copy(gc, x->shard, out + (size_t)r->comm->rank * r->block + off,
+                                ofccl__bucket_shard(x->count, n, r->comm->rank) * r->esize, e);
             off += c * r->esize;
             continue;
         }
         for (int q = 0; rc == 0 && q < n; q++)
-            rc = copy(gc, (char *)x->full + (size_t)q * c * r->esize,
-                      out + (size_t)q * r->block + off,
-                      ofccl__bucket_shard(x->count, n, q) * r->esize, e);
+            rc = ofccl__gq_copy(gc, (char *)x->full + (size_t)q * c * r->esize,
+                                out + (size_t)q * r->block + off,
+                                ofccl__bucket_shard(x->count, n, q) * r->esize, e);
         off += c * r->esize;
     }
     return rc;
@@ -136,14 +132,14 @@ static int one_rank(ofccl__gcomm_t *gc, ofccl__req_t *r)
     int rc = 0;
 
     for (int t = 0; rc == 0 && t < r->ntensors && r->coll == OFCCL__AG; t++)
-        rc = copy(gc, r->tensors[t].t.full, r->tensors[t].t.shard, r->tensors[t].t.count * r->esize,
-                  &e);
+        rc = ofccl__gq_copy(gc, r->tensors[t].t.full, r->tensors[t].t.shard,
+                            r->tensors[t].t.count * r->esize, &e);
     for (int t = 0; rc == 0 && t < r->ntensors && r->coll == OFCCL__RS; t++) {
         const void *src = r->tensors[t].t.full;
         rc = ofccl__gpu_reduce_kernel(gc->g, gc->dev, gc->stream, r->tensors[t].t.shard, &src, 1,
                                       r->tensors[t].t.count, (int)r->dtype, (int)r->op.kind,
                                       r->op.scalar, r->op.kind == OFCCL_OP_AVG ? 1 : 0,
-                                      gc->sms > 0 ? gc->sms : 8, NULL, &e);
+                                      ofccl__gq_reduce_sms(gc), NULL, &e);
     }
     if (rc == 0)
         rc = ofccl__gpu_stream_sync(gc->g, gc->dev, gc->stream, &e);

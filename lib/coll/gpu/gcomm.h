@@ -200,6 +200,19 @@ int ofccl__gq_begin(ofccl__req_t *r, ofccl__err_t *e);
 int ofccl__gq_end(ofccl__req_t *r, size_t bytes, ofccl__err_t *e);
 int ofccl__gq_say_ready(ofccl__req_t *r, const int *to, int n, ofccl__err_t *e);
 int ofccl__gq_wait_done(ofccl__req_t *r, const int *from, int n, ofccl__err_t *e);
+/* A copy on the communicator's stream (a copy engine): nothing for no bytes
+ * or onto itself. */
+static inline int ofccl__gq_copy(const ofccl__gcomm_t *gc, void *dst, const void *src, size_t len,
+                                 ofccl__err_t *e)
+{
+    return len && dst != src ? ofccl__gpu_copy(gc->g, gc->dev, gc->stream, dst, src, len, e) : 0;
+}
+/* SMs of the reduction kernel: OFCCL_GPU_SMS, or 8 where that is 0 (copies
+ * by the copy engines only: a copy engine cannot add). */
+static inline int ofccl__gq_reduce_sms(const ofccl__gcomm_t *gc)
+{
+    return gc->sms > 0 ? gc->sms : 8;
+}
 /* The per-peer copy-engine streams and the fork event, made on first use. */
 int ofccl__gq_ce_streams(ofccl__gcomm_t *gc, ofccl__err_t *e);
 /* The request's algorithm: no descriptors or units; start enqueues the whole

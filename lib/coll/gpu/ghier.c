@@ -90,7 +90,7 @@ static int tmp(ofccl__gcomm_t *gc, size_t bytes, char **out)
 static int copy(ofccl__gcomm_t *gc, void *dst, const void *src, size_t len)
 {
     ofccl__err_t e = {0};
-    int rc = len ? ofccl__gpu_copy(gc->g, gc->dev, gc->stream, dst, src, len, &e) : 0;
+    int rc = ofccl__gq_copy(gc, dst, src, len, &e);
 
     return rc ? ofccl__comm_fail(gc->comm, rc, "GPU memory across hosts: %s", e.msg) : 0;
 }

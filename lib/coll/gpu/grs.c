@@ -19,7 +19,7 @@
  * The order is that of the CPU's direct reduce-scatter, and every operation
  * is rounded as there, so the result has the same bits
  * (docs/reductions.md). A reduction needs SMs: with OFCCL_GPU_SMS=0 (copies
- * by the copy engines) the kernel takes RS_SMS_CE of them. Failures,
+ * by the copy engines) the kernel takes 8 of them. Failures,
  * mismatches and the host's part are those of every GPU collective
  * (gcoll.c).
  */
@@ -27,8 +27,6 @@
 
 #include "gcomm.h"
 #include "util.h"
-
-#define RS_SMS_CE 8
 
 int ofccl__grs_start(ofccl__req_t *r)
 {
@@ -57,10 +55,10 @@ int ofccl__grs_start(ofccl__req_t *r)
         if (p != me)
             srcs[k++] = q->peer[p] + q->off + mine;
     if (rc == 0)
-        rc = ofccl__gpu_reduce_kernel(
-            gc->g, gc->dev, gc->stream, r->recvbuf, srcs, n, r->count, (int)r->dtype,
-            (int)r->op.kind, r->op.scalar, r->op.kind == OFCCL_OP_AVG ? n : 0,
-            gc->sms > 0 ? gc->sms : RS_SMS_CE, ofccl__gq_flag(gc, me, OFCCL__GF_ABORT), &e);
+        rc = ofccl__gpu_reduce_kernel(gc->g, gc->dev, gc->stream, r->recvbuf, srcs, n, r->count,
+                                      (int)r->dtype, (int)r->op.kind, r->op.scalar,
+                                      r->op.kind == OFCCL_OP_AVG ? n : 0, ofccl__gq_reduce_sms(gc),
+                                      ofccl__gq_flag(gc, me, OFCCL__GF_ABORT), &e);
     for (int i = 0; rc == 0 && i < np; i++)
         rc = ofccl__gpu_write_flag(gc->g, gc->dev, gc->stream,
                                    ofccl__gq_flag(gc, gc->peers[i], ofccl__gf_done(n, me)), v, &e);

@@ -108,12 +108,6 @@ static size_t piece(const struct staged *s, size_t k)
     return OFCCL__MIN(s->chunk, s->block - k * s->chunk);
 }
 
-/* Copies by the communicator's stream (a copy engine). */
-static int copy(const struct staged *s, void *dst, const void *src, size_t len, ofccl__err_t *e)
-{
-    return len ? ofccl__gpu_copy(s->gc->g, s->gc->dev, s->gc->stream, dst, src, len, e) : 0;
-}
-
 /* Chunk k into its slot: this rank's piece (all-gather), every rank's
  * piece (reduce-scatter), the root's (broadcast); then its event. */
 static int copy_in(struct staged *s, size_t k, ofccl__err_t *e)
@@ -123,12 +117,13 @@ static int copy_in(struct staged *s, size_t k, ofccl__err_t *e)
     int rc = 0;
 
     if (s->coll == OFCCL__AG)
-        rc = copy(s, slot + (size_t)s->me * len, s->in + at, len, e);
+        rc = ofccl__gq_copy(s->gc, slot + (size_t)s->me * len, s->in + at, len, e);
     else if (s->coll == OFCCL__RS)
         for (int r = 0; rc == 0 && r < s->n; r++)
-            rc = copy(s, slot + (size_t)r * len, s->in + (size_t)r * s->block + at, len, e);
+            rc = ofccl__gq_copy(s->gc, slot + (size_t)r * len, s->in + (size_t)r * s->block + at,
+                                len, e);
     else if (s->me == s->root)
-        rc = copy(s, slot, s->in + at, len, e);
+        rc = ofccl__gq_copy(s->gc, slot, s->in + at, len, e);
     if (rc == 0)
         rc = ofccl__gpu_event_record(s->gc->g, s->gc->dev, s->in_done[k % SLOTS], s->gc->stream, e);
     return rc;
@@ -143,11 +138,12 @@ static int copy_out(struct staged *s, size_t k, ofccl__err_t *e)
 
     if (s->coll == OFCCL__AG)
         for (int r = 0; rc == 0 && r < s->n; r++)
-            rc = copy(s, s->out + (size_t)r * s->block + at, slot + (size_t)r * len, len, e);
+            rc = ofccl__gq_copy(s->gc, s->out + (size_t)r * s->block + at, slot + (size_t)r * len,
+                                len, e);
     else if (s->coll == OFCCL__RS)
-        rc = copy(s, s->out + at, slot + (size_t)s->me * len, len, e);
+        rc = ofccl__gq_copy(s->gc, s->out + at, slot + (size_t)s->me * len, len, e);
     else if (s->me != s->root)
-        rc = copy(s, s->out + at, slot, len, e);
+        rc = ofccl__gq_copy(s->gc, s->out + at, slot, len, e);
     return rc;
 }
 
