@@ -86,6 +86,14 @@ class GpuCollectives:
             raise from_code(rc, self.comm.last_error or "ofccl_gpu_deregister")
 
     # ---- requests ----
+    def _before_post(self) -> None:
+        """Room for one more request (the oldest waited for when half the
+        library's slots are taken), and torch's current stream as the
+        communicator's."""
+        if len(self._out) >= _MAX_OUTSTANDING // 2:
+            self._reap(block=True)
+        self._stream()
+
     def _stream(self) -> None:
         import torch
         s = torch.cuda.current_stream().cuda_stream
@@ -119,9 +127,7 @@ class GpuCollectives:
         return GpuRequest(self, req.value)
 
     def all_gather(self, out: Any, inp: Any) -> "GpuRequest":
-        if len(self._out) >= _MAX_OUTSTANDING // 2:
-            self._reap(block=True)
-        self._stream()
+        self._before_post()
         code = buffers.dtype_code(inp.dtype) if inp.dtype in buffers.torch_dtypes() else None
         if code is None:
             out, inp, code = out.view(-1).view(torch_uint8()), inp.view(-1).view(torch_uint8()), 4
@@ -135,9 +141,7 @@ class GpuCollectives:
         ofccl Op), in one fixed order of ranks (docs/reductions.md). `inp` in
         the pool or registered memory is read by the peers where it is;
         elsewhere it is copied into the pool first, on the stream."""
-        if len(self._out) >= _MAX_OUTSTANDING // 2:
-            self._reap(block=True)
-        self._stream()
+        self._before_post()
         code = buffers.dtype_code(inp.dtype) if inp.dtype in buffers.torch_dtypes() else None
         if code is None or code == buffers.U8:
             raise NotSupported(f"reduce_scatter on {inp.dtype}: ofccl reduces float32, float64, "
@@ -149,9 +153,7 @@ class GpuCollectives:
         return self._posted(rc, req, "ofccl_reduce_scatter")
 
     def broadcast(self, t: Any, root: int) -> "GpuRequest":
-        if len(self._out) >= _MAX_OUTSTANDING // 2:
-            self._reap(block=True)
-        self._stream()
+        self._before_post()
         flat = t.view(-1).view(torch_uint8())
         req = c_void_p()
         rc = _lib.lib().ofccl_broadcast(self.comm._live(), c_void_p(flat.data_ptr()),

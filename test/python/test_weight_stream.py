@@ -10,7 +10,6 @@ passes its abstract-method check and is in its registry."""
 import asyncio
 import os
 import resource
-import subprocess
 import sys
 
 import pytest
@@ -136,22 +135,15 @@ def test_verl_subclass(tmp_path):
     """A stand-in verl with the shape of its base module: the engine subclasses
     its CheckpointEngine, passes the abstract-method check (it instantiates)
     and is registered."""
-    base = tmp_path / "verl" / "checkpoint_engine"
-    base.mkdir(parents=True)
-    (tmp_path / "verl" / "__init__.py").write_text("")
-    (base / "__init__.py").write_text("")
-    (base / "base.py").write_text(VERL_BASE)
-    code = ("import ofccl.checkpoint as c\n"
-            "from verl.checkpoint_engine.base import CheckpointEngine, "
-            "CheckpointEngineRegistry as R\n"
-            "assert issubclass(c.OfcclCheckpointEngine, CheckpointEngine)\n"
-            "e = R._registry['ofccl'](bucket_size=1 << 20)\n"
-            "assert isinstance(e, CheckpointEngine) and e.wire_format\n"
-            "print('subclass ok')\n")
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), env.get("PYTHONPATH", "")])
-    p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                       timeout=120)
+    from test_weight_sync import with_stand_in_verl
+    p = with_stand_in_verl(tmp_path, VERL_BASE,
+                           "import ofccl.checkpoint as c\n"
+                           "from verl.checkpoint_engine.base import CheckpointEngine, "
+                           "CheckpointEngineRegistry as R\n"
+                           "assert issubclass(c.OfcclCheckpointEngine, CheckpointEngine)\n"
+                           "e = R._registry['ofccl'](bucket_size=1 << 20)\n"
+                           "assert isinstance(e, CheckpointEngine) and e.wire_format\n"
+                           "print('subclass ok')\n")
     assert p.returncode == 0 and "subclass ok" in p.stdout, p.stdout + p.stderr
 
 

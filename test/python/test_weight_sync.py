@@ -104,24 +104,31 @@ def test_registries(tmp_path):
     with pytest.raises(ofccl.InvalidArgument, match="boot_root"):
         OfcclCheckpointEngine.build_topology(2, 2, [None] * 4)
     # a stand-in verl package with the registry shape verl has
-    base = tmp_path / "verl" / "checkpoint_engine"
-    base.mkdir(parents=True)
-    (tmp_path / "verl" / "__init__.py").write_text("")
-    (base / "__init__.py").write_text("")
-    (base / "base.py").write_text(
+    p = with_stand_in_verl(
+        tmp_path,
         "class CheckpointEngineRegistry:\n"
         "    _registry = {}\n"
         "    def register(name):\n"
         "        def wrap(cls):\n"
         "            CheckpointEngineRegistry._registry[name] = cls\n"
         "            return cls\n"
-        "        return wrap\n")
-    code = ("import ofccl.checkpoint as c\n"
-            "from verl.checkpoint_engine.base import CheckpointEngineRegistry as R\n"
-            "assert R._registry['ofccl'] is c.OfcclCheckpointEngine\n"
-            "print('registered')\n")
+        "        return wrap\n",
+        "import ofccl.checkpoint as c\n"
+        "from verl.checkpoint_engine.base import CheckpointEngineRegistry as R\n"
+        "assert R._registry['ofccl'] is c.OfcclCheckpointEngine\n"
+        "print('registered')\n")
+    assert p.returncode == 0 and "registered" in p.stdout, p.stdout + p.stderr
+
+
+def with_stand_in_verl(tmp_path, base_py, code):
+    """Run `code` in a fresh interpreter that imports a stand-in verl package
+    whose verl/checkpoint_engine/base.py is `base_py`."""
+    base = tmp_path / "verl" / "checkpoint_engine"
+    base.mkdir(parents=True)
+    (tmp_path / "verl" / "__init__.py").write_text("")
+    (base / "__init__.py").write_text("")
+    (base / "base.py").write_text(base_py)
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), env.get("PYTHONPATH", "")])
-    p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                       timeout=120)
-    assert p.returncode == 0 and "registered" in p.stdout, p.stdout + p.stderr
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                          timeout=120)
