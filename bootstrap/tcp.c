@@ -2,7 +2,7 @@
  * TCP rendezvous bootstrap, for launchers that give no PMIx server (torchrun
  * style: a root address, a rank and a size) and for tests that start ranks in
  * other network namespaces. This file holds the parameters and the ranks'
- * side of the rendezvous; rank 0's side is tcp_root.c, the exchanges after it
+ * side of the rendezvous; rank 0's side is tcp_root.c and tcp_admit.c, the exchanges after it
  * tcp_exchange.c, the frames tcp_proto.h.
  *
  * Rank 0 listens on the root address; every other rank connects (retrying

@@ -1,8 +1,9 @@
 /*
  * The TCP bootstrap's wire protocol and state, shared by its files: tcp.c
  * (parameters, the ranks' side of the rendezvous), tcp_root.c (rank 0's side:
- * accepting, vetting and evicting connections) and tcp_exchange.c (allgather
- * and barrier). Private to bootstrap/.
+ * listening, the host table), tcp_admit.c (rank 0 accepting, vetting and
+ * evicting connections) and tcp_exchange.c (allgather and barrier). Private to
+ * bootstrap/.
  *
  * Frames (little-endian), protocol version 2:
  *   hello, rank r -> root: u32 magic, u16 version, u16 id_len, u32 rank, u32 size,
@@ -123,6 +124,12 @@ void ofccl__tcp_rec_close(ofccl__boot_t *b, ofccl__tcp_boot_t *t);
  * failure the connected ranks are told why and every connection is closed. */
 int ofccl__tcp_root_open(ofccl__boot_t *b, ofccl__tcp_boot_t *t, struct addrinfo *ai,
                          uint64_t deadline, ofccl__err_t *e);
+/* Rank 0, tcp_admit.c: accept connections on `lfd` and vet their hellos until
+ * every other rank has joined, by `deadline`; a joined rank r's connection
+ * becomes t->conns[r], its hostname hosts[r] ([size][OFCCL__TCP_HOST_LEN])
+ * and its host identity ids[r] (strdup'ed: the caller frees them). */
+int ofccl__tcp_admit(ofccl__boot_t *b, ofccl__tcp_boot_t *t, int lfd, uint64_t deadline,
+                     char *hosts, char **ids, ofccl__err_t *e);
 /* Tell every connected rank why the root gives up (a `magic` frame with
  * status ABORT), then close its connection. Best effort, never blocks. */
 void ofccl__tcp_root_abort(ofccl__tcp_boot_t *t, uint32_t magic, uint64_t seq, int size,
