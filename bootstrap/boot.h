@@ -183,6 +183,16 @@ int ofccl__boot_allreduce(ofccl__boot_t *b, const uint64_t *in, uint64_t *out, i
 /* Fold rank data (n words) into acc (the first rank's copy): the reduction step. */
 void ofccl__boot_reduce_into(uint64_t *acc, const uint64_t *in, int n, const uint8_t *ops);
 
+/* Key material for a fabric's domain authorization key, derived from the
+ * job secret in `secret_file` (OFCCL_BOOT_SECRET_FILE, read as the TCP
+ * rendezvous reads it): n bytes (at most OFCCL__BOOT_FABRIC_KEY_MAX), block
+ * b of 32 bytes HMAC-SHA-256(K, "ofccl fabric key" | b) under the secret's
+ * key K. Every rank of a job derives the same bytes; nothing else on the
+ * wire or in the rendezvous is made from this label. Errors as loading the
+ * secret's: they name the setting and the path, never the content. */
+#define OFCCL__BOOT_FABRIC_KEY_MAX 64
+int ofccl__boot_fabric_key(const char *secret_file, const ofccl__log_t *log, uint8_t *out, size_t n,
+                           ofccl__err_t *e);
 /* Host identity (host.c): `override` when set (printable, at most
  * OFCCL__HOST_ID_MAX bytes, else OFCCL_ERR_CONFIG), otherwise
  * "<boot id>/net:<ino>.<dev>/mnt:<ino>.<dev>/pid:<ino>.<dev>" of the calling

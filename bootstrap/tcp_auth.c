@@ -1,6 +1,7 @@
 /*
  * The job secret's primitives (tcp_auth.h): loading the secret, nonces, and
- * HMAC-SHA-256, all from OpenSSL's libcrypto.
+ * HMAC-SHA-256, all from OpenSSL's libcrypto; and the fabric key derived
+ * from the secret (boot.h).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -16,6 +17,7 @@
 #include <openssl/rand.h>
 #include <openssl/sha.h>
 
+#include "boot.h"
 #include "tcp_auth.h"
 #include "util.h"
 
@@ -104,4 +106,24 @@ void ofccl__auth_warn_open(const ofccl__log_t *log, const char *root)
                     "TCP rendezvous at %s has no job secret: any process that can reach its "
                     "port can join as a rank (set OFCCL_BOOT_SECRET_FILE on every rank)",
                     root);
+}
+
+int ofccl__boot_fabric_key(const char *secret_file, const ofccl__log_t *log, uint8_t *out, size_t n,
+                           ofccl__err_t *e)
+{
+    ofccl__auth_t a = {0};
+    uint8_t block[OFCCL__AUTH_LEN];
+    int rc = ofccl__auth_load(secret_file, log, &a, e);
+
+    if (rc != 0)
+        return rc;
+    n = OFCCL__MIN(n, (size_t)OFCCL__BOOT_FABRIC_KEY_MAX);
+    for (size_t at = 0, b = 0; at < n; at += OFCCL__AUTH_LEN, b++) {
+        uint8_t counter = (uint8_t)b;
+        ofccl__auth_mac(&a, "ofccl fabric key", &counter, 1, NULL, 0, NULL, 0, block);
+        memcpy(out + at, block, OFCCL__MIN((size_t)OFCCL__AUTH_LEN, n - at));
+    }
+    OPENSSL_cleanse(block, sizeof(block));
+    ofccl__auth_clear(&a);
+    return 0;
 }

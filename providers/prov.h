@@ -38,6 +38,17 @@ enum ofccl__prov_signal {
     OFCCL__PROV_SIGNAL_ATOMIC = 2, /* a 64-bit atomic add on the peer's counter */
 };
 
+#define OFCCL__PROV_JOB_KEY_LEN 64
+
+/* Where a provider's domain authorization key comes from (caps.auth_key):
+ * what keeps processes outside the job off the fabric (docs/security.md). */
+enum ofccl__auth_key {
+    OFCCL__AUTH_KEY_NO_SECRET = 0, /* no job secret set: none asked for */
+    OFCCL__AUTH_KEY_UNOFFERED,     /* the provider has none (auth_key_size 0) */
+    OFCCL__AUTH_KEY_DERIVED,       /* derived from the job secret */
+    OFCCL__AUTH_KEY_LAUNCHER,      /* the one the launcher grants (cxi's VNI) */
+};
+
 /* ---- capabilities, as ofccl sees them after probing fi_info (and strict mode) ---- */
 typedef struct ofccl__prov_caps {
     char name[64];   /* libfabric prov_name, e.g. "tcp;ofi_rxm" */
@@ -78,6 +89,7 @@ typedef struct ofccl__prov_caps {
      * endpoint's communicator is created, the others on first use (the
      * composite transport: its local half watches the processes it reaches). */
     bool add_host_first;
+    int auth_key;      /* enum ofccl__auth_key: the domain's authorization key */
     uint64_t link_bps; /* nic->link_attr->speed (bits/s) where the provider gives it, else 0 */
     unsigned quirks;   /* OFCCL__Q_* flags of the row, as applied */
 } ofccl__prov_caps_t;
@@ -178,6 +190,10 @@ typedef struct ofccl__prov_params {
     /* This rank's host identity (bootstrap), with same_host_local: endpoint
      * names carry a hash of it, and a peer whose hash is equal is on this host. */
     const char *host_id;
+    /* Key material derived from the job secret (OFCCL__PROV_JOB_KEY_LEN
+     * bytes; NULL: no secret): a provider with a domain authorization key
+     * takes its key from it (caps.auth_key). */
+    const uint8_t *job_key;
 } ofccl__prov_params_t;
 
 /* Which transport serves a peer of an endpoint (ofccl__ep_peer_class): one

@@ -204,6 +204,46 @@ static void apply_log_config(ofccl__log_t *lg, const ofccl__config_t *cfg)
             lg->subsys |= subsys_bits[k];
 }
 
+/* Open the transport, with the domain authorization key derived from the
+ * job secret where a provider takes one; rank 0 says what keeps processes
+ * outside the job off the fabric (docs/security.md). */
+static int prov_open(ofccl_ctx_t *ctx, ofccl__prov_params_t *pp, ofccl__err_t *e)
+{
+    const char *secret = ofccl__cfg_str(&ctx->cfg, OFCCL__CFG_BOOT_SECRET_FILE);
+    uint8_t key[OFCCL__PROV_JOB_KEY_LEN];
+    int rc, how;
+
+    if (secret[0] != '\0' && strcmp(pp->provider, "local") != 0) {
+        rc = ofccl__boot_fabric_key(secret, &ctx->log, key, sizeof(key), e);
+        if (rc)
+            return rc;
+        pp->job_key = key;
+    }
+    rc = ofccl__prov_open(pp, &ctx->prov, e);
+    explicit_bzero(key, sizeof(key));
+    pp->job_key = NULL;
+    if (rc || ctx->boot->rank != 0)
+        return rc;
+    how = ofccl__prov_caps(ctx->prov)->auth_key;
+    if (how == OFCCL__AUTH_KEY_DERIVED)
+        OFCCL__INFO(&ctx->log, OFCCL__SUB_CORE,
+                    "job secret: provider %s's domain has an authorization key derived from it: "
+                    "processes outside the job cannot reach its memory",
+                    ofccl__prov_caps(ctx->prov)->name);
+    else if (how == OFCCL__AUTH_KEY_UNOFFERED)
+        OFCCL__INFO(&ctx->log, OFCCL__SUB_CORE,
+                    "job secret: provider %s has no domain authorization key to derive from it: "
+                    "the fabric is open to any process holding a memory key",
+                    ofccl__prov_caps(ctx->prov)->name);
+    else if (how == OFCCL__AUTH_KEY_LAUNCHER)
+        OFCCL__INFO(&ctx->log, OFCCL__SUB_CORE,
+                    "job secret: provider %s keeps the authorization key (VNI) its launcher "
+                    "grants the job; a key derived from the secret would be no VNI the fabric "
+                    "knows",
+                    ofccl__prov_caps(ctx->prov)->name);
+    return 0;
+}
+
 static int ctx_open(ofccl_ctx_t *ctx, const ofccl_ctx_params_t *params)
 {
     ofccl__err_t *e = &ctx->err;
@@ -259,16 +299,6 @@ static int ctx_open(ofccl_ctx_t *ctx, const ofccl_ctx_params_t *params)
     OFCCL__INFO(&ctx->log, OFCCL__SUB_CORE, "rank %d of %d (local %d of %d) via %s: %s",
                 ctx->boot->rank, ctx->boot->size, ctx->boot->local_rank, ctx->boot->local_size,
                 ctx->boot->ops->name, ctx->choice_why);
-    /* The job secret admits ranks at the rendezvous; the fabric itself is
-     * restricted to the job only by a provider's domain authorization key
-     * (cxi's VNI, efa's), which ofccl does not derive yet. */
-    if (ofccl__cfg_str(&ctx->cfg, OFCCL__CFG_BOOT_SECRET_FILE)[0] != '\0' &&
-        strcmp(ctx->provider, "local") != 0 && ctx->boot->rank == 0)
-        OFCCL__INFO(&ctx->log, OFCCL__SUB_CORE,
-                    "job secret: provider %s gets no domain authorization key from it (none "
-                    "offered here; cxi and efa keys are not derived yet): the fabric is open to "
-                    "any process holding a memory key",
-                    ctx->provider);
     rc = ofccl__fault_parse(ofccl__cfg_str(&ctx->cfg, OFCCL__CFG_FAULT), ctx->boot->rank,
                             &ctx->fault, &ctx->kill_at, e);
     if (rc) {
@@ -288,7 +318,7 @@ static int ctx_open(ofccl_ctx_t *ctx, const ofccl_ctx_params_t *params)
                            ctx->boot->nhosts > 1 && ctx->boot->nhosts < ctx->boot->size,
         .host_id = ctx->boot->host_id,
     };
-    rc = ofccl__prov_open(&pp, &ctx->prov, e);
+    rc = prov_open(ctx, &pp, e);
     if (rc)
         return rc;
     /* Across hosts the copy rate prices local copies and reductions against

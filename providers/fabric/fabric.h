@@ -92,6 +92,10 @@ int ofccl__fab_choose(const ofccl__prov_params_t *p, const char *prov_name, cons
                       struct fi_info **list, struct fi_info **pick, ofccl__err_t *e);
 /* FI_DELIVERY_COMPLETE accepted per operation on the chosen entry's domain. */
 bool ofccl__fab_probe_delivery_complete(const struct fi_info *chosen);
+/* Give the chosen entry `i` the domain authorization key derived from the
+ * job secret (p->job_key) where its provider has one: the enum
+ * ofccl__auth_key that says what it got, or -OFCCL_ERR_NO_MEMORY. */
+int ofccl__fab_auth_key(const ofccl__prov_params_t *p, struct fi_info *i);
 int ofccl__fab_list(const char *prov_name, ofccl__prov_dom_t *out, int max, int *n,
                     ofccl__err_t *e);
 void ofccl__fab_available(char *buf, size_t len);

@@ -63,6 +63,30 @@ static int check_info(const ofccl__prov_params_t *p, const struct fi_info *i, of
     return 0;
 }
 
+/* cxi's key is a VNI and service the fabric manager grants the job (Slurm's
+ * switch plugin hands them to libfabric): bytes derived from a secret would
+ * be no VNI it knows, so that provider keeps the launcher's. Other providers
+ * that report a key size take the first auth_key_size bytes of the job key. */
+int ofccl__fab_auth_key(const ofccl__prov_params_t *p, struct fi_info *i)
+{
+    size_t n = i->domain_attr->auth_key_size;
+    uint8_t *key;
+
+    if (p->job_key == NULL)
+        return OFCCL__AUTH_KEY_NO_SECRET;
+    if (strncmp(i->fabric_attr->prov_name, "cxi", 3) == 0)
+        return OFCCL__AUTH_KEY_LAUNCHER;
+    if (n == 0 || n > OFCCL__PROV_JOB_KEY_LEN)
+        return OFCCL__AUTH_KEY_UNOFFERED;
+    key = malloc(n); /* fi_freeinfo frees it with the entry */
+    if (key == NULL)
+        return -OFCCL_ERR_NO_MEMORY;
+    memcpy(key, p->job_key, n);
+    free(i->domain_attr->auth_key);
+    i->domain_attr->auth_key = key;
+    return OFCCL__AUTH_KEY_DERIVED;
+}
+
 /* Atomic support that needs the open domain. */
 static int probe_atomics(ofccl__prov_t *prov, ofccl__err_t *e)
 {
@@ -129,6 +153,12 @@ static int fab_open(ofccl__prov_t *prov, const char *prov_name, const ofccl__pro
         goto err_fp;
     }
     fill_caps(&prov->caps, pick);
+    ret = ofccl__fab_auth_key(params, fp->info);
+    if (ret < 0) {
+        ret = ofccl__fail(log, OFCCL__SUB_PROV, e, OFCCL_ERR_NO_MEMORY, "out of memory");
+        goto err_info;
+    }
+    prov->caps.auth_key = ret;
     fp->real_prov_key = prov->caps.prov_key;
     prov->caps.delivery_complete = ofccl__fab_probe_delivery_complete(pick);
     fi_freeinfo(list);
@@ -143,9 +173,13 @@ static int fab_open(ofccl__prov_t *prov, const char *prov_name, const ofccl__pro
     }
     ret = fi_domain(fp->fabric, fp->info, &fp->domain, NULL);
     if (ret != 0) {
-        ret =
-            ofccl__fail(log, OFCCL__SUB_PROV, e, OFCCL_ERR_PROVIDER, "fi_domain(%s, %s) failed: %s",
-                        prov->caps.name, prov->caps.domain, fi_strerror(-ret));
+        ret = ofccl__fail(
+            log, OFCCL__SUB_PROV, e, OFCCL_ERR_PROVIDER, "fi_domain(%s, %s)%s failed: %s",
+            prov->caps.name, prov->caps.domain,
+            prov->caps.auth_key == OFCCL__AUTH_KEY_DERIVED
+                ? " with the authorization key derived from the job secret (OFCCL_BOOT_SECRET_FILE)"
+                : "",
+            fi_strerror(-ret));
         goto err_fabric;
     }
     /* The row first: it can rule out delivery-complete atomics. */

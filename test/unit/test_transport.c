@@ -21,7 +21,7 @@ static int open_prov(const char *name, int signal, ofccl__prov_t **prov, ofccl__
 {
     /* Loopback for the network providers: nothing leaves this host. */
     const char *dom = strcmp(name, "tcp") == 0 || strcmp(name, "net") == 0 ? "lo" : "";
-    ofccl__prov_params_t pp = {name, dom, false, &g_log, NULL, signal, false, NULL};
+    ofccl__prov_params_t pp = {name, dom, false, &g_log, NULL, signal, false, NULL, NULL};
 
     *prov = NULL;
     return ofccl__prov_open(&pp, prov, e);
