@@ -2,19 +2,41 @@
  * Memory kinds and the host's executor.
  *
  * A buffer's kind is learned from where it lives, never taken on the
- * caller's word: today every buffer is host memory. The GPU work answers
- * ofccl__mem_kind_of from CUDA's pointer attributes and registers an
- * executor per device; everything that records a kind (registrations, pool
- * buffers, memory references, a bucket's tensors) asks here.
+ * caller's word; everything that records a kind (registrations, pool
+ * buffers, memory references, a bucket's tensors) asks here. Only while a
+ * transport that takes device memory is open (a libfabric domain with
+ * FI_HMEM) can device memory reach the host engine, so only then is CUDA
+ * asked (its pointer attributes); otherwise every buffer is host memory and
+ * asking costs one atomic load.
  */
+#include <stdatomic.h>
 #include <string.h>
 
 #include "exec_ops.h"
+#include "gpu/gpu.h"
+
+static atomic_int device_takers; /* open transports that take device memory */
+
+void ofccl__mem_kind_taker(int delta)
+{
+    atomic_fetch_add(&device_takers, delta);
+}
 
 ofccl__mem_kind_t ofccl__mem_kind_of(const void *p)
 {
-    (void)p;
-    return OFCCL__MEM_HOST;
+    static _Atomic(ofccl__gpu_t *) g;
+    ofccl__gpu_t *gp;
+
+    if (atomic_load_explicit(&device_takers, memory_order_relaxed) == 0 || p == NULL)
+        return OFCCL__MEM_HOST;
+    gp = atomic_load_explicit(&g, memory_order_acquire);
+    if (gp == NULL) {
+        gp = ofccl__gpu_process(NULL, false);
+        if (gp == NULL)
+            return OFCCL__MEM_HOST; /* nothing in the process has loaded CUDA */
+        atomic_store_explicit(&g, gp, memory_order_release);
+    }
+    return ofccl__gpu_ptr_kind(gp, p, NULL, NULL);
 }
 
 int ofccl__exec_host_copy(void *state, void *dst, const void *src, size_t len, uint64_t *ticket)

@@ -10,12 +10,22 @@
 #include "mixed_impl.h"
 #include "util.h"
 
-/* ---- memory: one key for every transport ---- */
+/* ---- memory: one key for every transport that reaches it ---- */
+
+/* Does transport c reach any peer with memory of `kind`? Host memory: every
+ * transport; device memory: those that take it (a libfabric domain opened
+ * with FI_HMEM), the others never see such a region. */
+static bool serves(const struct mx_ep *mx, int c, ofccl__mem_kind_t kind)
+{
+    return kind == OFCCL__MEM_HOST || ofccl__mx_reaches_with(mx, c, true, kind) ||
+           ofccl__mx_reaches_with(mx, c, false, kind);
+}
 
 static void mx_mr_drop(struct mx_ep *mx, struct mx_mr *m, int upto)
 {
     for (int c = upto; c-- > 0;)
-        mx->sub[c].be->mr_dereg(&m->sub[c]);
+        if (m->sub[c].ep != NULL)
+            mx->sub[c].be->mr_dereg(&m->sub[c]);
 }
 
 /* The first transport chooses an unpredictable key; a region of another may
@@ -24,25 +34,33 @@ int ofccl__mx_mr_reg(ofccl__ep_t *ep, ofccl__mr_t *mr, ofccl__err_t *e)
 {
     struct mx_ep *mx = mxe(ep);
     struct mx_mr *m = calloc(1, sizeof(*m));
-    int rc = OFCCL_ERR_INTERNAL, c = 0;
+    int rc = OFCCL_ERR_INTERNAL, c = 0, first = -1;
 
     if (m == NULL)
         return ofccl__fail(ep->prov->log, OFCCL__SUB_PROV, e, OFCCL_ERR_NO_MEMORY, "out of memory");
     for (int t = 0, again = 1; t < MX_KEY_TRIES && again; t++) {
-        for (c = 0, rc = 0, again = 0; c < mx->n && rc == 0; c++) {
+        for (c = 0, rc = 0, again = 0, first = -1; c < mx->n && rc == 0; c++) {
             ofccl__ep_t *s = &mx->sub[c];
             ofccl__mr_t *sm = &m->sub[c];
 
+            *sm = (ofccl__mr_t){0};
+            if (!serves(mx, c, mr->kind))
+                continue;
             *sm = (ofccl__mr_t){.addr = mr->addr,
                                 .len = mr->len,
                                 .access = mr->access,
                                 .ep = s,
-                                .key = c > 0 ? m->sub[0].key : 0,
+                                .key = first >= 0 ? m->sub[first].key : 0,
                                 .kind = mr->kind};
             rc = s->be->mr_reg(s, sm, e);
-            if (rc == 0 && c > 0 && sm->key != m->sub[0].key) {
+            if (rc != 0)
+                sm->ep = NULL;
+            else if (first < 0)
+                first = c;
+            else if (sm->key != m->sub[first].key) {
                 /* not the key asked for: cannot serve every transport */
                 s->be->mr_dereg(sm);
+                sm->ep = NULL;
                 again = 1;
                 rc = ofccl__fail(ep->prov->log, OFCCL__SUB_PROV, e, OFCCL_ERR_PROVIDER,
                                  "rank %d: %s registered %zu bytes under another key than asked",
@@ -50,14 +68,18 @@ int ofccl__mx_mr_reg(ofccl__ep_t *ep, ofccl__mr_t *mr, ofccl__err_t *e)
             }
         }
         if (rc != 0)
-            mx_mr_drop(mx, m, c - 1);
+            mx_mr_drop(mx, m, c);
     }
+    if (rc == 0 && first < 0)
+        rc = ofccl__fail(ep->prov->log, OFCCL__SUB_PROV, e, OFCCL_ERR_NOT_SUPPORTED,
+                         "rank %d: no transport of %s takes memory of cuda:%d", ep->params.rank,
+                         ep->prov->caps.name, mr->kind);
     if (rc != 0) {
         free(m);
         return rc;
     }
     mr->handle = m;
-    mr->key = m->sub[0].key;
+    mr->key = m->sub[first].key;
     for (c = 0; c < mx->n; c++)
         if (m->sub[c].desc != NULL)
             mr->desc = m->sub[c].desc;
@@ -72,7 +94,7 @@ int ofccl__mx_mr_dereg(ofccl__mr_t *mr)
     int rc = 0;
 
     for (int c = 0; c < mx->n; c++) {
-        int r = mx->sub[c].be->mr_dereg(&m->sub[c]);
+        int r = m->sub[c].ep != NULL ? mx->sub[c].be->mr_dereg(&m->sub[c]) : 0;
         rc = rc != 0 ? rc : r;
     }
     free(m);

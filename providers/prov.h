@@ -28,8 +28,11 @@
 typedef int ofccl__mem_kind_t;
 #define OFCCL__MEM_HOST (-1)
 /* The kind of the memory at `p`, learned from where it lives (memkind.c:
- * host memory for every pointer until a device kind is known here). */
+ * CUDA is asked while a transport that takes device memory is open; host
+ * memory otherwise). */
 ofccl__mem_kind_t ofccl__mem_kind_of(const void *p);
+/* A transport that takes device memory opens (+1) or closes (-1). */
+void ofccl__mem_kind_taker(int delta);
 
 /* How arrivals are signalled; the values follow OFCCL_SIGNAL's choices (auto|cqdata|atomic). */
 enum ofccl__prov_signal {
@@ -39,6 +42,8 @@ enum ofccl__prov_signal {
 };
 
 #define OFCCL__PROV_JOB_KEY_LEN 64
+
+enum { OFCCL__HMEM_NO = 0, OFCCL__HMEM_WANT, OFCCL__HMEM_NEED }; /* params.hmem */
 
 /* Where a provider's domain authorization key comes from (caps.auth_key):
  * what keeps processes outside the job off the fabric (docs/security.md). */
@@ -89,7 +94,11 @@ typedef struct ofccl__prov_caps {
      * endpoint's communicator is created, the others on first use (the
      * composite transport: its local half watches the processes it reaches). */
     bool add_host_first;
-    int auth_key;      /* enum ofccl__auth_key: the domain's authorization key */
+    int auth_key; /* enum ofccl__auth_key: the domain's authorization key */
+    /* The domain takes GPU memory (FI_HMEM, asked by params.hmem): a region
+     * of device memory is registered as such (its registration may still
+     * fail where libfabric was built without the device's support). */
+    bool hmem;
     uint64_t link_bps; /* nic->link_attr->speed (bits/s) where the provider gives it, else 0 */
     unsigned quirks;   /* OFCCL__Q_* flags of the row, as applied */
 } ofccl__prov_caps_t;
@@ -194,6 +203,13 @@ typedef struct ofccl__prov_params {
      * bytes; NULL: no secret): a provider with a domain authorization key
      * takes its key from it (caps.auth_key). */
     const uint8_t *job_key;
+    /* Ask a libfabric provider for GPU memory too (FI_HMEM, FI_MR_HMEM):
+     * OFCCL__HMEM_WANT keeps its entry only where a CUDA buffer of the
+     * current device registers with it (else the provider is opened as
+     * without, and says why), OFCCL__HMEM_NEED keeps it regardless (the
+     * GPU setup then fails naming why). caps.hmem says what was kept. Its
+     * entry may lack atomics (signals then use CQ data). */
+    int hmem;
 } ofccl__prov_params_t;
 
 /* Which transport serves a peer of an endpoint (ofccl__ep_peer_class): one

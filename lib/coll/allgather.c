@@ -32,7 +32,7 @@ int ofccl__post_allgather(ofccl__req_t *r)
     char *own;
     int rc;
 
-    r->algo = ofccl__choose(comm, OFCCL__AG, r->block, r->bucket);
+    r->algo = ofccl__choose(comm, OFCCL__AG, r->block, r->bucket, ofccl__exec_on_host(r));
     if (r->algo->flags & OFCCL__ALGO_EAGER) /* straight into the peers' control regions */
         return ofccl__coll_start(r);
     if (r->bucket) {

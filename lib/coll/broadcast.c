@@ -84,7 +84,7 @@ int ofccl__post_broadcast(ofccl__req_t *r)
     ofccl_comm_t *comm = r->comm;
     int rc;
 
-    r->algo = ofccl__choose(comm, OFCCL__BC, r->block, r->bucket);
+    r->algo = ofccl__choose(comm, OFCCL__BC, r->block, r->bucket, ofccl__exec_on_host(r));
     r->sendbuf = r->recvbuf;
     if (r->algo->flags & OFCCL__ALGO_EAGER) /* straight into the peers' control regions */
         return ofccl__coll_start(r);
@@ -109,7 +109,6 @@ static int broadcast_locked(ofccl_comm_t *comm, void *buf, size_t count, ofccl_d
                             int root, ofccl_req_t **req)
 {
     size_t block;
-    ofccl__req_t *r;
     int rc = ofccl__check_args(comm, "ofccl_broadcast", buf, buf, count, dtype, req, &block);
 
     if (rc == 0)
@@ -117,8 +116,15 @@ static int broadcast_locked(ofccl_comm_t *comm, void *buf, size_t count, ofccl_d
     if (rc == 0 && ofccl__gpu_route(comm, "ofccl_broadcast", OFCCL__BC, NULL, buf, count, dtype,
                                     (ofccl_redop_t){OFCCL_OP_SUM, 1}, root, block, req, &rc))
         return rc;
-    if (rc == 0)
-        rc = ofccl__check_room(comm, "ofccl_broadcast", "buf", buf, block);
+    return rc != 0 ? rc : ofccl__post_bc(comm, buf, count, dtype, root, block, req);
+}
+
+int ofccl__post_bc(ofccl_comm_t *comm, void *buf, size_t count, ofccl_dtype_t dtype, int root,
+                   size_t block, ofccl_req_t **req)
+{
+    ofccl__req_t *r;
+    int rc = ofccl__check_room(comm, "ofccl_broadcast", "buf", buf, block);
+
     if (rc == 0)
         rc = ofccl__coll_begin(comm, OFCCL__BC, &r);
     if (rc)

@@ -70,7 +70,8 @@ int ofccl__gpu_refuse(ofccl_comm_t *comm, const char *what, const char *role,
 /* The one place an algorithm is chosen (select.c): OFCCL_ALGO_* first, then
  * size and rank count, then what the memory and provider allow (eager slots
  * for small all-pairs collectives, pull where peers' memory maps). */
-const ofccl__algo_t *ofccl__choose(ofccl_comm_t *comm, int coll, size_t block, int bucket);
+const ofccl__algo_t *ofccl__choose(ofccl_comm_t *comm, int coll, size_t block, int bucket,
+                                   bool host_mem);
 
 /* Plans shared by the twins (plan.c), and their unit numbering: direct:
  * writer w's chunk c is unit w * nchunks + c; ring: the left neighbour's j-th
@@ -140,6 +141,10 @@ int ofccl__post(ofccl_comm_t *comm, int coll, const void *sendbuf, void *recvbuf
 enum { OFCCL__NOTE_PULL_STAGED = 0, OFCCL__NOTE_COST = 1, OFCCL__NOTE_HIER_UNFIT = 2 };
 int ofccl__post_reduce_scatter(ofccl__req_t *r);
 int ofccl__post_broadcast(ofccl__req_t *r);
+/* A broadcast of checked arguments on the host engine (no GPU routing): the
+ * request, as ofccl_broadcast's. */
+int ofccl__post_bc(ofccl_comm_t *comm, void *buf, size_t count, ofccl_dtype_t dtype, int root,
+                   size_t block, ofccl_req_t **req);
 /* An all-gather of `bytes` per rank, waited for (creating objects over a
  * communicator's fabric); the communicator's last error says why it failed. */
 int ofccl__allgather_blocking(ofccl_comm_t *comm, const void *in, void *out, size_t bytes);

@@ -82,7 +82,7 @@ int ofccl__post_reduce_scatter(ofccl__req_t *r)
     ofccl__mem_ref_t stage;
     int copy_src, rc;
 
-    r->algo = ofccl__choose(comm, OFCCL__RS, r->block, r->bucket);
+    r->algo = ofccl__choose(comm, OFCCL__RS, r->block, r->bucket, ofccl__exec_on_host(r));
     r->out = r->recvbuf;
     if (r->algo->flags & OFCCL__ALGO_EAGER) /* straight into the peers' control regions */
         return ofccl__coll_start(r);

@@ -110,13 +110,17 @@ static const ofccl__algo_t *forced_bcast(ofccl_comm_t *comm, int forced)
     return forced == 3 ? direct_variant(comm, OFCCL__BC, 0) : &ofccl__bc_direct;
 }
 
-const ofccl__algo_t *ofccl__choose(ofccl_comm_t *comm, int coll, size_t block, int bucket)
+const ofccl__algo_t *ofccl__choose(ofccl_comm_t *comm, int coll, size_t block, int bucket,
+                                   bool host_mem)
 {
     int id = coll == OFCCL__AG   ? OFCCL__CFG_ALGO_AG
              : coll == OFCCL__RS ? OFCCL__CFG_ALGO_RS
                                  : OFCCL__CFG_ALGO_BC;
     int forced = (int)ofccl__cfg_int(&comm->ctx->cfg, id), cand;
-    bool eager = !bucket && ofccl__eager_possible(comm, block);
+    /* Device memory (a transport that takes it): never eager, whose words the
+     * CPU copies, nor hierarchical; direct or ring, whose bytes move by RMA
+     * and by the device's executor only. */
+    bool eager = !bucket && host_mem && ofccl__eager_possible(comm, block);
 
     if (coll == OFCCL__BC && forced != 0)
         return forced_bcast(comm, forced);
@@ -137,6 +141,8 @@ const ofccl__algo_t *ofccl__choose(ofccl_comm_t *comm, int coll, size_t block, i
                     comm->rank, comm->size, why);
     }
     cand = forced != 0 ? OFCCL__CAND_DIRECT : ofccl__choose_model(comm, coll, block);
+    if (!host_mem && cand == OFCCL__CAND_HIER)
+        cand = OFCCL__CAND_DIRECT;
     if (cand == OFCCL__CAND_DIRECT || cand >= OFCCL__CAND_COUNT)
         return direct_variant(comm, coll, block);
     return cands_of(coll)[cand].algo;

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "dump.h"
+#include "gpu/gpu.h"
 #include "engine_impl.h"
 #include "exec.h"
 #include "pool.h"
@@ -204,6 +205,24 @@ static void apply_log_config(ofccl__log_t *lg, const ofccl__config_t *cfg)
             lg->subsys |= subsys_bits[k];
 }
 
+/* Ask the fabric provider for GPU memory (FI_HMEM)? OFCCL_GPU_FABRIC: auto
+ * where a libfabric provider carries GPU memory (the job spans hosts, or one
+ * is set on one host) and CUDA is loaded in the process already (a host-only
+ * program never asks, nor loads CUDA), hmem always, stage never. */
+static int want_hmem(ofccl_ctx_t *ctx)
+{
+    int how = (int)ofccl__cfg_int(&ctx->cfg, OFCCL__CFG_GPU_FABRIC);
+
+    if (how == 2 || !ofccl__gpu_built())
+        return OFCCL__HMEM_NO;
+    if (how == 1)
+        return OFCCL__HMEM_NEED;
+    return (ctx->boot->nhosts > 1 || strcmp(ctx->provider, "local") != 0) &&
+                   ofccl__gpu_process(&ctx->log, false) != NULL
+               ? OFCCL__HMEM_WANT
+               : OFCCL__HMEM_NO;
+}
+
 /* Open the transport, with the domain authorization key derived from the
  * job secret where a provider takes one; rank 0 says what keeps processes
  * outside the job off the fabric (docs/security.md). */
@@ -317,6 +336,7 @@ static int ctx_open(ofccl_ctx_t *ctx, const ofccl_ctx_params_t *params)
         .same_host_local = ofccl__cfg_int(&ctx->cfg, OFCCL__CFG_PEER_TRANSPORT) == 0 &&
                            ctx->boot->nhosts > 1 && ctx->boot->nhosts < ctx->boot->size,
         .host_id = ctx->boot->host_id,
+        .hmem = want_hmem(ctx),
     };
     rc = prov_open(ctx, &pp, e);
     if (rc)

@@ -379,6 +379,9 @@ typedef struct ofccl_stats {
      * buffers itself (local transport, OFCCL_AG_TAKE: blocks that had not
      * reached it when it was done with its own writes). */
     uint64_t pulled_bytes;
+    /* GPU memory moved to other hosts through the fabric as GPU memory
+     * (FI_HMEM, OFCCL_GPU_FABRIC), no staging: each collective's output bytes. */
+    uint64_t hmem_bytes;
 } ofccl_stats_t;
 OFCCL_API int ofccl_ctx_stats(const ofccl_ctx_t *ctx, ofccl_stats_t *stats);
 

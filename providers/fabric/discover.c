@@ -18,7 +18,8 @@
 /* Modes ofccl supports: every op context is a struct with a fi_context2 first,
  * and it can keep receives posted for remote CQ data. */
 #define WANT_MODES (FI_CONTEXT | FI_CONTEXT2 | FI_RX_CQ_DATA)
-/* MR modes ofccl supports; never FI_MR_RAW (keys > 64 bits) or FI_MR_HMEM. */
+/* MR modes ofccl supports; never FI_MR_RAW (keys > 64 bits); FI_MR_HMEM only
+ * when GPU memory is asked for (hint_opts.hmem). */
 #define WANT_MR_MODES                                                                              \
     (FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY | FI_MR_ENDPOINT)
 /* For the relaxed probes: accept any mode so only the capability under test
@@ -43,6 +44,7 @@ struct hint_opts {
     bool virt_addr;       /* offer FI_MR_VIRT_ADDR */
     bool recv;            /* FI_MSG|FI_RECV: we will post receives for CQ data */
     uint64_t tx_op_flags; /* e.g. FI_DELIVERY_COMPLETE to probe for it */
+    bool hmem;            /* + FI_HMEM and FI_MR_HMEM, atomics optional */
 };
 
 static const char *const level_what[] = {
@@ -75,11 +77,15 @@ static struct fi_info *make_hints(const struct hint_opts *o)
         h->ep_attr->type = FI_EP_RDM;
     if (o->level >= H_RMA)
         h->caps = RMA_CAPS | (o->recv ? (FI_MSG | FI_RECV) : 0);
-    if (o->level >= H_ATOMIC)
+    if (o->level >= H_ATOMIC && !o->hmem)
         h->caps |= FI_ATOMIC;
+    if (o->level >= H_RMA && o->hmem)
+        h->caps |= FI_HMEM;
     if (o->level >= H_MODES) {
         h->mode = WANT_MODES;
         h->domain_attr->mr_mode = WANT_MR_MODES & ~(o->virt_addr ? 0 : FI_MR_VIRT_ADDR);
+        if (o->hmem)
+            h->domain_attr->mr_mode |= FI_MR_HMEM;
     }
     if (o->level >= H_FULL) {
         h->domain_attr->threading = FI_THREAD_SAFE;
@@ -196,7 +202,7 @@ static int fail_unavailable(const ofccl__log_t *log, ofccl__err_t *e, const char
 static int diagnose(const ofccl__prov_params_t *p, const char *prov_name, const char *domain,
                     bool virt_addr, bool recv, ofccl__err_t *e)
 {
-    struct hint_opts o = {prov_name, NULL, H_PROV, virt_addr, recv, 0};
+    struct hint_opts o = {prov_name, NULL, H_PROV, virt_addr, recv, 0, false};
     struct fi_info *list, *pick;
     char doms[256] = "";
 
@@ -246,6 +252,38 @@ static int diagnose(const ofccl__prov_params_t *p, const char *prov_name, const 
                        recv ? "posted receives for CQ data (FI_MSG)" : "ofccl's hints");
 }
 
+/* The entry that takes GPU memory too (FI_HMEM), where the provider has one
+ * ofccl can use: *pick, or NULL and the reason logged. Atomics are optional
+ * in it (shm's has none): signals then use CQ data, unless atomics were
+ * asked for. */
+static void choose_hmem(const ofccl__prov_params_t *p, struct hint_opts o, struct fi_info **list,
+                        struct fi_info **pick)
+{
+    o.hmem = true;
+    o.recv = true; /* CQ data may be the signal: receives may be posted */
+    query(&o, list, pick);
+    if (*pick == NULL && !o.virt_addr) {
+        fi_freeinfo(*list);
+        o.virt_addr = true;
+        query(&o, list, pick);
+    }
+    if (*pick != NULL && p->signal == OFCCL__PROV_SIGNAL_ATOMIC && !((*pick)->caps & FI_ATOMIC)) {
+        OFCCL__INFO(p->log, OFCCL__SUB_PROV,
+                    "%s: its FI_HMEM entry has no atomics, which OFCCL_SIGNAL=atomic asks for: "
+                    "GPU memory to other hosts is staged through host memory",
+                    o.prov_name);
+        fi_freeinfo(*list);
+        *list = *pick = NULL;
+    } else if (*pick == NULL) {
+        fi_freeinfo(*list);
+        *list = NULL;
+        OFCCL__INFO(p->log, OFCCL__SUB_PROV,
+                    "%s (libfabric %s) offers no FI_HMEM entry: GPU memory to other hosts cannot "
+                    "go as GPU memory (OFCCL_GPU_FABRIC: auto stages it, hmem refuses it)",
+                    o.prov_name, ofccl__prov_fabric_version());
+    }
+}
+
 /* Pick an fi_info for these parameters; on success *list owns *pick. */
 int ofccl__fab_choose(const ofccl__prov_params_t *p, const char *prov_name, const char *domain,
                       struct fi_info **list, struct fi_info **pick, ofccl__err_t *e)
@@ -254,8 +292,13 @@ int ofccl__fab_choose(const ofccl__prov_params_t *p, const char *prov_name, cons
     bool prefer_offsets = row >= 0 && (ofccl__quirks[row].flags & OFCCL__Q_PREFER_OFFSETS);
     /* Strict mode asks for offset addressing (verbs-like) and posts receives. */
     bool virt_addr = !(p->strict || prefer_offsets), recv = p->strict;
-    struct hint_opts o = {prov_name, domain, H_FULL, virt_addr, recv, 0};
+    struct hint_opts o = {prov_name, domain, H_FULL, virt_addr, recv, 0, false};
 
+    if (p->hmem) {
+        choose_hmem(p, o, list, pick);
+        if (*pick != NULL)
+            return 0;
+    }
     query(&o, list, pick);
     if (*pick == NULL && !virt_addr) {
         fi_freeinfo(*list);
@@ -309,7 +352,8 @@ bool ofccl__fab_probe_delivery_complete(const struct fi_info *chosen)
                           H_FULL,
                           (chosen->domain_attr->mr_mode & FI_MR_VIRT_ADDR) != 0,
                           (chosen->caps & FI_MSG) != 0,
-                          FI_DELIVERY_COMPLETE};
+                          FI_DELIVERY_COMPLETE,
+                          (chosen->caps & FI_HMEM) != 0};
     struct fi_info *list, *pick;
     bool ok = false;
 
@@ -348,11 +392,11 @@ int ofccl__fab_list(const char *provider, ofccl__prov_dom_t *out, int max, int *
         prov_name = row >= 0 ? ofccl__quirks[row].prov_name : provider;
     }
     {
-        struct hint_opts o = {prov_name, NULL, H_FULL, true, false, 0};
+        struct hint_opts o = {prov_name, NULL, H_FULL, true, false, 0, false};
         ret = query(&o, &list, &pick);
     }
     if (ret == -FI_ENODATA) {
-        struct hint_opts o = {prov_name, NULL, H_PROV, true, false, 0};
+        struct hint_opts o = {prov_name, NULL, H_PROV, true, false, 0, false};
         *n = 0;
         if (prov_name == NULL)
             return 0;

@@ -178,7 +178,7 @@ int ofccl__fab_ep_setup(ofccl__ep_t *ep, ofccl__err_t *e)
     if (c->mr_local) {
         /* Atomic operands and fetch results live in the descriptors. */
         ret = ofccl__fab_mr_reg_raw(ep, ep->ops, ep->params.ops_inflight * sizeof(*ep->ops),
-                                    FI_READ | FI_WRITE, &f->ops_mr, NULL, e);
+                                    FI_READ | FI_WRITE, OFCCL__MEM_HOST, &f->ops_mr, NULL, e);
         if (ret != 0)
             return ret;
         f->ops_desc = fi_mr_desc(f->ops_mr);

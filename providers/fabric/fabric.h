@@ -122,9 +122,11 @@ const char *ofccl__fab_op_name(const ofccl__ep_t *ep, const struct ofccl__tp_op 
 /* ---- registration (mr.c) ---- */
 /* Register with the provider's keys or unpredictable ones of ours, bound to
  * the endpoint where FI_MR_ENDPOINT; also used for the op pool. *key_out, if
- * not NULL and not 0 on entry, is the key wanted (ignored under provider keys). */
+ * not NULL and not 0 on entry, is the key wanted (ignored under provider keys).
+ * `kind`: host memory, or device memory where caps.hmem. */
 int ofccl__fab_mr_reg_raw(ofccl__ep_t *ep, void *addr, size_t len, uint64_t fi_access,
-                          struct fid_mr **out, uint64_t *key_out, ofccl__err_t *e);
+                          ofccl__mem_kind_t kind, struct fid_mr **out, uint64_t *key_out,
+                          ofccl__err_t *e);
 int ofccl__fab_mr_reg(ofccl__ep_t *ep, ofccl__mr_t *mr, ofccl__err_t *e);
 int ofccl__fab_mr_dereg(ofccl__mr_t *mr);
 void *ofccl__fab_mem_alloc(size_t len, intptr_t *cookie);

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "fabric.h"
+#include "gpu/gpu.h"
 #include "util.h"
 
 static void fill_caps(ofccl__prov_caps_t *c, const struct fi_info *i)
@@ -37,6 +38,7 @@ static void fill_caps(ofccl__prov_caps_t *c, const struct fi_info *i)
     c->max_order_war_size = i->ep_attr->max_order_war_size;
     c->inject_size = i->tx_attr->inject_size;
     c->max_msg_size = i->ep_attr->max_msg_size;
+    c->hmem = (i->caps & FI_HMEM) && (mr & FI_MR_HMEM); /* only where asked for */
     if (i->nic != NULL && i->nic->link_attr != NULL)
         c->link_bps = (uint64_t)i->nic->link_attr->speed;
 }
@@ -125,6 +127,38 @@ static int probe_atomics(ofccl__prov_t *prov, ofccl__err_t *e)
     return 0;
 }
 
+/* Does a CUDA buffer of the process's current device register with the
+ * open domain? NULL, or why not (libfabric built without CUDA, ...). */
+static const char *hmem_unusable(struct ofccl__fab_prov *fp, const ofccl__log_t *log, char *why,
+                                 size_t len)
+{
+    ofccl__gpu_t *g = ofccl__gpu_process(log, false);
+    int dev = g != NULL ? ofccl__gpu_current_device(g, 0) : -1;
+    struct iovec iov = {.iov_len = 4096};
+    struct fi_mr_attr attr = {
+        .mr_iov = &iov, .iov_count = 1, .access = FI_REMOTE_WRITE, .iface = FI_HMEM_CUDA};
+    struct fid_mr *mr = NULL;
+    ofccl__err_t e = {0};
+    int ret;
+
+    if (g == NULL)
+        return "CUDA is not loaded in this process";
+    if (ofccl__gpu_mem_alloc(g, dev, iov.iov_len, &iov.iov_base, &e) != 0) {
+        ofccl__strlcpy(why, e.msg, len);
+        return why;
+    }
+    attr.device.cuda = dev;
+    ret = fi_mr_regattr(fp->domain, &attr, FI_HMEM_DEVICE_ONLY, &mr);
+    if (ret == 0)
+        fi_close(&mr->fid);
+    ofccl__gpu_mem_free(g, dev, iov.iov_base);
+    if (ret == 0)
+        return NULL;
+    snprintf(why, len, "registering GPU %d's memory fails: %s%s", dev, fi_strerror(-ret),
+             ret == -FI_ENOSYS ? " (this libfabric has no CUDA support)" : "");
+    return why;
+}
+
 static int fab_open(ofccl__prov_t *prov, const char *prov_name, const ofccl__prov_params_t *params,
                     ofccl__err_t *e)
 {
@@ -182,6 +216,24 @@ static int fab_open(ofccl__prov_t *prov, const char *prov_name, const ofccl__pro
             fi_strerror(-ret));
         goto err_fabric;
     }
+    if (prov->caps.hmem && params->hmem == OFCCL__HMEM_WANT) {
+        char buf[256];
+        const char *why = hmem_unusable(fp, log, buf, sizeof(buf));
+        if (why != NULL) {
+            ofccl__prov_params_t plain = *params;
+            OFCCL__INFO(log, OFCCL__SUB_PROV,
+                        "%s: FI_HMEM entry, but %s: opened without it, GPU memory to other hosts "
+                        "is staged through host memory",
+                        prov->caps.name, why);
+            fi_close(&fp->domain->fid);
+            fi_close(&fp->fabric->fid);
+            fi_freeinfo(fp->info);
+            free(fp);
+            prov->be_state = NULL;
+            plain.hmem = OFCCL__HMEM_NO;
+            return fab_open(prov, prov_name, &plain, e);
+        }
+    }
     /* The row first: it can rule out delivery-complete atomics. */
     ofccl__quirk_apply(&prov->caps, ofccl__quirk_find(prov->caps.name), params->strict);
     ret = probe_atomics(prov, e);
@@ -191,6 +243,8 @@ static int fab_open(ofccl__prov_t *prov, const char *prov_name, const ofccl__pro
     prov->caps.add_peer = !(prov->caps.quirks & OFCCL__Q_NAME_PER_PROCESS);
     if (prov->caps.quirks & OFCCL__Q_NAME_PER_PROCESS)
         ofccl__shm_sweep(log); /* endpoint files of killed ofccl processes */
+    if (prov->caps.hmem)
+        ofccl__mem_kind_taker(1);
     return 0;
 
 err_domain:
@@ -223,15 +277,16 @@ static int fab_close(ofccl__prov_t *prov)
     fi_freeinfo(fp->info);
     free(fp);
     prov->be_state = NULL;
+    if (prov->caps.hmem)
+        ofccl__mem_kind_taker(-1);
     return rc;
 }
 
-/* Host memory of any peer (device memory: where FI_HMEM is offered, later). */
+/* Host memory of any peer; device memory too where the domain takes it. */
 static bool fab_reaches(const ofccl__prov_t *prov, bool same_host, ofccl__mem_kind_t kind)
 {
-    (void)prov;
     (void)same_host;
-    return kind == OFCCL__MEM_HOST;
+    return kind == OFCCL__MEM_HOST || prov->caps.hmem;
 }
 
 const ofccl__backend_t ofccl__fabric_backend = {

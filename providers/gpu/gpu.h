@@ -209,6 +209,12 @@ int ofccl__gpu_load_kernels(ofccl__gpu_t *g, int dev, ofccl__err_t *e);
 int ofccl__gpu_chain(ofccl__gpu_t *g, int dev, ofccl__gpu_stream_t s, const void *src, void *next,
                      size_t len, size_t chunk, int blocks, void *in, void *out, uint64_t base,
                      const void *abort, ofccl__err_t *e);
+/* A device's executor for the host engine (exec.c; exec_ops.h's table):
+ * the process's one for `dev`, made on first use (a stream of its own, its
+ * reductions on `sms` SMs); NULL with `e` set where it cannot be made. */
+struct ofccl__exec_ops;
+extern const struct ofccl__exec_ops ofccl__gpu_exec_ops;
+void *ofccl__gpu_exec_state(ofccl__gpu_t *g, int dev, int sms, ofccl__err_t *e);
 /* Copies between host and device memory, blocking the host (staging and tests). */
 int ofccl__gpu_copy_sync(ofccl__gpu_t *g, int dev, void *dst, const void *src, size_t len,
                          ofccl__err_t *e);

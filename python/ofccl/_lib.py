@@ -52,7 +52,8 @@ class Stats(Structure):
                 ("registered_bytes", c_uint64), ("pool_grows", c_uint64),
                 ("local_bytes", c_uint64), ("fabric_bytes", c_uint64),
                 ("peers_resolved", c_uint64), ("reduced_for_peers", c_uint64),
-                ("op_contexts", c_uint64), ("pulled_bytes", c_uint64)]
+                ("op_contexts", c_uint64), ("pulled_bytes", c_uint64),
+                ("hmem_bytes", c_uint64)]
 
 
 _pp = POINTER(c_void_p)

@@ -43,6 +43,8 @@ int gpu_rs_check(int me, ofccl_comm_t *comm, size_t count, int where, ofccl_dtyp
 /* test_gpu_staged.c: two simulated hosts, GPU memory staged through host
  * memory chunk by chunk. */
 int gpu_staged(int rank, ofccl_ctx_t *ctx, ofccl_comm_t *comm);
+/* The same over shm with GPU memory asked of the fabric (FI_HMEM). */
+int gpu_hmem(int rank, ofccl_ctx_t *ctx, ofccl_comm_t *comm);
 /* test_gpu_push.c: weight push on GPU memory (a GPU plan). */
 int gpu_push(int rank, ofccl_ctx_t *ctx, ofccl_comm_t *comm);
 

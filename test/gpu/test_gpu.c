@@ -517,7 +517,9 @@ int main(int argc, char **argv)
                {"rs-ce", gpu_reduce_scatter, "GPU_SMS=0"},
                {"staged", gpu_staged, "halves"},
                {"staged-x", gpu_staged, "interleaved"},
-               {"staged-flat", gpu_staged, "flat"}};
+               {"staged-flat", gpu_staged, "flat"},
+               {"hmem", gpu_hmem, "auto"},
+               {"hmem-need", gpu_hmem, "hmem"}};
     int n = gpus_here(), rc = 0;
     bool shared;
 
@@ -551,14 +553,22 @@ int main(int argc, char **argv)
          * every other rank) joined by tcp, and small staging chunks: GPU memory
          * across hosts, hierarchically (the peer class within each host), or
          * every rank staged ("flat"). */
-        provider = all[i].fn == gpu_staged ? "tcp" : "local";
-        if (all[i].fn == gpu_staged) {
+        provider = all[i].fn == gpu_staged ? "tcp" : all[i].fn == gpu_hmem ? "shm" : "local";
+        /* FI_HMEM: CUDA is loaded before the context, so that auto asks. */
+        fork_before_ctx = all[i].fn == gpu_hmem ? gpu_up : NULL;
+        if (all[i].fn == gpu_hmem)
+            setenv("OFCCL_GPU_FABRIC", all[i].setting, 1);
+        else
+            unsetenv("OFCCL_GPU_FABRIC");
+        if (all[i].fn == gpu_staged || all[i].fn == gpu_hmem) {
             bool x = strcmp(all[i].setting, "interleaved") == 0;
             for (int r = 0; r < nranks; r++)
-                rank_setting[r] =
-                    (x ? r % 2 == 0 : r < nranks / 2) ? "HOST_ID=gpu-host-a" : "HOST_ID=gpu-host-b";
+                rank_setting[r] = all[i].fn == gpu_hmem               ? NULL
+                                  : (x ? r % 2 == 0 : r < nranks / 2) ? "HOST_ID=gpu-host-a"
+                                                                      : "HOST_ID=gpu-host-b";
             setenv("OFCCL_GPU_STAGE_BYTES", "65536", 1);
-            setenv("OFCCL_GPU_HIER", strcmp(all[i].setting, "flat") == 0 ? "0" : "1", 1);
+            setenv("OFCCL_GPU_HIER",
+                   all[i].fn == gpu_staged && strcmp(all[i].setting, "flat") != 0 ? "1" : "0", 1);
         } else {
             unsetenv("OFCCL_GPU_STAGE_BYTES");
             unsetenv("OFCCL_GPU_HIER");

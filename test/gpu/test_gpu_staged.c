@@ -68,18 +68,15 @@ static int gather_once(int rank, int n, ofccl_comm_t *comm, size_t count, ofccl_
     return bad;
 }
 
-int gpu_staged(int rank, ofccl_ctx_t *ctx, ofccl_comm_t *comm)
+/* Every collective across the hosts, each element checked: 0 or 1. */
+static int every_collective(int rank, ofccl_comm_t *comm, int n)
 {
     /* With OFCCL_GPU_STAGE_BYTES = 64 KiB: a rank's piece is 64 KiB / n. */
     static const size_t counts[] = {0, 1, 1000, 16384, 100003, 300000};
     const ofccl_redop_t sum = {OFCCL_OP_SUM, 1}, avg = {OFCCL_OP_AVG, 1};
     unsigned salt = 1;
-    int n, bad = 0;
+    int bad = 0;
 
-    (void)ctx;
-    if (gpu_up(rank) || ofccl_comm_size(comm, &n) != 0)
-        return 70;
-    ofccl_comm_set_timeout(comm, 30000);
     for (size_t c = 0; c < sizeof(counts) / sizeof(*counts) && !bad; c++) {
         for (int dt = 0; dt < OFCCL_DTYPE_COUNT && !bad; dt++)
             for (int in_place = 0; in_place < 2 && !bad; in_place++)
@@ -93,9 +90,86 @@ int gpu_staged(int rank, ofccl_ctx_t *ctx, ofccl_comm_t *comm)
         for (int root = 0; root < n && !bad; root++)
             bad |= bcast_once(rank, n, comm, counts[c] * 3, root, salt++);
     }
+    return bad;
+}
+
+int gpu_staged(int rank, ofccl_ctx_t *ctx, ofccl_comm_t *comm)
+{
+    int n, bad;
+
+    (void)ctx;
+    if (gpu_up(rank) || ofccl_comm_size(comm, &n) != 0)
+        return 70;
+    ofccl_comm_set_timeout(comm, 30000);
+    bad = every_collective(rank, comm, n);
     if (!bad)
         printf("rank %d: staged all-gather, reduce-scatter and broadcast across two hosts: every "
                "element right\n",
                rank);
+    return bad ? 90 : 0;
+}
+
+/*
+ * "hmem" (OFCCL_GPU_FABRIC=auto, CUDA loaded before the context, so FI_HMEM
+ * is asked for) and "hmem-need" (=hmem): the ranks on one host, joined by
+ * libfabric's shm (which maps no peer memory, so GPU memory does not take
+ * the GPU peer class: it goes through the fabric or is staged). Where
+ * OFCCL_TEST_HMEM=1 (a libfabric with CUDA support), every all-gather and
+ * broadcast must go as GPU memory (stats.hmem_bytes grows, nothing of them
+ * staged) and the reduce-scatter staged; where it is 0 (Debian's, no CUDA),
+ * "hmem" must stage everything and "hmem-need" must refuse the first GPU
+ * collective naming the setting and why. Unset: "hmem-need" must do one or
+ * the other, and "hmem" checks the data and reports the path.
+ */
+int gpu_hmem(int rank, ofccl_ctx_t *ctx, ofccl_comm_t *comm)
+{
+    const char *want = getenv("OFCCL_TEST_HMEM"), *how = getenv("OFCCL_GPU_FABRIC");
+    bool need = how != NULL && strcmp(how, "hmem") == 0;
+    int expect = want != NULL ? atoi(want) : -1, n, bad = 0;
+    ofccl_stats_t before = {.size = sizeof(before)}, after = {.size = sizeof(after)};
+
+    if (gpu == NULL || ofccl_comm_size(comm, &n) != 0)
+        return 70;
+    ofccl_comm_set_timeout(comm, 30000);
+    ofccl_ctx_stats(ctx, &before);
+    if (need && expect != 1) {
+        /* Refused where libfabric cannot register CUDA memory: with the
+         * setting and the reason named, never staged instead. */
+        void *buf = dmalloc(4096);
+        ofccl_req_t *req = NULL;
+        int rc = ofccl_allgather(comm, buf, buf, 4096 / (size_t)n, OFCCL_U8, &req);
+        const char *msg = ofccl_comm_last_error(comm);
+        if (rc == 0)
+            rc = ofccl_wait(req);
+        ofccl__gpu_mem_free(gpu, dev, buf);
+        if (req != NULL)
+            ofccl_req_free(req);
+        printf("rank %d: OFCCL_GPU_FABRIC=hmem: %s%s%s\n", rank, ofccl_strerror(rc),
+               rc != 0 ? ": " : "", rc != 0 ? msg : "");
+        if (rc != 0)
+            return rc != OFCCL_ERR_NOT_SUPPORTED                  ? 91
+                   : strstr(msg, "OFCCL_GPU_FABRIC=hmem") == NULL ? 92
+                                                                  : 0;
+        if (expect == 0)
+            return 93; /* it went through where FI_HMEM was said unavailable */
+        expect = 1;    /* it works here: everything must go that way */
+    }
+    bad = every_collective(rank, comm, n);
+    ofccl_ctx_stats(ctx, &after);
+    printf("rank %d: over libfabric's shm: %llu bytes as GPU memory (FI_HMEM), %llu staged\n", rank,
+           (unsigned long long)(after.hmem_bytes - before.hmem_bytes),
+           (unsigned long long)(after.staged_bytes - before.staged_bytes));
+    if (expect == 1 && after.hmem_bytes == before.hmem_bytes) {
+        printf("rank %d: FI_HMEM expected, nothing went that way\n", rank);
+        bad = 1;
+    }
+    if (expect == 0 && after.hmem_bytes != before.hmem_bytes) {
+        printf("rank %d: FI_HMEM unavailable expected, yet bytes went that way\n", rank);
+        bad = 1;
+    }
+    if (!bad)
+        printf("rank %d: all-gather, reduce-scatter and broadcast over libfabric's shm (%s): "
+               "every element right\n",
+               rank, need ? "OFCCL_GPU_FABRIC=hmem" : "auto");
     return bad ? 90 : 0;
 }

@@ -28,6 +28,9 @@ static const char *provider = "tcp";
 static int nranks = 2;
 /* One extra "NAME=value" setting per rank (NULL = none), e.g. a fault spec. */
 static const char *rank_setting[FORK_MAX];
+/* Run in each rank before its context is made (NULL = nothing): nonzero
+ * fails the rank. */
+static int (*fork_before_ctx)(int rank);
 /* Every rank's pid, shared by the ranks (each writes its own before joining),
  * so a scenario can stop, continue or kill a peer. */
 static pid_t *fork_pid;
@@ -71,6 +74,8 @@ static int child(int rank, int port, scenario_fn fn)
     snprintf(rk, sizeof(rk), "BOOT_RANK=%d", rank);
     snprintf(sz, sizeof(sz), "BOOT_SIZE=%d", nranks);
     snprintf(prov, sizeof(prov), "PROVIDER=%s", provider);
+    if (fork_before_ctx != NULL && fork_before_ctx(rank) != 0)
+        return 9;
     if (ofccl_ctx_create(&p, &ctx) != 0) {
         fprintf(stderr, "rank %d: ctx: %s\n", rank, err);
         return 10;

@@ -16,15 +16,13 @@ static ofccl__log_t g_log;
 
 static inline int prov_open(ofccl__prov_t **prov, ofccl__err_t *e)
 {
-    ofccl__prov_params_t pp = {"local", "",   false, &g_log, NULL, OFCCL__PROV_SIGNAL_AUTO,
-                               false,   NULL, NULL};
+    ofccl__prov_params_t pp = {.provider = "local", .domain = "", .strict = false, .log = &g_log};
     return ofccl__prov_open(&pp, prov, e);
 }
 
 static inline int open_local_pair(struct pair *p, unsigned ops_inflight, ofccl__err_t *e)
 {
-    ofccl__prov_params_t pp = {"local", "",   false, &g_log, NULL, OFCCL__PROV_SIGNAL_AUTO,
-                               false,   NULL, NULL};
+    ofccl__prov_params_t pp = {.provider = "local", .domain = "", .strict = false, .log = &g_log};
     ofccl__ep_params_t ep = {.ops_inflight = ops_inflight};
     return pair_open(p, &pp, &ep, e);
 }

@@ -112,8 +112,7 @@ static const ofccl__exec_ops_t later_ops = {
 
 static int open_pair_with(struct pair *p, const ofccl__exec_reg_t *reg, ofccl__err_t *e)
 {
-    ofccl__prov_params_t pp = {"local", "",   false, &g_log, NULL, OFCCL__PROV_SIGNAL_AUTO,
-                               false,   NULL, NULL};
+    ofccl__prov_params_t pp = {.provider = "local", .domain = "", .strict = false, .log = &g_log};
     ofccl__ep_params_t ep = {.ops_inflight = 32, .execs = reg};
     return pair_open(p, &pp, &ep, e);
 }

@@ -253,8 +253,7 @@ static void test_bad_names(void)
 
 static void test_strict_refused(void)
 {
-    ofccl__prov_params_t pp = {"local", "",   true, &g_log, NULL, OFCCL__PROV_SIGNAL_AUTO,
-                               false,   NULL, NULL};
+    ofccl__prov_params_t pp = {.provider = "local", .domain = "", .strict = true, .log = &g_log};
     ofccl__prov_t *prov = NULL;
     ofccl__err_t e;
 

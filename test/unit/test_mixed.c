@@ -20,7 +20,13 @@ static ofccl__log_t g_log;
 static int open_mixed(const char *host, bool strict, int signal, ofccl__prov_t **prov,
                       ofccl__err_t *e)
 {
-    ofccl__prov_params_t pp = {"tcp", "lo", strict, &g_log, NULL, signal, true, host, NULL};
+    ofccl__prov_params_t pp = {.provider = "tcp",
+                               .domain = "lo",
+                               .strict = strict,
+                               .log = &g_log,
+                               .signal = signal,
+                               .same_host_local = true,
+                               .host_id = host};
 
     *prov = NULL;
     return ofccl__prov_open(&pp, prov, e);
@@ -65,7 +71,12 @@ static void move(const char *h0, const char *h1, int want_class, bool by_one)
     bool one = strcmp(h0, h1) == 0 && !by_one;
 
     if (one) {
-        ofccl__prov_params_t pp = {"tcp", "lo", false, &g_log, NULL, 0, true, h0, NULL};
+        ofccl__prov_params_t pp = {.provider = "tcp",
+                                   .domain = "lo",
+                                   .strict = false,
+                                   .log = &g_log,
+                                   .same_host_local = true,
+                                   .host_id = h0};
         CU_ASSERT_EQUAL_FATAL(pair_open(&p, &pp, &epp, &e), 0);
         provs[0] = provs[1] = p.prov;
     } else {

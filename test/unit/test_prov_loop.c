@@ -21,8 +21,8 @@ static ofccl__log_t g_log;
 static int open_pair(struct pair *p, const char *provider, const char *domain, bool strict,
                      ofccl__err_t *e)
 {
-    ofccl__prov_params_t pp = {provider, domain, strict, &g_log, NULL, OFCCL__PROV_SIGNAL_AUTO,
-                               false,    NULL,   NULL};
+    ofccl__prov_params_t pp = {
+        .provider = provider, .domain = domain, .strict = strict, .log = &g_log};
     ofccl__ep_params_t ep = {.ops_inflight = 32, .rx_posted = 8};
     return pair_open(p, &pp, &ep, e);
 }
@@ -378,8 +378,7 @@ static void test_write_dc_fallback(void)
 
 static void test_unknown_provider(void)
 {
-    ofccl__prov_params_t pp = {"foo", "",   false, &g_log, NULL, OFCCL__PROV_SIGNAL_AUTO,
-                               false, NULL, NULL};
+    ofccl__prov_params_t pp = {.provider = "foo", .domain = "", .strict = false, .log = &g_log};
     ofccl__prov_t *prov = NULL;
     ofccl__err_t e;
 
@@ -395,8 +394,8 @@ static void test_unknown_provider(void)
 
 static void test_unknown_domain(void)
 {
-    ofccl__prov_params_t pp = {"tcp", "nosuchnic0", false, &g_log, NULL, OFCCL__PROV_SIGNAL_AUTO,
-                               false, NULL,         NULL};
+    ofccl__prov_params_t pp = {
+        .provider = "tcp", .domain = "nosuchnic0", .strict = false, .log = &g_log};
     ofccl__prov_t *prov = NULL;
     ofccl__err_t e;
 
@@ -408,8 +407,7 @@ static void test_unknown_domain(void)
 
 static void test_mr_invalid(void)
 {
-    ofccl__prov_params_t pp = {"shm", "",   false, &g_log, NULL, OFCCL__PROV_SIGNAL_AUTO,
-                               false, NULL, NULL};
+    ofccl__prov_params_t pp = {.provider = "shm", .domain = "", .strict = false, .log = &g_log};
     ofccl__ep_params_t epp = {.rank = 0, .size = 1, .ops_inflight = 4, .rx_posted = 4};
     ofccl__prov_t *prov = NULL;
     ofccl__ep_t *ep = NULL;

@@ -21,7 +21,8 @@ static int open_prov(const char *name, int signal, ofccl__prov_t **prov, ofccl__
 {
     /* Loopback for the network providers: nothing leaves this host. */
     const char *dom = strcmp(name, "tcp") == 0 || strcmp(name, "net") == 0 ? "lo" : "";
-    ofccl__prov_params_t pp = {name, dom, false, &g_log, NULL, signal, false, NULL, NULL};
+    ofccl__prov_params_t pp = {
+        .provider = name, .domain = dom, .strict = false, .log = &g_log, .signal = signal};
 
     *prov = NULL;
     return ofccl__prov_open(&pp, prov, e);

@@ -139,8 +139,7 @@ static unsigned long pid_ns(void)
 
 static void test_shm_names(void)
 {
-    ofccl__prov_params_t pp = {"shm", "",   false, &g_log, NULL, OFCCL__PROV_SIGNAL_AUTO,
-                               false, NULL, NULL};
+    ofccl__prov_params_t pp = {.provider = "shm", .domain = "", .strict = false, .log = &g_log};
     ofccl__ep_params_t epp = {.rank = 0, .size = 5, .ops_inflight = 8, .rx_posted = 8};
     ofccl__prov_t *prov = NULL;
     ofccl__ep_t *ep = NULL;

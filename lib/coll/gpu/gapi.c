@@ -4,7 +4,9 @@
  * the caller's stream (ofccl_comm_set_stream), stream waits on a request
  * (ofccl_req_stream_wait), and the routing of a collective whose buffers the
  * driver says are GPU memory: to the GPU peer class where it fits (all-gather,
- * reduce-scatter, broadcast), else through host memory (gstage.c).
+ * reduce-scatter, broadcast), across hosts through the fabric as GPU memory
+ * where every rank's transport takes it (ghmem.c: all-gather, broadcast),
+ * else through host memory (gstage.c).
  */
 #include <stdio.h>
 #include <string.h>
@@ -54,6 +56,13 @@ int ofccl__gpu_route(ofccl_comm_t *comm, const char *what, int coll, const void 
     }
     if (gc->hier) {
         *rc = ofccl__ghier(gc, coll, sendbuf, recvbuf, count, dtype, op, root, req);
+        return 1;
+    }
+    if (gc->hmem && coll != OFCCL__RS) {
+        if (ofccl__comm_note_once(comm, NOTE_STAGED))
+            OFCCL__INFO(&comm->ctx->log, OFCCL__SUB_COLL, "rank %d: communicator %u: %s",
+                        comm->rank, comm->id, gc->why);
+        *rc = ofccl__ghmem(gc, coll, sendbuf, recvbuf, count, dtype, root, block, req);
         return 1;
     }
     if (gc->path != OFCCL__GPATH_P2P || comm->size == 1 ||

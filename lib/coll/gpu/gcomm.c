@@ -293,6 +293,8 @@ static int setup(ofccl_comm_t *comm, ofccl__gcomm_t *gc)
             snprintf(gc->why + l, sizeof(gc->why) - l, "%d)", whose);
         }
     }
+    if (rc != V_OK && (rc = ofccl__ghmem_setup(gc)) != 0)
+        return rc;
     OFCCL__INFO(&comm->ctx->log, OFCCL__SUB_COLL, "rank %d: communicator %u on GPU %d: %s",
                 comm->rank, comm->id, gc->dev, gc->why);
     return 0;

@@ -152,6 +152,9 @@ typedef struct ofccl__gcomm {
      * between them, on a communicator of this host's ranks and one of this
      * rank's rail; a device buffer for the blocks in between */
     bool hier;
+    /* across hosts, where every rank's transport takes its GPU memory
+     * (FI_HMEM): the host engine on the caller's GPU buffers (ghmem.c) */
+    bool hmem;
     ofccl_comm_t *hier_local, *hier_rail;
     void *hier_tmp;
     size_t hier_tmp_len;
@@ -174,6 +177,13 @@ int ofccl__gcomm_lazy(ofccl_comm_t *comm, ofccl__gcomm_t **out);
  * first nonzero one in rank order in *first (0: none), its rank in *who and
  * its `about` in *whose. 0, or the exchange's error. */
 int ofccl__gcomm_agree(ofccl_comm_t *comm, int mine, int about, int *first, int *who, int *whose);
+/* ghmem.c: after the path is decided, whether GPU memory to other hosts
+ * goes through the fabric as GPU memory (gc->hmem; collective). */
+int ofccl__ghmem_setup(ofccl__gcomm_t *gc);
+/* An all-gather or broadcast on the caller's GPU buffers through the host
+ * engine, every transfer RMA from and into device memory (gc->hmem). */
+int ofccl__ghmem(ofccl__gcomm_t *gc, int coll, const void *sendbuf, void *recvbuf, size_t count,
+                 ofccl_dtype_t dtype, int root, size_t block, ofccl_req_t **req);
 /* Tear down (communicator destroy): streams, registrations, mappings, pool. */
 void ofccl__gcomm_free(ofccl_comm_t *comm);
 /* The memory kind of a caller's pointer: -1 host, else its device. */

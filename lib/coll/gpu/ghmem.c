@@ -1,0 +1,162 @@
+/*
+ * GPU memory to peers on other hosts through the fabric provider, registered
+ * as GPU memory: libfabric's FI_HMEM, asked for when the context is made
+ * (OFCCL_GPU_FABRIC, lib/core/ctx.c) and found where the provider has an
+ * FI_HMEM entry and its libfabric was built with CUDA (Debian's has none:
+ * there this path is said unavailable once, and staging, gstage.c, runs).
+ *
+ * Where every rank can register its GPU's memory with its transport, an
+ * all-gather or a broadcast runs the host engine on the caller's GPU buffers
+ * themselves: they are registered for the call (ofccl_mem_register, kind
+ * cuda:N from the driver), every transfer is an RMA from and into device
+ * memory, and the all-gather's own block is copied by the device's executor
+ * (providers/gpu/exec.c) on a stream of its own. The algorithm is direct or
+ * ring, never eager (its words are CPU copies) nor hierarchical (select.c).
+ * The call first waits for the caller's stream (the inputs are ready) and
+ * returns with the collective complete, as staging does. A reduce-scatter
+ * stays staged: its sums would need the peers' blocks landed in device
+ * scratch, which this path does not plan.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "exec.h"
+#include "gcomm.h"
+#include "util.h"
+
+#define PROBE_BYTES 65536
+
+/* Can this rank register its GPU's memory with the communicator's
+ * transport? 0, or a reason in `why`. */
+static int probe(ofccl__gcomm_t *gc, char *why, size_t len)
+{
+    ofccl_comm_t *comm = gc->comm;
+    ofccl__err_t e = {0};
+    ofccl__mr_t *mr = NULL;
+    void *p = NULL;
+    int rc;
+
+    if (gc->g == NULL) {
+        snprintf(why, len, "no CUDA driver");
+        return OFCCL_ERR_NOT_SUPPORTED;
+    }
+    if (!ofccl__comm_caps(comm)->hmem) {
+        snprintf(why, len, "provider %s was not opened for GPU memory (no FI_HMEM entry%s)",
+                 ofccl__comm_caps(comm)->name,
+                 ofccl__cfg_int(&comm->ctx->cfg, OFCCL__CFG_GPU_FABRIC) == 0
+                     ? ", or CUDA was not loaded when the context was made"
+                     : "");
+        return OFCCL_ERR_NOT_SUPPORTED;
+    }
+    if ((rc = ofccl__gpu_mem_alloc(gc->g, gc->dev, PROBE_BYTES, &p, &e)) != 0) {
+        ofccl__strlcpy(why, e.msg, len);
+        return rc;
+    }
+    rc = ofccl__mr_reg(comm->ep, p, PROBE_BYTES, OFCCL__ACC_LOCAL | OFCCL__ACC_REMOTE_WRITE, &mr,
+                       &e);
+    if (rc == 0 && mr->kind != gc->dev) {
+        snprintf(why, len, "GPU %d's memory registered as kind %d", gc->dev, mr->kind);
+        rc = OFCCL_ERR_INTERNAL;
+    } else if (rc != 0) {
+        ofccl__strlcpy(why, e.msg, len);
+    }
+    if (mr != NULL)
+        ofccl__mr_dereg(mr);
+    ofccl__gpu_mem_free(gc->g, gc->dev, p);
+    return rc;
+}
+
+int ofccl__ghmem_setup(ofccl__gcomm_t *gc)
+{
+    ofccl_comm_t *comm = gc->comm;
+    int how = (int)ofccl__cfg_int(&comm->ctx->cfg, OFCCL__CFG_GPU_FABRIC);
+    int mine, first = 0, who = -1, whose = -1, rc;
+    char why[300] = "";
+
+    /* Every rank decides alike from what they share: the setting, whether
+     * the path is hierarchical. Any reason to stage (another host, a
+     * transport that maps no peer memory, GPUs without P2P) will do. */
+    if (how == 2 || gc->hier)
+        return 0;
+    mine = probe(gc, why, sizeof(why)) == 0 ? 0 : 1;
+    if ((rc = ofccl__gcomm_agree(comm, mine, comm->rank, &first, &who, &whose)) != 0)
+        return rc;
+    gc->hmem = first == 0;
+    if (gc->hmem) {
+        snprintf(gc->why, sizeof(gc->why),
+                 "GPU buffers go to other hosts through %s as GPU memory (FI_HMEM), no staging "
+                 "(all-gather, broadcast; reduce-scatter staged)",
+                 ofccl__comm_caps(comm)->name);
+        return 0;
+    }
+    if (mine)
+        OFCCL__INFO(&comm->ctx->log, OFCCL__SUB_COLL,
+                    "rank %d: communicator %u: FI_HMEM unavailable here: %s", comm->rank, comm->id,
+                    why);
+    if (how == 1)
+        return ofccl__comm_fail(comm, OFCCL_ERR_NOT_SUPPORTED,
+                                "OFCCL_GPU_FABRIC=hmem: rank %d cannot register its GPU's memory "
+                                "with the fabric provider%s%s",
+                                who, who == comm->rank ? ": " : " (its log says why)",
+                                who == comm->rank ? why : "");
+    return 0;
+}
+
+/* Register the caller's buffer for this call: released at its end. */
+static int reg(ofccl__gcomm_t *gc, const void *p, size_t len, ofccl_mem_t **m)
+{
+    ofccl_comm_t *comm = gc->comm;
+    int rc;
+
+    *m = NULL;
+    if (len == 0)
+        return 0;
+    rc = ofccl_mem_register(comm->ctx, (void *)p, len, m);
+    if (rc != 0)
+        return ofccl__comm_fail(comm, rc, "registering GPU memory with the fabric: %s",
+                                comm->ctx->err.msg);
+    return 0;
+}
+
+int ofccl__ghmem(ofccl__gcomm_t *gc, int coll, const void *sendbuf, void *recvbuf, size_t count,
+                 ofccl_dtype_t dtype, int root, size_t block, ofccl_req_t **req)
+{
+    ofccl_comm_t *comm = gc->comm;
+    size_t out = coll == OFCCL__AG ? block * (size_t)comm->size : block;
+    bool in_out = coll != OFCCL__AG || ofccl__overlaps(sendbuf, block, recvbuf, out);
+    ofccl_mem_t *m_out = NULL, *m_in = NULL;
+    ofccl__err_t e = {0};
+    ofccl_req_t *r = NULL;
+    void *state;
+    int rc;
+
+    state = ofccl__gpu_exec_state(gc->g, gc->dev, gc->sms, &e);
+    if (state == NULL)
+        return ofccl__comm_fail(comm, OFCCL_ERR_NOT_SUPPORTED,
+                                "GPU %d's executor for the host engine: %s", gc->dev, e.msg);
+    if ((rc = ofccl__exec_register(comm->ctx, gc->dev, &ofccl__gpu_exec_ops, state)) != 0)
+        return ofccl__comm_fail(comm, rc, "registering GPU %d's executor", gc->dev);
+    /* The inputs are ready once the caller's stream has reached this call. */
+    if ((rc = ofccl__gpu_stream_sync(gc->g, gc->dev, gc->stream, &e)) != 0)
+        return ofccl__comm_fail(comm, rc, "waiting for the caller's stream: %s", e.msg);
+    if ((rc = reg(gc, recvbuf, out, &m_out)) != 0 ||
+        (!in_out && (rc = reg(gc, sendbuf, block, &m_in)) != 0))
+        goto out;
+    if (coll == OFCCL__AG)
+        rc = ofccl__post(comm, OFCCL__AG, sendbuf, recvbuf, count, dtype,
+                         (ofccl_redop_t){OFCCL_OP_SUM, 1}, block, &r);
+    else
+        rc = ofccl__post_bc(comm, recvbuf, count, dtype, root, block, &r);
+    if (rc == 0)
+        (void)ofccl_wait(r); /* its status stays in the request, the caller's to read */
+out:
+    if (m_in != NULL)
+        ofccl_mem_deregister(m_in);
+    if (m_out != NULL)
+        ofccl_mem_deregister(m_out);
+    if (rc == 0) {
+        comm->ctx->stats.hmem_bytes += out;
+        *req = r;
+    }
+    return rc;
+}
