@@ -13,8 +13,12 @@
  * tcp between them): GPU memory is then staged through host memory, and
  * -m host runs the same collectives on ofccl host memory (the reference the
  * staging is measured against); both timed on the host's clock.
+ * -p PROVIDER joins the ranks through that provider instead (e.g. shm on one
+ * host: no peer memory maps, so plain GPU memory goes through the fabric as
+ * GPU memory where it takes it, OFCCL_GPU_FABRIC, else staged; timed on the
+ * host's clock; CUDA is loaded before the context, so that auto asks).
  * Usage: gpu_perf [-n GPUS] [-b MIN] [-e MAX] [-i ITERS] [-s SMS] [-m pool|reg|plain|host]
- *        [-H HOSTS]
+ *        [-H HOSTS] [-p PROVIDER]
  */
 #include <getopt.h>
 #include <stdio.h>
@@ -30,6 +34,7 @@ static int nsizes, iters = 20;
 static char sms_setting[32] = "";
 static const char *mem = "pool";
 static int hosts = 1;
+static const char *prov_arg; /* -p */
 static char host_id[FORK_MAX][32];
 static double *res; /* [rank][size][2] in shared memory */
 
@@ -94,8 +99,9 @@ static int bench(int rank, ofccl_ctx_t *ctx, ofccl_comm_t *comm)
                         h[i] = (uint8_t)(rank * 7 + i * 3 + si);
                     ofccl__gpu_event_sync(g, dev, b, &e);
                     res[((size_t)rank * MAXSIZES + (size_t)si) * 2 + (size_t)op] =
-                        hosts > 1 || host ? (now_s() - t0) * 1e3 / iters
-                                          : ofccl__gpu_event_ms(g, dev, a, b) / iters;
+                        hosts > 1 || host || prov_arg != NULL
+                            ? (now_s() - t0) * 1e3 / iters
+                            : ofccl__gpu_event_ms(g, dev, a, b) / iters;
                     copy(g, dev, op ? buf : (char *)buf + (size_t)rank * block, h,
                          op ? sizes[si] : block);
                 }
@@ -139,12 +145,18 @@ static int bench(int rank, ofccl_ctx_t *ctx, ofccl_comm_t *comm)
     return 0;
 }
 
+static int cuda_first(int rank)
+{
+    (void)rank;
+    return ofccl__gpu_process(NULL, true) == NULL;
+}
+
 int main(int argc, char **argv)
 {
     size_t lo = 1 << 20, hi = 512u << 20;
     int opt, n = 0, st[FORK_MAX], bad = 0;
 
-    while ((opt = getopt(argc, argv, "n:b:e:i:s:m:H:")) != -1) {
+    while ((opt = getopt(argc, argv, "n:b:e:i:s:m:H:p:")) != -1) {
         if (opt == 'n')
             n = atoi(optarg);
         else if (opt == 'b')
@@ -159,6 +171,8 @@ int main(int argc, char **argv)
             mem = optarg;
         else if (opt == 'H')
             hosts = atoi(optarg) > 1 ? atoi(optarg) : 1;
+        else if (opt == 'p')
+            prov_arg = optarg;
     }
     if (strcmp(mem, "pool") != 0 && strcmp(mem, "reg") != 0 && strcmp(mem, "plain") != 0 &&
         strcmp(mem, "host") != 0) {
@@ -168,7 +182,8 @@ int main(int argc, char **argv)
     for (size_t s = lo; s <= hi && nsizes < MAXSIZES; s *= 2)
         sizes[nsizes++] = s;
     nranks = n > 1 ? n : 2;
-    provider = hosts > 1 ? "tcp" : "local";
+    provider = prov_arg != NULL ? prov_arg : hosts > 1 ? "tcp" : "local";
+    fork_before_ctx = prov_arg != NULL ? cuda_first : NULL;
     for (int r = 0; r < nranks; r++) {
         snprintf(host_id[r], sizeof(host_id[r]), "HOST_ID=perf-host-%d", r * hosts / nranks);
         rank_setting[r] = hosts > 1 ? host_id[r] : sms_setting[0] ? sms_setting : NULL;
@@ -182,8 +197,10 @@ int main(int argc, char **argv)
         printf("gpu_perf: a rank failed\n");
         return 1;
     }
-    printf("ofccl GPU, %d ranks on %d host(s)%s, %s, in place in %s, bus GB/s\n%12s %12s %12s\n",
+    printf("ofccl GPU, %d ranks on %d host(s)%s%s%s, %s, in place in %s, bus GB/s\n%12s %12s "
+           "%12s\n",
            nranks, hosts, hosts > 1 ? " (simulated, tcp between them)" : "",
+           prov_arg != NULL ? ", provider " : "", prov_arg != NULL ? prov_arg : "",
            sms_setting[0] ? sms_setting : "GPU_SMS default",
            strcmp(mem, "pool") == 0   ? "the symmetric pool"
            : strcmp(mem, "reg") == 0  ? "registered cudaMalloc memory"

@@ -138,7 +138,12 @@ int ofccl__post_allgather(ofccl__req_t *r);
 int ofccl__post(ofccl_comm_t *comm, int coll, const void *sendbuf, void *recvbuf, size_t count,
                 ofccl_dtype_t dtype, ofccl_redop_t op, size_t block, ofccl_req_t **req);
 /* ofccl__comm_note_once bits. */
-enum { OFCCL__NOTE_PULL_STAGED = 0, OFCCL__NOTE_COST = 1, OFCCL__NOTE_HIER_UNFIT = 2 };
+enum {
+    OFCCL__NOTE_PULL_STAGED = 0,
+    OFCCL__NOTE_COST = 1,
+    OFCCL__NOTE_HIER_UNFIT = 2,
+    OFCCL__NOTE_DEVICE_DIRECT = 3,
+};
 int ofccl__post_reduce_scatter(ofccl__req_t *r);
 int ofccl__post_broadcast(ofccl__req_t *r);
 /* A broadcast of checked arguments on the host engine (no GPU routing): the

@@ -117,11 +117,22 @@ const ofccl__algo_t *ofccl__choose(ofccl_comm_t *comm, int coll, size_t block, i
              : coll == OFCCL__RS ? OFCCL__CFG_ALGO_RS
                                  : OFCCL__CFG_ALGO_BC;
     int forced = (int)ofccl__cfg_int(&comm->ctx->cfg, id), cand;
-    /* Device memory (a transport that takes it): never eager, whose words the
-     * CPU copies, nor hierarchical; direct or ring, whose bytes move by RMA
-     * and by the device's executor only. */
-    bool eager = !bucket && host_mem && ofccl__eager_possible(comm, block);
+    bool eager = !bucket && ofccl__eager_possible(comm, block);
 
+    /* Device memory (a transport that takes it, FI_HMEM): direct only. Never
+     * eager (the CPU copies its words); and nothing is forwarded, since a
+     * provider may signal a write into device memory before its device copy
+     * has landed (shm's CUDA IPC copies on the GPU after it completes), so a
+     * ring or chain could pass on stale bytes: every block goes from where
+     * its owner put it. */
+    if (!host_mem) {
+        if (forced != 0 && ofccl__comm_note_once(comm, OFCCL__NOTE_DEVICE_DIRECT))
+            OFCCL__INFO(&comm->ctx->log, OFCCL__SUB_COLL,
+                        "rank %d: GPU memory through the fabric runs direct, whatever "
+                        "OFCCL_ALGO_* asks",
+                        comm->rank);
+        return coll == OFCCL__BC ? &ofccl__bc_direct : cands_of(coll)[OFCCL__CAND_DIRECT].algo;
+    }
     if (coll == OFCCL__BC && forced != 0)
         return forced_bcast(comm, forced);
     /* All-gather and reduce-scatter: 1 direct (eager when small), 2 ring,
@@ -141,8 +152,6 @@ const ofccl__algo_t *ofccl__choose(ofccl_comm_t *comm, int coll, size_t block, i
                     comm->rank, comm->size, why);
     }
     cand = forced != 0 ? OFCCL__CAND_DIRECT : ofccl__choose_model(comm, coll, block);
-    if (!host_mem && cand == OFCCL__CAND_HIER)
-        cand = OFCCL__CAND_DIRECT;
     if (cand == OFCCL__CAND_DIRECT || cand >= OFCCL__CAND_COUNT)
         return direct_variant(comm, coll, block);
     return cands_of(coll)[cand].algo;

@@ -7,13 +7,17 @@
  *
  * Where every rank can register its GPU's memory with its transport, an
  * all-gather or a broadcast runs the host engine on the caller's GPU buffers
- * themselves: they are registered for the call (ofccl_mem_register, kind
- * cuda:N from the driver), every transfer is an RMA from and into device
- * memory, and the all-gather's own block is copied by the device's executor
- * (providers/gpu/exec.c) on a stream of its own. The algorithm is direct or
- * ring, never eager (its words are CPU copies) nor hierarchical (select.c).
- * The call first waits for the caller's stream (the inputs are ready) and
- * returns with the collective complete, as staging does. A reduce-scatter
+ * themselves: the output is registered for the call (ofccl_mem_register,
+ * kind cuda:N from the driver), the all-gather's own block is copied to its
+ * place on the caller's stream first, and every transfer is an RMA from and
+ * into device memory. The device's executor (providers/gpu/exec.c) is
+ * registered for what the host engine copies itself (its staging, should a
+ * registration fail). The algorithm is direct
+ * (select.c): never eager (its words are CPU copies), and nothing forwarded,
+ * since a provider may signal a write into device memory before its device
+ * copy has landed. The call first waits for the caller's stream (the inputs
+ * are ready), and before it returns, with the collective complete as
+ * staging's, for the provider's device copies into this rank's memory. A reduce-scatter
  * stays staged: its sums would need the peers' blocks landed in device
  * scratch, which this path does not plan.
  */
@@ -123,8 +127,8 @@ int ofccl__ghmem(ofccl__gcomm_t *gc, int coll, const void *sendbuf, void *recvbu
 {
     ofccl_comm_t *comm = gc->comm;
     size_t out = coll == OFCCL__AG ? block * (size_t)comm->size : block;
-    bool in_out = coll != OFCCL__AG || ofccl__overlaps(sendbuf, block, recvbuf, out);
-    ofccl_mem_t *m_out = NULL, *m_in = NULL;
+    char *own = (char *)recvbuf + (size_t)comm->rank * block;
+    ofccl_mem_t *m_out = NULL;
     ofccl__err_t e = {0};
     ofccl_req_t *r = NULL;
     void *state;
@@ -136,22 +140,30 @@ int ofccl__ghmem(ofccl__gcomm_t *gc, int coll, const void *sendbuf, void *recvbu
                                 "GPU %d's executor for the host engine: %s", gc->dev, e.msg);
     if ((rc = ofccl__exec_register(comm->ctx, gc->dev, &ofccl__gpu_exec_ops, state)) != 0)
         return ofccl__comm_fail(comm, rc, "registering GPU %d's executor", gc->dev);
+    /* The all-gather's own block goes to its place first, on the caller's
+     * stream: every block is then sent from where it lies in the output,
+     * complete, and the host engine copies nothing. */
+    if (coll == OFCCL__AG && (rc = ofccl__gq_copy(gc, own, sendbuf, block, &e)) != 0)
+        return ofccl__comm_fail(comm, rc, "all-gather: this rank's block: %s", e.msg);
     /* The inputs are ready once the caller's stream has reached this call. */
     if ((rc = ofccl__gpu_stream_sync(gc->g, gc->dev, gc->stream, &e)) != 0)
         return ofccl__comm_fail(comm, rc, "waiting for the caller's stream: %s", e.msg);
-    if ((rc = reg(gc, recvbuf, out, &m_out)) != 0 ||
-        (!in_out && (rc = reg(gc, sendbuf, block, &m_in)) != 0))
-        goto out;
+    if ((rc = reg(gc, recvbuf, out, &m_out)) != 0)
+        return rc;
     if (coll == OFCCL__AG)
-        rc = ofccl__post(comm, OFCCL__AG, sendbuf, recvbuf, count, dtype,
+        rc = ofccl__post(comm, OFCCL__AG, own, recvbuf, count, dtype,
                          (ofccl_redop_t){OFCCL_OP_SUM, 1}, block, &r);
     else
         rc = ofccl__post_bc(comm, recvbuf, count, dtype, root, block, &r);
     if (rc == 0)
         (void)ofccl_wait(r); /* its status stays in the request, the caller's to read */
-out:
-    if (m_in != NULL)
-        ofccl_mem_deregister(m_in);
+    /* The provider's device copies into this rank's memory may still run on
+     * the legacy stream after it signalled them (shm's CUDA IPC copies are
+     * asynchronous): they are done before the call returns. */
+    if (rc == 0 && (rc = ofccl__gpu_stream_sync(gc->g, gc->dev, NULL, &e)) != 0) {
+        ofccl_req_free(r);
+        rc = ofccl__comm_fail(comm, rc, "waiting for the provider's device copies: %s", e.msg);
+    }
     if (m_out != NULL)
         ofccl_mem_deregister(m_out);
     if (rc == 0) {
