@@ -385,7 +385,9 @@ void ofccl__prov_caps_format(const ofccl__prov_caps_t *c, char *buf, size_t len)
              "order_war          %s (max_order_war_size %zu)\n"
              "inject_size        %zu\n"
              "max_msg_size       %zu\n"
-             "peer_map           %s\n",
+             "peer_map           %s\n"
+             "hmem               %s (GPU memory registered as such, FI_HMEM)\n"
+             "auth_key           %s\n",
              c->name, c->fabric, c->domain, yn(c->strict), c->quirk_row, flags, note,
              yn(c->virt_addr), yn(c->prov_key), yn(c->mr_local), yn(c->mr_endpoint),
              yn(c->mr_allocated), yn(c->mr_raw), c->key_size,
@@ -395,5 +397,9 @@ void ofccl__prov_caps_format(const ofccl__prov_caps_t *c, char *buf, size_t len)
              c->cq_data_size, yn(c->rx_cq_data), yn(c->atomic_u64_sum), yn(c->atomic_native),
              yn(c->delivery_complete), yn(c->order_waw), c->max_order_waw_size, yn(c->order_raw),
              c->max_order_raw_size, yn(c->order_war), c->max_order_war_size, c->inject_size,
-             c->max_msg_size, yn(c->peer_map));
+             c->max_msg_size, yn(c->peer_map), yn(c->hmem),
+             c->auth_key == OFCCL__AUTH_KEY_DERIVED     ? "derived from the job secret"
+             : c->auth_key == OFCCL__AUTH_KEY_LAUNCHER  ? "the launcher's"
+             : c->auth_key == OFCCL__AUTH_KEY_UNOFFERED ? "none offered"
+                                                        : "none (no job secret)");
 }
