@@ -99,8 +99,11 @@ int ofccl__fab_ep_close(ofccl__ep_t *ep)
     return rc;
 }
 
+#define PORT_TAKEN 1 /* open_once: the endpoint's port was taken meanwhile */
+#define PORT_TRIES 8
+
 /* fi_endpoint, fi_av_open, fi_cq_open, naming, binding and enabling. */
-static int open_fids(ofccl__ep_t *ep, struct ofccl__fab_ep *f, ofccl__err_t *e)
+static int open_once(ofccl__ep_t *ep, struct ofccl__fab_ep *f, ofccl__err_t *e)
 {
     ofccl__prov_t *prov = ep->prov;
     struct ofccl__fab_prov *fp = ofccl__fab_prov_of(prov);
@@ -146,11 +149,41 @@ static int open_fids(ofccl__ep_t *ep, struct ofccl__fab_ep *f, ofccl__err_t *e)
         ret = fi_ep_bind(f->ep, &f->cq->fid, FI_TRANSMIT | FI_RECV);
     if (ret == 0)
         ret = fi_enable(f->ep);
+    if (ret == -FI_EADDRINUSE)
+        return PORT_TAKEN;
     if (ret != 0)
         return ofccl__limit_fail(log, e, -ret, fi_strerror(-ret), 0, OFCCL_ERR_PROVIDER,
                                  "rank %d: binding/enabling the %s endpoint", rank,
                                  prov->caps.name);
     return 0;
+}
+
+/* tcp (libfabric 1.17) picks its listening port at random in its range and
+ * binds with SO_REUSEADDR, so two endpoints of one host can bind one port and
+ * the second fails to listen (EADDRINUSE): open it again, a few times. */
+static int open_fids(ofccl__ep_t *ep, struct ofccl__fab_ep *f, ofccl__err_t *e)
+{
+    for (int t = 1;; t++) {
+        int ret = open_once(ep, f, e);
+        if (ret != PORT_TAKEN)
+            return ret;
+        fi_close(&f->ep->fid);
+        fi_close(&f->av->fid);
+        fi_close(&f->cq->fid);
+        f->ep = NULL;
+        f->av = NULL;
+        f->cq = NULL;
+        if (t == PORT_TRIES)
+            return ofccl__fail(ep->prov->log, OFCCL__SUB_PROV, e, OFCCL_ERR_PROVIDER,
+                               "rank %d: enabling the %s endpoint: its port was in use %d times "
+                               "(other processes hold most of the provider's port range? "
+                               "FI_TCP_PORT_LOW_RANGE / FI_TCP_PORT_HIGH_RANGE)",
+                               ep->params.rank, ep->prov->caps.name, PORT_TRIES);
+        OFCCL__INFO(ep->prov->log, OFCCL__SUB_PROV,
+                    "rank %d: the %s endpoint's port was taken as it listened (EADDRINUSE): "
+                    "opening it again",
+                    ep->params.rank, ep->prov->caps.name);
+    }
 }
 
 int ofccl__fab_ep_setup(ofccl__ep_t *ep, ofccl__err_t *e)

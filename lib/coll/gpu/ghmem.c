@@ -87,9 +87,9 @@ int ofccl__ghmem_setup(ofccl__gcomm_t *gc)
         return rc;
     gc->hmem = first == 0;
     if (gc->hmem) {
-        snprintf(gc->why, sizeof(gc->why),
-                 "GPU buffers go to other hosts through %s as GPU memory (FI_HMEM), no staging "
-                 "(all-gather, broadcast; reduce-scatter staged)",
+        size_t l = strlen(gc->why);
+        snprintf(gc->why + l, sizeof(gc->why) - l,
+                 "; all-gathers and broadcasts go through %s as GPU memory (FI_HMEM), not staged",
                  ofccl__comm_caps(comm)->name);
         return 0;
     }
