@@ -270,7 +270,7 @@ static void choose_hmem(const ofccl__prov_params_t *p, struct hint_opts o, struc
     if (*pick != NULL && p->signal == OFCCL__PROV_SIGNAL_ATOMIC && !((*pick)->caps & FI_ATOMIC)) {
         OFCCL__INFO(p->log, OFCCL__SUB_PROV,
                     "%s: its FI_HMEM entry has no atomics, which OFCCL_SIGNAL=atomic asks for: "
-                    "GPU memory to other hosts is staged through host memory",
+                    "opened without it, GPU memory cannot go as GPU memory",
                     o.prov_name);
         fi_freeinfo(*list);
         *list = *pick = NULL;

@@ -13,6 +13,7 @@
  * call at once: its own lock serializes them.
  */
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -130,11 +131,15 @@ void *ofccl__gpu_exec_state(ofccl__gpu_t *g, int dev, int sms, ofccl__err_t *e)
     gexec_t *x;
     int rc = 0;
 
-    if (dev < 0 || dev >= OFCCL__GPU_MAX_DEVICES)
+    if (dev < 0 || dev >= OFCCL__GPU_MAX_DEVICES) {
+        snprintf(e->msg, sizeof(e->msg), "no device %d", dev);
         return NULL;
+    }
     pthread_mutex_lock(&lock);
     x = made[dev];
-    if (x == NULL && (x = calloc(1, sizeof(*x))) != NULL) {
+    if (x == NULL && (x = calloc(1, sizeof(*x))) == NULL)
+        snprintf(e->msg, sizeof(e->msg), "no memory");
+    else if (made[dev] == NULL) {
         x->g = g;
         x->dev = dev;
         x->sms = sms > 0 ? sms : 8;

@@ -1,8 +1,9 @@
 /*
- * GPU memory to peers on other hosts through the fabric provider, registered
- * as GPU memory: libfabric's FI_HMEM, asked for when the context is made
- * (OFCCL_GPU_FABRIC, lib/core/ctx.c) and found where the provider has an
- * FI_HMEM entry and its libfabric was built with CUDA (Debian's has none:
+ * GPU memory through the fabric provider, registered as GPU memory, where
+ * the GPU peer class does not serve (peers on other hosts, a libfabric
+ * provider on one host): libfabric's FI_HMEM, asked for when the context is
+ * made (OFCCL_GPU_FABRIC, lib/core/ctx.c) and found where the provider has
+ * an FI_HMEM entry and its libfabric was built with CUDA (Debian's has none:
  * there this path is said unavailable once, and staging, gstage.c, runs).
  *
  * Where every rank can register its GPU's memory with its transport, an
@@ -12,14 +13,14 @@
  * place on the caller's stream first, and every transfer is an RMA from and
  * into device memory. The device's executor (providers/gpu/exec.c) is
  * registered for what the host engine copies itself (its staging, should a
- * registration fail). The algorithm is direct
- * (select.c): never eager (its words are CPU copies), and nothing forwarded,
- * since a provider may signal a write into device memory before its device
- * copy has landed. The call first waits for the caller's stream (the inputs
- * are ready), and before it returns, with the collective complete as
- * staging's, for the provider's device copies into this rank's memory. A reduce-scatter
- * stays staged: its sums would need the peers' blocks landed in device
- * scratch, which this path does not plan.
+ * registration fail). The algorithm is direct (select.c): never eager (its
+ * words are CPU copies), and nothing is forwarded, since a provider may
+ * signal a write into device memory before its device copy has landed. The
+ * call first waits for the caller's stream (the inputs are ready), and
+ * before it returns, with the collective complete as a staged one, for the
+ * provider's device copies into this rank's memory. A reduce-scatter stays
+ * staged: its sums would need the peers' blocks landed in device memory,
+ * which this path does not plan.
  */
 #include <stdlib.h>
 #include <string.h>
