@@ -252,6 +252,18 @@ static int diagnose(const ofccl__prov_params_t *p, const char *prov_name, const 
                        recv ? "posted receives for CQ data (FI_MSG)" : "ofccl's hints");
 }
 
+/* query(), and where offset addressing finds nothing, again with virtual
+ * addresses (o->virt_addr is then set). */
+static void query_any_addressing(struct hint_opts *o, struct fi_info **list, struct fi_info **pick)
+{
+    query(o, list, pick);
+    if (*pick == NULL && !o->virt_addr) {
+        fi_freeinfo(*list);
+        o->virt_addr = true;
+        query(o, list, pick);
+    }
+}
+
 /* The entry that takes GPU memory too (FI_HMEM), where the provider has one
  * ofccl can use: *pick, or NULL and the reason logged. Atomics are optional
  * in it (shm's has none): signals then use CQ data, unless atomics were
@@ -261,12 +273,7 @@ static void choose_hmem(const ofccl__prov_params_t *p, struct hint_opts o, struc
 {
     o.hmem = true;
     o.recv = true; /* CQ data may be the signal: receives may be posted */
-    query(&o, list, pick);
-    if (*pick == NULL && !o.virt_addr) {
-        fi_freeinfo(*list);
-        o.virt_addr = true;
-        query(&o, list, pick);
-    }
+    query_any_addressing(&o, list, pick);
     if (*pick != NULL && p->signal == OFCCL__PROV_SIGNAL_ATOMIC && !((*pick)->caps & FI_ATOMIC)) {
         OFCCL__INFO(p->log, OFCCL__SUB_PROV,
                     "%s: its FI_HMEM entry has no atomics, which OFCCL_SIGNAL=atomic asks for: "
@@ -299,16 +306,11 @@ int ofccl__fab_choose(const ofccl__prov_params_t *p, const char *prov_name, cons
         if (*pick != NULL)
             return 0;
     }
-    query(&o, list, pick);
-    if (*pick == NULL && !virt_addr) {
-        fi_freeinfo(*list);
-        o.virt_addr = true;
-        query(&o, list, pick);
-        if (*pick != NULL)
-            OFCCL__INFO(p->log, OFCCL__SUB_PROV,
-                        "%s: %s needs FI_MR_VIRT_ADDR; falling back to virtual addressing",
-                        p->strict ? "strict mode" : "offset addressing", prov_name);
-    }
+    query_any_addressing(&o, list, pick);
+    if (*pick != NULL && o.virt_addr && !virt_addr)
+        OFCCL__INFO(p->log, OFCCL__SUB_PROV,
+                    "%s: %s needs FI_MR_VIRT_ADDR; falling back to virtual addressing",
+                    p->strict ? "strict mode" : "offset addressing", prov_name);
     if (*pick != NULL && !recv && ((*pick)->mode & FI_RX_CQ_DATA)) {
         /* CQ data will consume receives: we must be allowed to post them. */
         fi_freeinfo(*list);

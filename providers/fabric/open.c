@@ -166,6 +166,7 @@ static int fab_open(ofccl__prov_t *prov, const char *prov_name, const ofccl__pro
     const char *domain = params->domain != NULL ? params->domain : "";
     struct fi_info *list = NULL, *pick = NULL;
     struct ofccl__fab_prov *fp;
+    bool reopen = false; /* its FI_HMEM entry takes no CUDA memory */
     int ret;
 
     ofccl__fab_env_defaults();
@@ -220,18 +221,12 @@ static int fab_open(ofccl__prov_t *prov, const char *prov_name, const ofccl__pro
         char buf[256];
         const char *why = hmem_unusable(fp, log, buf, sizeof(buf));
         if (why != NULL) {
-            ofccl__prov_params_t plain = *params;
             OFCCL__INFO(log, OFCCL__SUB_PROV,
                         "%s: FI_HMEM entry, but %s: opened without it, GPU memory to other hosts "
                         "is staged through host memory",
                         prov->caps.name, why);
-            fi_close(&fp->domain->fid);
-            fi_close(&fp->fabric->fid);
-            fi_freeinfo(fp->info);
-            free(fp);
-            prov->be_state = NULL;
-            plain.hmem = OFCCL__HMEM_NO;
-            return fab_open(prov, prov_name, &plain, e);
+            reopen = true; /* torn down as on failure, then opened again */
+            goto err_domain;
         }
     }
     /* The row first: it can rule out delivery-complete atomics. */
@@ -258,6 +253,11 @@ err_fp:
     prov->be_state = NULL;
 err_list:
     fi_freeinfo(list);
+    if (reopen) {
+        ofccl__prov_params_t plain = *params;
+        plain.hmem = OFCCL__HMEM_NO;
+        return fab_open(prov, prov_name, &plain, e);
+    }
     return ret;
 }
 
