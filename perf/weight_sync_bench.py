@@ -11,6 +11,10 @@ asked for):
   pre-read  the generator read to its end first, then one push plan over the
             whole list (what the engine did before it streamed).
 
+With --device cuda the weights are made on the GPU (rank % GPUs) and both
+paths move GPU memory (GPU plans, every rank on one host; ranks may share a
+GPU, which checks the path, not its speed).
+
 Each is timed from a barrier to the last rollout rank's last byte (best of
 --reps), and the trainer ranks' peak resident memory (ru_maxrss) is read after
 each: the streaming runs first, so its peak is its own. Every received byte
@@ -36,9 +40,10 @@ def parse_size(s):
     return int(float(s[:-1]) * m[s[-1]]) if s[-1] in m else int(s)
 
 
-def weights(size, piece, torch):
+def weights(size, piece, torch, device):
     for i in range(size // piece):
-        yield f"layer{i}.weight", torch.full((piece // 2,), float(i % 97), dtype=torch.bfloat16)
+        yield f"layer{i}.weight", torch.full((piece // 2,), float(i % 97), dtype=torch.bfloat16,
+                                             device=device)
 
 
 def rss():
@@ -47,6 +52,7 @@ def rss():
 
 def rank_main(rank, args):
     import torch
+    torch.set_num_threads(args.threads)  # torchrun's default: OMP_NUM_THREADS=1 per process
 
     import ofccl
     from ofccl.push import PushPlan
@@ -60,15 +66,24 @@ def rank_main(rank, args):
     senders, receivers = list(range(args.trainers)), list(range(args.trainers, n))
     trainer = rank in senders
     out = {"rank": rank, "trainer": trainer}
+    gpu = args.device == "cuda"
+    if gpu:
+        torch.cuda.set_device(rank % torch.cuda.device_count())
+    dev = torch.device("cuda", torch.cuda.current_device()) if gpu else None
+
+    def done():  # the GPU's queued work, then every rank
+        if gpu:
+            torch.cuda.synchronize()
+        comm.barrier()
     out["base_rss"] = rss()
-    ws = WeightStream(comm, senders, receivers, args.bucket, "cpu")
+    ws = WeightStream(comm, senders, receivers, args.bucket, args.device)
     bad = 0
 
     async def stream_once(check):
         nonlocal bad
         if trainer:
             async def gen():
-                for item in weights(args.size, args.piece, torch):
+                for item in weights(args.size, args.piece, torch, dev):
                     yield item
             await ws.send(gen(), 1)
         else:
@@ -84,7 +99,7 @@ def rank_main(rank, args):
         comm.barrier()
         t0 = time.perf_counter()
         asyncio.run(stream_once(rep == args.reps - 1))
-        comm.barrier()
+        done()
         dt = time.perf_counter() - t0
         best = dt if best is None else min(best, dt)
     out["stream_s"], out["stream_rss"] = best, rss()
@@ -93,13 +108,13 @@ def rank_main(rank, args):
     # pre-read: the whole list first, then one plan over it
     names = [(f"layer{i}.weight", (args.piece // 2,), "bf16")
              for i in range(args.size // args.piece)]
-    plan = PushPlan(comm, names, senders, receivers, bucket_bytes=args.bucket)
+    plan = PushPlan(comm, names, senders, receivers, bucket_bytes=args.bucket, gpu=gpu)
     best = None
     for rep in range(args.reps):
         comm.barrier()
         t0 = time.perf_counter()
         if trainer:
-            fulls = [t for _, t in weights(args.size, args.piece, torch)]
+            fulls = [t for _, t in weights(args.size, args.piece, torch, dev)]
             shards = [plan.shard_of(k, t) for k, t in enumerate(fulls)]
             for _ in plan.push(shards):
                 pass
@@ -109,7 +124,7 @@ def rank_main(rank, args):
                 for t in plan.bucket_tensors(k):
                     plan.view(t, buf, torch=True)
                 del buf
-        comm.barrier()
+        done()
         dt = time.perf_counter() - t0
         best = dt if best is None else min(best, dt)
     out["preread_s"], out["preread_rss"] = best, rss()
@@ -128,6 +143,8 @@ def main():
     ap.add_argument("--trainers", type=int, default=2)
     ap.add_argument("--rollout", type=int, default=2)
     ap.add_argument("--reps", type=int, default=2)
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    ap.add_argument("--threads", type=int, default=1, help="torch's threads per rank")
     ap.add_argument("--set", action="append", default=[],
                     help="an ofccl setting KEY=VALUE for every rank (repeatable)")
     ap.add_argument("--rank", type=int, default=-1)
@@ -144,7 +161,8 @@ def main():
     procs = [subprocess.Popen([sys.executable, __file__, "--rank", str(r), "--port", str(port),
                                "--size", str(args.size), "--bucket", str(args.bucket),
                                "--piece", str(args.piece), "--trainers", str(args.trainers),
-                               "--rollout", str(args.rollout), "--reps", str(args.reps)] +
+                               "--rollout", str(args.rollout), "--reps", str(args.reps),
+                               "--device", args.device, "--threads", str(args.threads)] +
                               [x for kv in args.set for x in ("--set", kv)],
                               stdout=subprocess.PIPE, text=True) for r in range(n)]
     res = []
@@ -160,7 +178,8 @@ def main():
     tr = [r for r in res if r["trainer"]]
     mib = 1 << 20
     print(f"weight sync of {args.size / mib:.0f} MiB in {args.bucket / mib:.0f} MiB buckets, "
-          f"{args.trainers} trainer and {args.rollout} rollout ranks (local transport"
+          f"{args.trainers} trainer and {args.rollout} rollout ranks, {args.device} memory "
+          f"(local transport"
           f"{', ' + ', '.join(args.set) if args.set else ''})")
     base = max(r["base_rss"] for r in tr)
     print(f"  trainer RSS before the syncs: {base / mib:.0f} MiB")

@@ -87,6 +87,7 @@ static int start(ofccl__req_t *r)
         size_t so, dof, len;
         const ofccl__mr_t *mr;
         ofccl__push_piece(pl, t, pl->me_send, pl->me_recv, &so, &dof, &len);
+        len = ofccl__push_used(pl, r->slot, t, so, len);
         int rc =
             len ? ofccl__exec_copy(r, (char *)r->dst.ptr + dof, piece_src(r, t, so, &mr, len), len)
                 : 0;
@@ -113,8 +114,10 @@ static int send_to(ofccl__req_t *r, int j)
             continue;
         if (u++ < r->sent[q])
             continue;
-        src = piece_src(r, t, so, &mr, len);
-        rc = ofccl__coll_put(r, q, src, mr, len, dof, base + u - 1);
+        /* a piece past what this post moves: a zero-length unit in its place */
+        len = ofccl__push_used(pl, r->slot, t, so, len);
+        src = len ? piece_src(r, t, so, &mr, len) : NULL;
+        rc = ofccl__coll_put(r, q, src, len ? mr : NULL, len, dof, base + u - 1);
         if (rc == OFCCL_ERR_AGAIN)
             return 0;
         if (rc)

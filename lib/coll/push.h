@@ -30,6 +30,7 @@ struct ofccl_push_plan {
     uint32_t *base;  /* [SLOTS][nsenders + 1] */
     uint32_t *sbase; /* [SLOTS][nreceivers] */
     size_t *soff;    /* [SLOTS][ntensors] */
+    size_t *used;    /* [SLOTS][ntensors]: elements of each tensor the post moves (SIZE_MAX: all) */
 };
 
 /* The index of `rank` in list[0..n), or -1. */
@@ -40,6 +41,9 @@ size_t ofccl__push_shard(const ofccl_push_plan_t *pl, int t, int s, size_t *firs
  * receiver's bucket buffer, and length (0: nothing). */
 void ofccl__push_piece(const ofccl_push_plan_t *pl, int t, int s, int j, size_t *src_off,
                        size_t *dst_off, size_t *len);
+/* Of this sender's piece of tensor t at `src_off` in its shard, `len` bytes:
+ * the bytes the post in `slot` moves (a prefix; ofccl_push_bucket_used). */
+size_t ofccl__push_used(const ofccl_push_plan_t *pl, int slot, int t, size_t src_off, size_t len);
 /* Non-empty pieces sender s has for receiver j in bucket k. */
 unsigned ofccl__push_pieces(const ofccl_push_plan_t *pl, int k, int s, int j);
 void ofccl__push_plan_free(ofccl_push_plan_t *pl);
@@ -54,7 +58,9 @@ void ofccl__gpu_push_free(ofccl_push_plan_t *pl);
 /* A bucket of the plan still runs on the GPU. */
 bool ofccl__gpu_push_busy(const ofccl_push_plan_t *pl);
 /* Post bucket k of a GPU plan on the communicator's stream. */
-int ofccl__gpu_push_bucket(ofccl_push_plan_t *pl, int k, void *const *shards, void *buf,
-                           ofccl__req_t **out);
+int ofccl__gpu_push_bucket(ofccl_push_plan_t *pl, int k, void *const *shards, const size_t *used,
+                           void *buf, ofccl__req_t **out);
+/* What the post in `slot` moves of each tensor of bucket k (push_post.c). */
+void ofccl__push_set_used(ofccl_push_plan_t *pl, int slot, int k, const size_t *used);
 
 #endif

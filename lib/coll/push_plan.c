@@ -58,6 +58,18 @@ void ofccl__push_piece(const ofccl_push_plan_t *pl, int t, int s, int j, size_t 
         pl->where[(size_t)j * (size_t)pl->ntensors + (size_t)t] + (x1 > x0 ? (x0 - a) * es : 0);
 }
 
+size_t ofccl__push_used(const ofccl_push_plan_t *pl, int slot, int t, size_t src_off, size_t len)
+{
+    size_t s0, es = pl->esize[t], used = pl->used[(size_t)slot * (size_t)pl->ntensors + (size_t)t];
+    size_t at;
+
+    if (used == SIZE_MAX)
+        return len;
+    ofccl__push_shard(pl, t, pl->me_send, &s0);
+    at = s0 * es + src_off; /* the piece's first byte in the tensor */
+    return used * es > at ? OFCCL__MIN(len, used * es - at) : 0;
+}
+
 unsigned ofccl__push_pieces(const ofccl_push_plan_t *pl, int k, int s, int j)
 {
     unsigned n = 0;
@@ -278,9 +290,10 @@ static int plan_create_locked(ofccl_comm_t *comm, const ofccl_push_spec_t *sp,
     pl->base = calloc((size_t)OFCCL__SLOTS * ((size_t)sp->nsenders + 1), sizeof(uint32_t));
     pl->sbase = calloc((size_t)OFCCL__SLOTS * (size_t)sp->nreceivers, sizeof(uint32_t));
     pl->soff = calloc((size_t)OFCCL__SLOTS * (nt + 1), sizeof(size_t));
+    pl->used = calloc((size_t)OFCCL__SLOTS * (nt + 1), sizeof(size_t));
     if (!pl->senders || !pl->receivers || !pl->counts || !pl->esize || !pl->first ||
         !pl->bucket_bytes_mine || !pl->slice_off || !pl->slice_cnt || !pl->where || !pl->base ||
-        !pl->sbase || !pl->soff) {
+        !pl->sbase || !pl->soff || !pl->used) {
         ofccl__push_plan_free(pl);
         return ofccl__comm_fail(comm, OFCCL_ERR_NO_MEMORY, "ofccl_push_plan_create: out of memory");
     }
@@ -329,6 +342,7 @@ void ofccl__push_plan_free(ofccl_push_plan_t *pl)
     free(pl->base);
     free(pl->sbase);
     free(pl->soff);
+    free(pl->used);
     free(pl);
 }
 

@@ -64,7 +64,7 @@ static int resolve_send(ofccl__req_t *r, ofccl_push_plan_t *pl, int k, void *con
 
     for (int t = pl->first[k]; t < pl->first[k + 1]; t++) {
         size_t s0, bytes = ofccl__push_shard(pl, t, pl->me_send, &s0) * pl->esize[t];
-        if (bytes > 0 && shards[t] == NULL)
+        if (ofccl__push_used(pl, r->slot, t, 0, bytes) > 0 && shards[t] == NULL)
             return ofccl__comm_fail(comm, OFCCL_ERR_INVALID_ARG,
                                     "ofccl_push_bucket: shards[%d] is NULL but this sender owns "
                                     "%zu bytes of tensor %d",
@@ -77,6 +77,7 @@ static int resolve_send(ofccl__req_t *r, ofccl_push_plan_t *pl, int k, void *con
     rc = ofccl__stage_acquire(comm, OFCCL__PUSH, total ? total : 1, &r->staging_idx, &r->src);
     for (int t = pl->first[k]; rc == 0 && t < pl->first[k + 1]; t++) {
         size_t s0, bytes = ofccl__push_shard(pl, t, pl->me_send, &s0) * pl->esize[t];
+        bytes = ofccl__push_used(pl, r->slot, t, 0, bytes);
         if (bytes)
             rc = ofccl__exec_copy(r, (char *)r->src.ptr + soff[t], shards[t], bytes);
         comm->ctx->stats.staged_bytes += bytes;
@@ -93,8 +94,15 @@ static ofccl__mem_kind_t shards_kind(const ofccl_push_plan_t *pl, int k, void *c
     return OFCCL__MEM_HOST;
 }
 
-static int push_bucket_locked(ofccl_push_plan_t *pl, int k, void *const *shards, void *buf,
-                              size_t len, ofccl_req_t **req)
+void ofccl__push_set_used(ofccl_push_plan_t *pl, int slot, int k, const size_t *used)
+{
+    for (int t = pl->first[k]; t < pl->first[k + 1]; t++)
+        pl->used[(size_t)slot * (size_t)pl->ntensors + (size_t)t] =
+            used != NULL ? OFCCL__MIN(used[t], pl->counts[t]) : SIZE_MAX;
+}
+
+static int push_bucket_locked(ofccl_push_plan_t *pl, int k, void *const *shards, const size_t *used,
+                              void *buf, size_t len, ofccl_req_t **req)
 {
     ofccl_comm_t *comm = pl->comm;
     ofccl__req_t *r;
@@ -108,7 +116,7 @@ static int push_bucket_locked(ofccl_push_plan_t *pl, int k, void *const *shards,
         return ofccl__comm_fail(comm, OFCCL_ERR_INVALID_ARG,
                                 "ofccl_push_bucket: this rank is a sender: shards is NULL");
     if (pl->gpu) {
-        if ((rc = ofccl__gpu_push_bucket(pl, k, shards, buf, &r)) == 0)
+        if ((rc = ofccl__gpu_push_bucket(pl, k, shards, used, buf, &r)) == 0)
             *req = r;
         return rc;
     }
@@ -130,6 +138,7 @@ static int push_bucket_locked(ofccl_push_plan_t *pl, int k, void *const *shards,
     r->op = (ofccl_redop_t){OFCCL_OP_SUM, 1};
     pl->bucket[r->slot] = k;
     pl->shards[r->slot] = shards;
+    ofccl__push_set_used(pl, r->slot, k, used);
     rc = ofccl__exec_choose(r, buf != NULL ? ofccl__mem_kind_of(buf) : OFCCL__MEM_HOST,
                             pl->me_send >= 0 ? shards_kind(pl, k, shards) : OFCCL__MEM_HOST);
     if (rc == 0 && pl->me_recv >= 0)
@@ -154,7 +163,16 @@ int ofccl_push_bucket(ofccl_push_plan_t *plan, int bucket, void *const *shards, 
     if (plan == NULL)
         return OFCCL_ERR_INVALID_ARG;
     OFCCL__CHECK_HANDLE(plan->comm);
-    OFCCL__LOCKED(plan->comm->ctx, push_bucket_locked(plan, bucket, shards, buf, len, req));
+    OFCCL__LOCKED(plan->comm->ctx, push_bucket_locked(plan, bucket, shards, NULL, buf, len, req));
+}
+
+int ofccl_push_bucket_used(ofccl_push_plan_t *plan, int bucket, void *const *shards,
+                           const size_t *used, void *buf, size_t len, ofccl_req_t **req)
+{
+    if (plan == NULL)
+        return OFCCL_ERR_INVALID_ARG;
+    OFCCL__CHECK_HANDLE(plan->comm);
+    OFCCL__LOCKED(plan->comm->ctx, push_bucket_locked(plan, bucket, shards, used, buf, len, req));
 }
 
 int ofccl_push_buffer(const ofccl_push_plan_t *plan, int bucket, void **buf)

@@ -273,6 +273,17 @@ OFCCL_API int ofccl_push_tensor_where(const ofccl_push_plan_t *plan, int t, int 
  * so read bucket k before. The request completes when the bucket is all in. */
 OFCCL_API int ofccl_push_bucket(ofccl_push_plan_t *plan, int bucket, void *const *shards, void *buf,
                                 size_t len, ofccl_req_t **req);
+/* ofccl_push_bucket moving only a prefix of each tensor: the first used[t]
+ * elements of tensor t of bucket k (used NULL: whole tensors). Receivers'
+ * requests complete as usual; what lies past the prefix in their buffers is
+ * unspecified (a staged receive copies out its whole staging buffer). A
+ * sender's shard need not be valid where nothing of it moves. Senders pass
+ * the same `used` (receivers' is ignored). All zero: an empty bucket, only
+ * its completion signals move, which releases a bucket a receiver posted
+ * ahead before it knew there would be none (a stream of buckets whose length
+ * the senders learn as they go). */
+OFCCL_API int ofccl_push_bucket_used(ofccl_push_plan_t *plan, int bucket, void *const *shards,
+                                     const size_t *used, void *buf, size_t len, ofccl_req_t **req);
 /* The plan's own receive buffer for bucket k (after it was posted with NULL). */
 OFCCL_API int ofccl_push_buffer(const ofccl_push_plan_t *plan, int bucket, void **buf);
 

@@ -97,6 +97,8 @@ _PROTOS = {
     "ofccl_push_tensor_where": (c_int, [c_void_p, c_int, POINTER(c_int), POINTER(c_size_t),
                                         POINTER(c_size_t)]),
     "ofccl_push_bucket": (c_int, [c_void_p, c_int, c_void_p, c_void_p, c_size_t, _pp]),
+    "ofccl_push_bucket_used": (c_int, [c_void_p, c_int, c_void_p, c_void_p, c_void_p, c_size_t,
+                                       _pp]),
     "ofccl_push_buffer": (c_int, [c_void_p, c_int, _pp]),
     "ofccl_buffer_alloc": (c_int, [c_void_p, c_size_t, _pp]),
     "ofccl_buffer_free": (c_int, [c_void_p, c_void_p]),

@@ -259,13 +259,22 @@ class PushPlan:
             arr[t] = p
         return arr
 
-    def post(self, k: int, shards: Any = None, buf: Any = None) -> Request:
+    def post(self, k: int, shards: Any = None, buf: Any = None,
+             used: Optional[Sequence[int]] = None) -> Request:
         """Post bucket k on this rank (every rank posts the buckets in the same
         order). A sender passes its shards (one per tensor, or the array from an
         earlier post); a receiver a writable buffer of at least the bucket's
-        bytes, or None for the plan's own buffer k % 2. The Request's result is
-        the receive buffer (None on a pure sender)."""
+        bytes, or None for the plan's own buffer k % 2. ``used`` (senders, the
+        same on each): per tensor of the plan, the elements of it that move (a
+        prefix; all 0 for the bucket's tensors: an empty bucket). The Request's
+        result is the receive buffer (None on a pure sender)."""
         h = self._live()
+        keep_used = None
+        if used is not None:
+            if len(used) != len(self.names) or any(int(u) < 0 for u in used):
+                raise InvalidArgument(f"push bucket {k}: used gives one element count (>= 0) per "
+                                      f"tensor ({len(self.names)}), got {list(used)}")
+            keep_used = (c_size_t * max(len(used), 1))(*[int(u) for u in used])
         arr = shards if isinstance(shards, ctypes.Array) else self._shards(shards)
         bp, blen = None, 0
         if self.gpu:  # enqueued on torch's current stream
@@ -281,13 +290,16 @@ class PushPlan:
             if not writable:
                 raise InvalidArgument(f"push bucket {k} buffer: read-only")
         req = c_void_p()
-        rc = _lib.lib().ofccl_push_bucket(h, int(k), arr, bp, blen, byref(req))
+        if keep_used is None:
+            rc = _lib.lib().ofccl_push_bucket(h, int(k), arr, bp, blen, byref(req))
+        else:
+            rc = _lib.lib().ofccl_push_bucket_used(h, int(k), arr, keep_used, bp, blen, byref(req))
         if rc:
             raise from_code(rc, self.comm.last_error or "ofccl_push_bucket")
         result = None
         if self.is_receiver:
             result = buf if buf is not None else self.buffer(k)
-        return Request(self.comm, req.value, (shards, arr, buf, self), result)
+        return Request(self.comm, req.value, (shards, arr, buf, self, keep_used), result)
 
     def _start(self, shards: Optional[Sequence[Any]],
                buffers_: Optional[Sequence[Any]]) -> Callable[[int], None]:

@@ -1,29 +1,33 @@
 """Streaming weight sync: the trainer's weights go to the rollout ranks bucket by
 bucket as the trainer's iterator yields them, the list never known in advance.
 
-One push plan per communicator carries every sync: two bucket slots of
-`bucket_size` bytes each (a plan of two uint8 "tensors"), bucket j of a sync
-in slot j % 2. A bucket starts with its description (a header: JSON of the
-step, whether it is the sync's last bucket, and per piece its name, shape,
-dtype and where its bytes are), then the packed weights, each at a 64-byte
+One push plan per communicator carries every sync: two bucket slots (a plan
+of two uint8 "tensors"), bucket j of a sync in slot j % 2. A slot starts with
+a header region for the bucket's description (JSON of the step, whether it is
+the sync's last bucket, and per piece its name, shape, dtype and where its
+bytes are), then `bucket_size` bytes of packed weights, each at a 64-byte
 aligned offset; a weight larger than what is left starts a new bucket, and
-one larger than a bucket is split over several. Trainer rank i sends only
-its own share of each bucket's bytes (the plan's shard; the header is in the
-first trainer's), so it copies 1/T of the bytes it reads, into one of three
-pack buffers of its share: two buckets in flight and one filling, whatever
-the model's size. One weight is read ahead, so the last bucket says it is.
+one larger than a bucket is split over several. Only the bucket's used prefix
+moves (ofccl_push_bucket_used). Trainer rank i sends only its own share of
+each bucket's bytes (the plan's shard; the header is in the first trainer's),
+so it copies 1/T of the bytes it reads, into one of three pack buffers of its
+share: two buckets in flight and one filling, whatever the model's size. One
+weight is read ahead, so the last bucket says it is.
 
 Before each bucket the trainer ranks alone compare digests of their
 descriptions (a communicator of the trainers); where one differs, they push a
 bucket whose header carries the error (naming the first piece that differs)
-and every rank raises ofccl.Mismatch with it. A rollout rank posts bucket
-j + 1 as soon as bucket j has arrived and said it is not the last, and reads
-bucket j meanwhile. One waiting for another step reads the sync to its end
+and every rank raises ofccl.Mismatch with it. A rollout rank keeps two
+buckets posted, as with a list known in advance: bucket j + 2 once it has read
+bucket j and bucket j said it is not the last. So it posts one bucket past the
+last, and the trainers end every sync with that bucket, empty (only its
+completion moves). One waiting for another step reads the sync to its end
 (the trainers finish normally) and then raises Mismatch.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -107,14 +111,14 @@ class WeightStream:
                  device: str):
         self.comm, self.device, self.size = comm, device, int(bucket_size)
         self.senders, self.receivers = senders, receivers
-        share = -(-self.size // max(len(senders), 1))
-        self.head = min(64 << 10, share // 2 // ALIGN * ALIGN)
+        self.head = min(64 << 10, self.size // max(len(senders), 1) // 2 // ALIGN * ALIGN)
         if self.head < 1024:
             raise InvalidArgument(f"bucket_size {bucket_size}: at least {2048 * len(senders)} "
                                   f"bytes with {len(senders)} trainer ranks (each bucket's "
                                   "description travels in the first one's share)")
-        self.plan = PushPlan(comm, [("slot0", self.size, "uint8"), ("slot1", self.size, "uint8")],
-                             senders, receivers, bucket_bytes=self.size, gpu=device == "cuda")
+        self.slot = self.head + self.size  # the header region, then the weights
+        self.plan = PushPlan(comm, [("slot0", self.slot, "uint8"), ("slot1", self.slot, "uint8")],
+                             senders, receivers, bucket_bytes=self.slot, gpu=device == "cuda")
         if self.plan.nbuckets != 2:
             raise InvalidArgument(f"weight stream: a plan of {self.plan.nbuckets} buckets")
         # the trainers' own communicator: their descriptions are compared there
@@ -122,9 +126,11 @@ class WeightStream:
         self.buckets_sent = self.buckets_received = 0
         self.completed = 0  # this sync's buckets whose push is complete here (trainer)
         self._packs: List[Any] = []
+        self._pins: List[Any] = []  # GPU: the headers' pinned host copies, one per pack
+        self._stream: Any = None  # GPU: the pushes' stream
 
     def close(self) -> None:
-        self._packs = []
+        self._packs = self._pins = []
         self.plan.close()
         self.tcomm.close()
 
@@ -142,6 +148,33 @@ class WeightStream:
                 self._packs.append(torch.from_numpy(self.comm.alloc(n, "uint8")))
         return self._packs[b]
 
+    def _put_header(self, b: int, blob: bytes) -> None:
+        """A bucket's description at the start of pack b (the first sender's
+        share begins the bucket). GPU: from pinned memory on the caller's
+        stream, as the weights are packed (a pageable copy would wait for the
+        pushes before it)."""
+        src, pack = np.frombuffer(blob, dtype=np.uint8), self._pack(b)
+        if self.device != "cuda":
+            np.copyto(pack.numpy()[:len(blob)], src)
+            return
+        torch = _torch()
+        while len(self._pins) <= b:
+            self._pins.append(torch.empty(self.head, dtype=torch.uint8, pin_memory=True))
+        self._pins[b].numpy()[:len(blob)] = src  # pack b's last push is complete
+        pack[:len(blob)].copy_(self._pins[b][:len(blob)], non_blocking=True)
+
+    def _posting(self) -> Any:
+        """Where pushes are posted. GPU: a stream of their own, after what the
+        caller's stream packed so far, so packing the next bucket overlaps the
+        push of this one."""
+        if self.device != "cuda":
+            return contextlib.nullcontext()
+        torch = _torch()
+        if self._stream is None:
+            self._stream = torch.cuda.Stream()
+        self._stream.wait_stream(torch.cuda.current_stream())
+        return torch.cuda.stream(self._stream)
+
     def _copy_share(self, pack: Any, src: Any, off: int) -> None:
         """The part of `src` (bytes at bucket offset `off`) inside this sender's
         share of the bucket, into the pack buffer."""
@@ -150,10 +183,11 @@ class WeightStream:
         if a < b:
             _copy(pack[a - s0:b - s0], src[a - off:b - off])
 
-    async def _differs(self, bucket: Bucket, last: bool, j: int) -> Optional[str]:
-        """None where every trainer's description of bucket j is the same, else
-        the message naming the first piece that differs (on every trainer)."""
-        mine = json.dumps([bucket.items, last]).encode()
+    async def _differs(self, bucket: Bucket, last: bool, j: int, step: Any) -> Optional[str]:
+        """None where every trainer's description of bucket j (and step) is the
+        same, else the message naming the first piece that differs (on every
+        trainer)."""
+        mine = json.dumps([bucket.items, last, step]).encode()
         digest = np.frombuffer(hashlib.sha256(mine).digest()[:8], dtype=np.uint8).copy()
         got = await self.tcomm.all_gather(digest)
         if len({bytes(row) for row in got.reshape(-1, 8)}) == 1:
@@ -164,13 +198,18 @@ class WeightStream:
         buf = np.frombuffer(mine, dtype=np.uint8).copy() if self.tcomm.rank == 0 else \
             np.empty(int(n[0]), dtype=np.uint8)
         await self.tcomm.broadcast(buf, 0)
-        items0, last0 = json.loads(buf.tobytes().decode())
+        items0, last0, step0 = json.loads(buf.tobytes().decode())
         a = bucket.items
         v = -1 if [a, last] == [items0, last0] else \
             next((i for i in range(min(len(a), len(items0))) if a[i] != items0[i]),
                  min(len(a), len(items0)))
+        v = -2 if v == -1 and json.loads(json.dumps(step)) != step0 else v
         where = await self.tcomm.all_gather(np.array([v], dtype=np.int64).view(np.uint8))
         for r, v in enumerate(where.view(np.int64).tolist()):
+            if v == -2:
+                return (f"weight sync: trainer rank {r} sends the weights of another step than "
+                        f"trainer rank 0 (rank 0: step {step0!r}): every trainer rank passes "
+                        "the same global_steps")
             if v < 0:
                 continue
             what = (f"'{items0[v][0]}' {items0[v][1]} {items0[v][2]}" if v < len(items0)
@@ -185,25 +224,28 @@ class WeightStream:
         torch = _torch()
         dev = torch.device("cuda", torch.cuda.current_device()) if self.device == "cuda" else None
         inflight: List[Any] = []
-        state = {"j": 0, "bucket": Bucket(self.size, self.head), "pack": self._pack(0)}
+        state = {"j": 0, "bucket": Bucket(self.slot, self.head), "pack": self._pack(0)}
         self.completed = 0
 
         async def ship(last: bool) -> None:
             j, bucket, pack = state["j"], state["bucket"], state["pack"]
-            error = await self._differs(bucket, last, j)
+            error = await self._differs(bucket, last, j, step)
             if self.comm.rank == self.senders[0]:
                 head = bucket.header(step, last, error)
                 if len(head) > self.head:
                     raise InvalidArgument(f"weight sync: bucket {j}'s description takes "
                                           f"{len(head)} bytes, its header {self.head}")
-                self._copy_share(pack, torch.frombuffer(bytearray(head), dtype=torch.uint8), 0)
+                self._put_header(j % PACKS, head)
             if len(inflight) == 2:
                 await inflight.pop(0)
                 self.completed += 1
-            inflight.append(self.plan.post(j % 2, [pack, pack]))
+            with self._posting():
+                inflight.append(self.plan.post(j % 2, [pack, pack], used=[bucket.used] * 2))
+                if last or error is not None:  # the bucket the rollout ranks posted past the end
+                    inflight.append(self.plan.post((j + 1) % 2, [pack, pack], used=[0, 0]))
             if error is not None:
                 raise Mismatch(error)
-            state.update(j=j + 1, bucket=Bucket(self.size, self.head),
+            state.update(j=j + 1, bucket=Bucket(self.slot, self.head),
                          pack=self._pack((j + 1) % PACKS))
 
         it = items.__aiter__()
@@ -221,8 +263,7 @@ class WeightStream:
                 while True:
                     bucket = state["bucket"]
                     room = bucket.room(entry)
-                    if bucket.items and (room == 0 or
-                                         room < min(total - at, self.size - self.head)):
+                    if bucket.items and (room == 0 or room < min(total - at, self.size)):
                         await ship(False)
                         continue
                     if room == 0:
@@ -254,28 +295,24 @@ class WeightStream:
         torch = _torch()
         parts: Dict[str, Any] = {}
         wrong_step = None
-        req = self.plan.post(0)
+        ahead = [self.plan.post(0), self.plan.post(1)]  # buckets j and j + 1
         j = 0
         self.buckets_received = 0
         try:
-            while req is not None:
-                buf = await req
-                req = None
+            while True:
+                buf = await ahead.pop(0)
                 if isinstance(buf, np.ndarray):
                     buf = torch.from_numpy(buf)
-                n = int.from_bytes(buf[:8].cpu().numpy().tobytes(), "little")
-                head = json.loads(buf[8:8 + n].cpu().numpy().tobytes().decode())
+                hb = buf[:self.head].cpu().numpy()  # GPU: one copy to the host
+                n = int.from_bytes(hb[:8].tobytes(), "little")
+                head = json.loads(hb[8:8 + n].tobytes().decode())
                 if "error" in head:
                     raise Mismatch(head["error"])
-                if not head["last"]:
-                    req = self.plan.post((j + 1) % 2)  # arrives while bucket j is read
                 if step is not None and head["step"] != step:
                     wrong_step = head["step"]
-                j += 1
-                self.buckets_received = j
-                if wrong_step is not None:
-                    continue  # read to the end: the trainers finish, then raise
-                for name, shape, dt, total, at, n, off in head["items"]:
+                self.buckets_received = j + 1
+                for name, shape, dt, total, at, n, off in ([] if wrong_step is not None
+                                                           else head["items"]):
                     dtype = getattr(torch, dt)
                     if n == total:
                         x = buf[off:off + n].view(dtype).reshape(shape) if n else \
@@ -289,8 +326,12 @@ class WeightStream:
                         del parts[name]
                         yield name, whole.view(dtype).reshape(shape)
                 del buf
-        finally:  # a bucket posted and not read (the consumer stopped, a failure)
-            if req is not None:
+                if head["last"]:
+                    break
+                ahead.append(self.plan.post(j % 2))  # bucket j + 2, into bucket j's buffer
+                j += 1
+        finally:  # buckets posted and not read (the one past the end, a failure)
+            for req in ahead:
                 try:
                     await req
                 except Exception:  # noqa: BLE001 - the sync's own error is the one raised

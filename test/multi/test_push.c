@@ -5,7 +5,8 @@
  * Seven tensors of several dtypes (one larger than a bucket, one empty) in
  * 256 KiB buckets; receivers take whole tensors into the plan's buffers or
  * their own, or a slice; buckets double-buffered; every byte checked; pushed
- * twice. Also: a plan that differs across ranks (MISMATCH naming the field),
+ * twice; then prefixes of the tensors and empty buckets
+ * (ofccl_push_bucket_used). Also: a plan that differs across ranks (MISMATCH naming the field),
  * and a receive buffer that is too small (INVALID_ARG before any byte moves).
  * Usage: test_push ok | death   (death: rank 1 dies before pushing; every
  * receiver must fail with REMOTE_ERROR naming it, with no bucket reported
@@ -68,8 +69,17 @@ static int make_plan(ofccl_push_plan_t **plan, size_t bucket_bytes)
     return ofccl_push_plan_create(comm, &sp, plan);
 }
 
-/* One push: every bucket, double-buffered; receivers check every byte. */
-static int push_round(ofccl_push_plan_t *plan, int round, int own_buffer)
+/* Whether byte i of tensor t moves in a push of `used` elements of it (the
+ * rest of a receiver's buffer is unspecified). */
+static bool moves(int t, size_t i, const size_t *used)
+{
+    return used == NULL || i / ofccl_dtype_size(dtypes[t]) < used[t];
+}
+
+/* One push: every bucket, double-buffered; receivers check every byte.
+ * used (NULL: whole tensors): ofccl_push_bucket_used, receivers check the
+ * bytes that move, and a sender's shard is NULL where nothing of it moves. */
+static int push_round(ofccl_push_plan_t *plan, int round, int own_buffer, const size_t *used)
 {
     int nb = 0, bad = 0, rc = 0, me = rank < NSEND ? rank : -1;
     size_t maxb = 0;
@@ -82,6 +92,8 @@ static int push_round(ofccl_push_plan_t *plan, int round, int own_buffer)
             size_t es = ofccl_dtype_size(dtypes[t]), c = (counts[t] + NSEND - 1) / NSEND;
             size_t s0 = (size_t)me * c < counts[t] ? (size_t)me * c : counts[t];
             size_t n = (s0 + c < counts[t] ? s0 + c : counts[t]) - s0;
+            if (used != NULL && used[t] <= s0)
+                continue; /* nothing of it moves: no shard */
             shards[t] = malloc(n * es + 1);
             for (size_t i = 0; i < n * es; i++)
                 ((uint8_t *)shards[t])[i] = byte_of(t, s0 * es + i, round);
@@ -109,12 +121,16 @@ static int push_round(ofccl_push_plan_t *plan, int round, int own_buffer)
                 size_t first = sliced() ? counts[t] / 2 * es : 0;
                 ofccl_push_tensor_where(plan, t, &b, &at, &bytes);
                 for (size_t i = 0; b == kk && i < bytes; i++)
-                    bad += ((uint8_t *)buf)[at + i] != byte_of(t, first + i, round);
+                    bad += moves(t, first + i, used) &&
+                           ((uint8_t *)buf)[at + i] != byte_of(t, first + i, round);
             }
         }
         if (k < nb) {
             void *buf = mine ? (char *)mine + (size_t)(k % 2) * maxb : NULL;
-            rc = ofccl_push_bucket(plan, k, me >= 0 ? shards : NULL, buf, maxb, &req[k % 2]);
+            rc = used != NULL
+                     ? ofccl_push_bucket_used(plan, k, me >= 0 ? shards : NULL, used, buf, maxb,
+                                              &req[k % 2])
+                     : ofccl_push_bucket(plan, k, me >= 0 ? shards : NULL, buf, maxb, &req[k % 2]);
             if (rc)
                 printf("rank %d: posting bucket %d: %s\n", rank, k, ofccl_comm_last_error(comm));
         }
@@ -140,8 +156,65 @@ static void test_push(void)
     CU_ASSERT_EQUAL_FATAL(make_plan(&plan, 256 << 10), 0);
     ofccl_push_plan_info(plan, &nb, NULL);
     CU_ASSERT(nb >= 3); /* the 1.2 MB tensor is a bucket of its own */
-    CU_ASSERT_EQUAL(push_round(plan, 1, rank == 3), 0);
-    CU_ASSERT_EQUAL(push_round(plan, 2, 0), 0);
+    CU_ASSERT_EQUAL(push_round(plan, 1, rank == 3, NULL), 0);
+    CU_ASSERT_EQUAL(push_round(plan, 2, 0, NULL), 0);
+    CU_ASSERT_EQUAL(ofccl_push_plan_destroy(plan), 0);
+}
+
+/* Bytes this rank's writes carried to its peers so far. */
+static uint64_t bytes_out(void)
+{
+    ofccl_stats_t st = {.size = sizeof(st)};
+
+    return ofccl_ctx_stats(ctx, &st) == 0 ? st.local_bytes + st.fabric_bytes : 0;
+}
+
+/* What a sender's writes of a push of `used` elements carry, computed from
+ * the layout: per receiver, its tensors' elements inside this sender's shard
+ * and the prefix. */
+static uint64_t bytes_of_push(const size_t *used)
+{
+    uint64_t total = 0;
+
+    for (int r = NSEND; r < size; r++)
+        for (int t = 0; t < NT; t++) {
+            size_t c = (counts[t] + NSEND - 1) / NSEND, lo = (size_t)rank * c;
+            size_t hi = lo + c < counts[t] ? lo + c : counts[t];
+            size_t a = r == 4 ? counts[t] / 2 : 0, b = used[t] < hi ? used[t] : hi;
+            lo = lo > a ? lo : a;
+            total += b > lo ? (b - lo) * ofccl_dtype_size(dtypes[t]) : 0;
+        }
+    return total;
+}
+
+/* Prefixes: of each tensor a prefix that ends inside the first sender's
+ * shard, inside the second's, at its end, or nothing; then empty buckets
+ * (every prefix 0); then whole tensors again on the same plan. */
+static void test_push_used(void)
+{
+    ofccl_push_plan_t *plan = NULL;
+    size_t used[NT], none[NT] = {0};
+
+    for (int t = 0; t < NT; t++)
+        used[t] = t % 4 == 0   ? counts[t] / 3
+                  : t % 4 == 1 ? 0
+                  : t % 4 == 2 ? counts[t] * 5 / 6
+                               : counts[t];
+    uint64_t before, slack = 4096; /* completion signals (atomics on some paths) */
+
+    CU_ASSERT_EQUAL_FATAL(make_plan(&plan, 256 << 10), 0);
+    before = bytes_out();
+    CU_ASSERT_EQUAL(push_round(plan, 3, 1, used), 0);
+    if (rank < NSEND) { /* the prefixes moved, not the tensors (about 1.4 MB per sender) */
+        uint64_t moved = bytes_out() - before, want = bytes_of_push(used);
+        printf("rank %d: prefixes: %llu bytes written, %llu in the prefixes\n", rank,
+               (unsigned long long)moved, (unsigned long long)want);
+        CU_ASSERT(moved >= want && moved <= want + slack);
+    }
+    before = bytes_out();
+    CU_ASSERT_EQUAL(push_round(plan, 4, 1, none), 0);
+    CU_ASSERT(rank >= NSEND || bytes_out() - before <= slack);
+    CU_ASSERT_EQUAL(push_round(plan, 5, rank == 3, NULL), 0);
     CU_ASSERT_EQUAL(ofccl_push_plan_destroy(plan), 0);
 }
 
@@ -193,7 +266,7 @@ static int run_death(void)
         raise(SIGKILL);
     }
     completed = 0;
-    rc = push_round(plan, 3, 0);
+    rc = push_round(plan, 3, 0, NULL);
     printf("rank %d: push with a dead sender: %s: %s; %d buckets completed\n", rank,
            ofccl_strerror(rc), ofccl_comm_last_error(comm), completed);
     /* Every rank fails, and every receiver's message names rank 1. On the
@@ -224,6 +297,8 @@ int main(int argc, char **argv)
 {
     static const cu_test_t tests[] = {
         {"push 7 tensors in buckets, twice, every byte checked", test_push},
+        {"prefixes of the tensors, empty buckets, then whole ones, every byte checked",
+         test_push_used},
         {"a receive buffer too small is refused before any byte moves", test_too_small},
         {"a plan that differs across ranks is a MISMATCH naming the field", test_plan_mismatch},
         {NULL, NULL},

@@ -2,7 +2,8 @@
 with verl: a lazy generator is read bucket by bucket (checked from inside it:
 never more than three buckets' worth ahead of the first bucket still
 unfinished), a trainer rank's peak memory stays within four buckets and a
-fixed overhead while it pushes 48 times a bucket, every byte arriving; engine
+fixed overhead while it pushes 48 times a bucket, every byte arriving, and it
+writes the weights and the buckets' descriptions, not whole buckets; engine
 keywords with a typo are refused naming them; and against a stand-in for
 verl's base module the engine is a subclass of its CheckpointEngine that
 passes its abstract-method check and is in its registry."""
@@ -41,10 +42,15 @@ def stream(comm):
             out["ahead"].append(ahead)
             yield f"w{i}", _weight(i)
 
+    def written():
+        st = comm.ctx.stats()
+        return st["local_bytes"] + st["fabric_bytes"]
+
     async def send():
-        base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        await ws.send(lazy(), 7)
+        base, sent = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, written()
+        out["buckets"] = await ws.send(lazy(), 7)
         out["rss_growth"] = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) * 1024
+        out["written"], out["head"] = written() - sent, ws.head
 
     async def receive():
         n = 0
@@ -80,6 +86,11 @@ def test_streaming_bounds():
     assert max(sender["ahead"]) <= 3 * BUCKET, max(sender["ahead"])
     # 48 buckets pushed; the peak grew by less than 4 buckets and 64 MiB
     assert sender["rss_growth"] < 4 * BUCKET + (64 << 20), sender["rss_growth"]
+    # a bucket holds bucket_size bytes of weights (its description apart), and
+    # only what a bucket holds moves: the weights and the header regions
+    assert sender["buckets"] == 48, sender["buckets"]
+    assert COUNT * PIECE <= sender["written"] <= COUNT * PIECE + 49 * sender["head"] + (1 << 16), \
+        sender["written"]
 
 
 def test_engine_kwargs_typo():

@@ -72,7 +72,7 @@ bool ofccl__gpu_push_busy(const ofccl_push_plan_t *pl)
 /* The bucket's pointers: a sender's non-empty shards on this GPU; a
  * receiver's buf NULL (or the plan's own buffer). */
 static int check_args(ofccl_push_plan_t *pl, ofccl__gcomm_t *gc, int k, void *const *shards,
-                      void *buf)
+                      const size_t *used, void *buf)
 {
     ofccl_comm_t *comm = pl->comm;
 
@@ -84,8 +84,8 @@ static int check_args(ofccl_push_plan_t *pl, ofccl__gcomm_t *gc, int k, void *co
     for (int t = pl->first[k]; pl->me_send >= 0 && t < pl->first[k + 1]; t++) {
         size_t s0;
         int kind;
-        if (ofccl__push_shard(pl, t, pl->me_send, &s0) == 0)
-            continue; /* no shard of this tensor here */
+        if (ofccl__push_shard(pl, t, pl->me_send, &s0) == 0 || (used != NULL && used[t] <= s0))
+            continue; /* nothing of this tensor moves from here */
         kind = shards[t] != NULL ? ofccl__gpu_kind_of(comm, shards[t]) : -1;
         if (kind != gc->dev)
             return ofccl__comm_fail(comm, OFCCL_ERR_INVALID_ARG,
@@ -100,8 +100,8 @@ static int check_args(ofccl_push_plan_t *pl, ofccl__gcomm_t *gc, int k, void *co
     return 0;
 }
 
-int ofccl__gpu_push_bucket(ofccl_push_plan_t *pl, int k, void *const *shards, void *buf,
-                           ofccl__req_t **out)
+int ofccl__gpu_push_bucket(ofccl_push_plan_t *pl, int k, void *const *shards, const size_t *used,
+                           void *buf, ofccl__req_t **out)
 {
     ofccl_comm_t *comm = pl->comm;
     ofccl__gcomm_t *gc = ofccl__gcomm_of(comm);
@@ -111,7 +111,7 @@ int ofccl__gpu_push_bucket(ofccl_push_plan_t *pl, int k, void *const *shards, vo
 
     if (gc == NULL || !gc->ready)
         return ofccl__comm_fail(comm, OFCCL_ERR_STATE, "ofccl_push_bucket: no GPU state");
-    if ((rc = check_args(pl, gc, k, shards, buf)) != 0)
+    if ((rc = check_args(pl, gc, k, shards, used, buf)) != 0)
         return rc;
     where.seg = ofccl__gpool_find(gc, pl->buf[k % 2], 1, &where.off);
     if (where.seg == NULL)
@@ -128,6 +128,7 @@ int ofccl__gpu_push_bucket(ofccl_push_plan_t *pl, int k, void *const *shards, vo
     r->recvbuf = pl->buf[k % 2];
     pl->bucket[r->slot] = k;
     pl->shards[r->slot] = shards;
+    ofccl__push_set_used(pl, r->slot, k, used);
     r->algo = &ofccl__gpu_push;
     ofccl__gpu_prepare(r, gc, &where);
     gc->rq[r->slot].ce = true; /* the copy engines always; their READY waits stay */
@@ -159,6 +160,7 @@ static int copy_pieces(ofccl__req_t *r, const ofccl_push_plan_t *pl, int j, char
     for (int t = pl->first[k]; rc == 0 && t < pl->first[k + 1]; t++) {
         size_t so, dof, len;
         ofccl__push_piece(pl, t, pl->me_send, j, &so, &dof, &len);
+        len = ofccl__push_used(pl, r->slot, t, so, len);
         if (len)
             rc = ofccl__gpu_copy(gc->g, gc->dev, s, dst + dof,
                                  (const char *)pl->shards[r->slot][t] + so, len, e);
