@@ -145,6 +145,8 @@ def main():
     ap.add_argument("--reps", type=int, default=2)
     ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     ap.add_argument("--threads", type=int, default=1, help="torch's threads per rank")
+    ap.add_argument("--profile", default="", help="a directory: each rank's cProfile there "
+                    "(rank<N>.txt, by own time)")
     ap.add_argument("--set", action="append", default=[],
                     help="an ofccl setting KEY=VALUE for every rank (repeatable)")
     ap.add_argument("--rank", type=int, default=-1)
@@ -152,6 +154,14 @@ def main():
     args = ap.parse_args()
     args.size, args.bucket, args.piece = (parse_size(args.size), parse_size(args.bucket),
                                           parse_size(args.piece))
+    if args.rank >= 0 and args.profile:
+        import cProfile
+        import pstats
+        prof = cProfile.Profile()
+        rc = prof.runcall(rank_main, args.rank, args)
+        with open(os.path.join(args.profile, f"rank{args.rank}.txt"), "w") as f:
+            pstats.Stats(prof, stream=f).sort_stats("tottime").print_stats(30)
+        return rc
     if args.rank >= 0:
         return rank_main(args.rank, args)
     with socket.socket() as s:
@@ -162,7 +172,8 @@ def main():
                                "--size", str(args.size), "--bucket", str(args.bucket),
                                "--piece", str(args.piece), "--trainers", str(args.trainers),
                                "--rollout", str(args.rollout), "--reps", str(args.reps),
-                               "--device", args.device, "--threads", str(args.threads)] +
+                               "--device", args.device, "--threads", str(args.threads),
+                               "--profile", args.profile] +
                               [x for kv in args.set for x in ("--set", kv)],
                               stdout=subprocess.PIPE, text=True) for r in range(n)]
     res = []

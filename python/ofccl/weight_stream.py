@@ -164,9 +164,11 @@ class WeightStream:
         pack[:len(blob)].copy_(self._pins[b][:len(blob)], non_blocking=True)
 
     def _posting(self) -> Any:
-        """Where pushes are posted. GPU: a stream of their own, after what the
-        caller's stream packed so far, so packing the next bucket overlaps the
-        push of this one."""
+        """Where buckets are posted. GPU: a stream of their own, after what the
+        caller's stream did so far (packed the bucket; read the buffer a
+        receiver posts again), so the caller's stream never waits for a bucket
+        in flight: a trainer packs the next bucket meanwhile, and a rollout
+        rank reads bucket j while j + 1 arrives."""
         if self.device != "cuda":
             return contextlib.nullcontext()
         torch = _torch()
@@ -295,7 +297,8 @@ class WeightStream:
         torch = _torch()
         parts: Dict[str, Any] = {}
         wrong_step = None
-        ahead = [self.plan.post(0), self.plan.post(1)]  # buckets j and j + 1
+        with self._posting():  # buckets j and j + 1
+            ahead = [self.plan.post(0), self.plan.post(1)]
         j = 0
         self.buckets_received = 0
         try:
@@ -328,7 +331,8 @@ class WeightStream:
                 del buf
                 if head["last"]:
                     break
-                ahead.append(self.plan.post(j % 2))  # bucket j + 2, into bucket j's buffer
+                with self._posting():  # bucket j + 2, into bucket j's buffer
+                    ahead.append(self.plan.post(j % 2))
                 j += 1
         finally:  # buckets posted and not read (the one past the end, a failure)
             for req in ahead:
