@@ -128,8 +128,10 @@ class OfcclCheckpointEngine(_verl_base()):  # type: ignore[misc]
     """
 
     TRAINER, ROLLOUT = "trainer", "rollout"
-    # How a sync travels: buckets of packed weights, each described ahead of it.
-    wire_format = "ofccl-stream-1"
+    # What receive_weights yields to verl's rollout server adapter: whole
+    # (name, tensor) pairs, the one format verl's vLLM and TensorRT-LLM
+    # rollouts take (they assert it; "delta_flush" is verl's sparse updates).
+    wire_format = "named_tensors"
     KWARGS = ("bucket_size", "is_master", "host", "copy", "rebuild_group", "settings", "device")
 
     def __init__(self, bucket_size: int = 64 << 20, is_master: bool = False,
