@@ -268,7 +268,8 @@ void ofccl__config_unknown_env(char *buf, size_t len)
     buf[0] = '\0';
     for (char **ep = environ; ep != NULL && *ep != NULL; ep++) {
         const char *eq = strchr(*ep, '=');
-        if (strncmp(*ep, "OFCCL_", 6) != 0 || eq == NULL)
+        /* OFCCL_TEST_*: the test suite's own switches, never parameters */
+        if (strncmp(*ep, "OFCCL_", 6) != 0 || eq == NULL || strncmp(*ep, "OFCCL_TEST_", 11) == 0)
             continue;
         if (find_param(*ep + 6, (size_t)(eq - *ep - 6)) < 0)
             append_name(buf, len, *ep, (size_t)(eq - *ep));

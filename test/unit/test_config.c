@@ -163,11 +163,14 @@ static void test_environment_scans(void)
 
     setenv("OFCCL_PROVDER", "tcp", 1);
     setenv("OFCCL_STRICT", "0", 1);
+    setenv("OFCCL_TEST_SEED", "7", 1);
     ofccl__config_unknown_env(buf, sizeof(buf));
     CU_ASSERT_PTR_NOT_NULL(strstr(buf, "OFCCL_PROVDER"));
     CU_ASSERT_PTR_NULL(strstr(buf, "OFCCL_STRICT"));
+    CU_ASSERT_PTR_NULL(strstr(buf, "OFCCL_TEST_SEED")); /* the test suite's, not a typo */
     unsetenv("OFCCL_PROVDER");
     unsetenv("OFCCL_STRICT");
+    unsetenv("OFCCL_TEST_SEED");
 
     setenv("SLURM_JOB_ID", "42", 1);
     setenv("OMPI_MCA_btl", "self", 1);
