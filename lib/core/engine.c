@@ -164,8 +164,8 @@ static int stream_start(ofccl__req_t *r)
     ofccl__coll_history(r, 0);
     comm->coll->all_pairs[r->seq % OFCCL__SLOTS] = false;
     comm->coll->next_seq++;
-    if ((rc = r->algo->start(r)) != 0 && r->algo->abort != NULL)
-        r->algo->abort(r);
+    if ((rc = r->algo->start(r)) != 0 && r->algo->unwind != NULL)
+        r->algo->unwind(r);
     return rc;
 }
 
@@ -292,8 +292,8 @@ static void complete(ofccl__req_t *r)
         r->state = OFCCL__REQ_DONE;
         return;
     }
-    if (r->status != 0 && r->algo != NULL && r->algo->abort != NULL)
-        r->algo->abort(r);
+    if (r->status != 0 && r->algo != NULL && r->algo->unwind != NULL)
+        r->algo->unwind(r);
     if (r->comm->ctx->trace != NULL)
         ofccl__trace_req_done(r, r->finish_ns);
     if (r->staging_idx >= 0) {

@@ -81,7 +81,7 @@ enum ofccl__algo_flag {
      * data} per writer, counted per ring slot. */
     OFCCL__ALGO_EAGER = 1u << 1,
     /* Stream-ordered (GPU): start enqueues the whole collective on a stream;
-     * no plan, descriptors or units; progress polls its end; abort releases
+     * no plan, descriptors or units; progress polls its end; unwind releases
      * the stream when the request fails. */
     OFCCL__ALGO_STREAM = 1u << 2,
 };
@@ -142,7 +142,7 @@ typedef struct ofccl__algo {
     const char *(*waits_on)(const ofccl__req_t *r, int p);
     /* The request failed: undo what would otherwise wait for it (a
      * stream-ordered request's stream). May be NULL. */
-    void (*abort)(ofccl__req_t *r);
+    void (*unwind)(ofccl__req_t *r);
     unsigned buffers; /* enum ofccl__algo_buf */
     /* Staging bytes of a reduce-scatter: where peers write (*dst) and for
      * the partial sums it forwards (*fwd). May be NULL: *dst = size * block,

@@ -436,7 +436,7 @@ static int bc_start(ofccl__req_t *r)
 }
 
 static const char *waits_on(const ofccl__req_t *r, int p);
-static void abort_req(ofccl__req_t *r);
+static void unwind_req(ofccl__req_t *r);
 
 /* A peer this request still waits for is known gone: release the stream at
  * once, with host stores alone (no CUDA call: the driver may hold one while
@@ -451,7 +451,7 @@ static int peer_gone(ofccl__req_t *r)
         const char *owed = p != r->comm->rank ? waits_on(r, p) : NULL;
         if (owed == NULL || !ofccl__dead_known(r->comm, p, &code, why, sizeof(why)))
             continue;
-        abort_req(r);
+        unwind_req(r);
         ofccl__notice_send(r->comm, r->seq, OFCCL__NOTICE_EXITED, p, -1);
         return ofccl__coll_fail(
             r, code, "%s; not complete after %llu ms; waiting for rank %d (%s)", why,
@@ -516,7 +516,7 @@ static const char *waits_on(const ofccl__req_t *r, int p)
 /* Release this rank's stream for good (the request failed): the abort word
  * first (the kernel then copies nothing), then every flag it may wait on;
  * the copy-engine streams' READY waits are left alone. */
-static void abort_req(ofccl__req_t *r)
+static void unwind_req(ofccl__req_t *r)
 {
     ofccl__gcomm_t *gc = gc_of(r);
     struct ofccl__grq *q = q_of(r);
@@ -552,7 +552,7 @@ bool ofccl__gpu_quiesce(ofccl__gcomm_t *gc)
         if (r == NULL || r->state != OFCCL__REQ_ACTIVE || r->algo_state != &gc->rq[s] ||
             gc->done[s] == NULL)
             continue;
-        abort_req(r);
+        unwind_req(r);
         while ((rc = ofccl__gpu_event_query(gc->g, gc->dev, gc->done[s], &e)) == 0 &&
                ofccl__now_ns() < deadline)
             ;
@@ -571,7 +571,7 @@ bool ofccl__gpu_quiesce(ofccl__gcomm_t *gc)
         .start = st,                                                                               \
         .progress = progress,                                                                      \
         .waits_on = waits_on,                                                                      \
-        .abort = abort_req,                                                                        \
+        .unwind = unwind_req,                                                                      \
     }
 GPU_ALGO(ofccl__gpu_ag, "gpu", OFCCL__AG, ag_start);
 GPU_ALGO(ofccl__gpu_bc, "gpu", OFCCL__BC, bc_start);
