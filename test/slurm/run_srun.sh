@@ -86,7 +86,7 @@ done
 expect_ok split-shm-np4 "split: 4 passed, 0 failed" 4 OFCCL_PROVIDER=shm -- --mpi=pmix -n 4 \
     "$multi/test_split"
 expect_ok bcast-shm-np3 "0 failed" 3 OFCCL_PROVIDER=shm -- --mpi=pmix -n 3 "$multi/test_bcast"
-expect_ok push-local-np4 "push: 3 passed, 0 failed" 4 OFCCL_PROVIDER=local -- --mpi=pmix -n 4 \
+expect_ok push-local-np4 "push: 4 passed, 0 failed" 4 OFCCL_PROVIDER=local -- --mpi=pmix -n 4 \
     "$multi/test_push" ok
 # The demo (README's main job) as a user would start it under Slurm.
 expect_ok demo-tcp-np4 "# all elements correct on rank 0" 1 OFCCL_PROVIDER=tcp -- --mpi=pmix \
