@@ -76,23 +76,29 @@ class Bucket:
     weight's bytes, the piece's offset in them, its length, its offset in the
     bucket]; the header takes the first `head` bytes."""
 
-    def __init__(self, size: int, head: int):
+    def __init__(self, size: int, head: int, step: Any):
         self.size, self.head, self.used = size, head, head
         self.items: List[List[Any]] = []
-        self.text = 64  # the header's JSON so far (its fixed part, roughly)
+        # the header's JSON so far: its fixed part, then at most `need` a piece
+        self.text = len(json.dumps({"step": step, "last": False, "items": []})) + 8
+        self.need = 0
 
     def room(self, entry: List[Any]) -> int:
-        """Bytes a piece may take here (0: the header is full)."""
-        if self.text + len(json.dumps(entry)) + 2 > self.head - 8:
+        """Bytes a piece of `entry` (its offsets still 0) may take here (0: the
+        header is full). Its description's length is bounded once: the three
+        offsets are below the weight's and the bucket's sizes."""
+        self.need = len(json.dumps(entry)) - 3 + len(str(entry[3])) + 2 * len(str(self.size)) + 2
+        if self.text + self.need > self.head - 8:
             return 0
         return max(self.size - _up(self.used), 0)
 
     def add(self, entry: List[Any]) -> int:
+        """Place the piece room() was last asked about."""
         off = _up(self.used)
         entry[6] = off
         self.items.append(entry)
         self.used = off + entry[5]
-        self.text += len(json.dumps(entry)) + 2
+        self.text += self.need
         return off
 
     def header(self, step: Any, last: bool, error: Optional[str] = None) -> bytes:
@@ -189,6 +195,8 @@ class WeightStream:
         """None where every trainer's description of bucket j (and step) is the
         same, else the message naming the first piece that differs (on every
         trainer)."""
+        if self.tcomm.size == 1:
+            return None  # one trainer rank: nothing to compare
         mine = json.dumps([bucket.items, last, step]).encode()
         digest = np.frombuffer(hashlib.sha256(mine).digest()[:8], dtype=np.uint8).copy()
         got = await self.tcomm.all_gather(digest)
@@ -226,7 +234,7 @@ class WeightStream:
         torch = _torch()
         dev = torch.device("cuda", torch.cuda.current_device()) if self.device == "cuda" else None
         inflight: List[Any] = []
-        state = {"j": 0, "bucket": Bucket(self.slot, self.head), "pack": self._pack(0)}
+        state = {"j": 0, "bucket": Bucket(self.slot, self.head, step), "pack": self._pack(0)}
         self.completed = 0
 
         async def ship(last: bool) -> None:
@@ -247,7 +255,7 @@ class WeightStream:
                     inflight.append(self.plan.post((j + 1) % 2, [pack, pack], used=[0, 0]))
             if error is not None:
                 raise Mismatch(error)
-            state.update(j=j + 1, bucket=Bucket(self.slot, self.head),
+            state.update(j=j + 1, bucket=Bucket(self.slot, self.head, step),
                          pack=self._pack((j + 1) % PACKS))
 
         it = items.__aiter__()

@@ -6,7 +6,8 @@ fixed overhead while it pushes 48 times a bucket, every byte arriving, and it
 writes the weights and the buckets' descriptions, not whole buckets; engine
 keywords with a typo are refused naming them; and against a stand-in for
 verl's base module the engine is a subclass of its CheckpointEngine that
-passes its abstract-method check and is in its registry."""
+passes its abstract-method check and is in its registry. Also: thousands of
+small weights, whose descriptions fill a bucket's header before its bytes do."""
 
 import asyncio
 import os
@@ -91,6 +92,43 @@ def test_streaming_bounds():
     assert sender["buckets"] == 48, sender["buckets"]
     assert COUNT * PIECE <= sender["written"] <= COUNT * PIECE + 49 * sender["head"] + (1 << 16), \
         sender["written"]
+
+
+def tiny(comm):
+    """Rank 0 sends 3000 small weights with long names in 64 KiB buckets, so
+    their descriptions fill a bucket's header long before its bytes do."""
+    from ofccl.weight_stream import WeightStream
+    ws = WeightStream(comm, [0], [1], 64 << 10, "cpu")
+    dtypes = [torch.float32, torch.bfloat16, torch.int64, torch.uint8]
+
+    def weight(i):
+        n = 1 + i % 7
+        return (f"model.layers.{i}.self_attn.rotary_emb.inv_freq_and_a_long_suffix_{i:06d}",
+                torch.arange(i, i + n, dtype=torch.float64).to(dtypes[i % 4]))
+    out = {"bad": []}
+
+    async def send():
+        out["buckets"] = await ws.send(iter_async(weight(i) for i in range(3000)), 3)
+
+    async def receive():
+        n = 0
+        async for name, t in ws.receive(3, True):
+            want = weight(n)
+            if name != want[0] or t.dtype != want[1].dtype or not torch.equal(t, want[1]):
+                out["bad"].append(name)
+            n += 1
+        out["received"] = n
+    asyncio.run(send() if comm.rank == 0 else receive())
+    ws.close()
+    return out
+
+
+def test_headers_fill_first():
+    sender, receiver = ranks.run(2, __file__, "tiny", settings={"PROVIDER": "local"},
+                                 timeout=240)
+    assert receiver["received"] == 3000 and receiver["bad"] == [], receiver
+    # 3000 descriptions of about 110 bytes do not fit one 32 KiB header region
+    assert sender["buckets"] > 8, sender["buckets"]
 
 
 def test_engine_kwargs_typo():
