@@ -17,7 +17,10 @@ weight is read ahead, so the last bucket says it is.
 Before each bucket the trainer ranks alone compare digests of their
 descriptions (a communicator of the trainers); where one differs, they push a
 bucket whose header carries the error (naming the first piece that differs)
-and every rank raises ofccl.Mismatch with it. A rollout rank keeps two
+and every rank raises ofccl.Mismatch with it. A trainer rank that fails to
+make its part of a bucket (its iterator raises) says so in that same round:
+the bucket carries its message, the other ranks raise ofccl.RemoteError, and
+it raises its own exception; nobody waits for it until a deadline. A rollout rank keeps two
 buckets posted, as with a list known in advance: bucket j + 2 once it has read
 bucket j and bucket j said it is not the last. So it posts one bucket past the
 last, and the trainers end every sync with that bucket, empty (only its
@@ -36,7 +39,7 @@ from typing import Any, AsyncIterator, Dict, List, Optional, Tuple
 import numpy as np
 
 from .comm import Comm
-from .errors import InvalidArgument, Mismatch
+from .errors import Error, InvalidArgument, Mismatch, RemoteError
 from .push import PushPlan
 
 ALIGN = 64
@@ -101,10 +104,11 @@ class Bucket:
         self.text += self.need
         return off
 
-    def header(self, step: Any, last: bool, error: Optional[str] = None) -> bytes:
+    def header(self, step: Any, last: bool, error: Optional[Error] = None) -> bytes:
         d: Dict[str, Any] = {"step": step, "last": last, "items": self.items}
         if error is not None:
-            d = {"step": step, "last": True, "items": [], "error": error}
+            d = {"step": step, "last": True, "items": [], "error": error.message,
+                 "code": error.name}
         blob = json.dumps(d).encode()
         return len(blob).to_bytes(8, "little") + blob
 
@@ -191,24 +195,36 @@ class WeightStream:
         if a < b:
             _copy(pack[a - s0:b - s0], src[a - off:b - off])
 
-    async def _differs(self, bucket: Bucket, last: bool, j: int, step: Any) -> Optional[str]:
-        """None where every trainer's description of bucket j (and step) is the
-        same, else the message naming the first piece that differs (on every
-        trainer)."""
+    async def _tell(self, text: str, root: int) -> str:
+        """Trainer `root`'s text on every trainer rank."""
+        n = np.array([len(text.encode())], dtype=np.uint64)
+        await self.tcomm.broadcast(n.view(np.uint8), root)
+        buf = np.frombuffer(text.encode(), dtype=np.uint8).copy() if self.tcomm.rank == root \
+            else np.empty(int(n[0]), dtype=np.uint8)
+        await self.tcomm.broadcast(buf, root)
+        return buf.tobytes().decode()
+
+    async def _differs(self, bucket: Bucket, last: bool, j: int, step: Any,
+                       failed: Optional[str] = None) -> Optional[Error]:
+        """Every trainer rank before bucket j moves: None where every trainer's
+        description of it (and step) is the same; else, on every trainer, the
+        error the bucket carries instead: RemoteError where a trainer rank
+        failed to make its part (`failed`, its message), else Mismatch naming
+        the first piece that differs."""
         if self.tcomm.size == 1:
-            return None  # one trainer rank: nothing to compare
+            return None if failed is None else RemoteError(failed)
         mine = json.dumps([bucket.items, last, step]).encode()
-        digest = np.frombuffer(hashlib.sha256(mine).digest()[:8], dtype=np.uint8).copy()
-        got = await self.tcomm.all_gather(digest)
-        if len({bytes(row) for row in got.reshape(-1, 8)}) == 1:
+        word = np.zeros(9, dtype=np.uint8)
+        word[:8] = np.frombuffer(hashlib.sha256(mine).digest()[:8], dtype=np.uint8)
+        word[8] = failed is not None
+        got = (await self.tcomm.all_gather(word)).reshape(-1, 9)
+        down = [r for r in range(len(got)) if got[r][8]]
+        if down:
+            return RemoteError(await self._tell(failed or "", down[0]))
+        if len({bytes(row[:8]) for row in got}) == 1:
             return None
         # Rare: trainer 0's description to every trainer, and where each differs.
-        n = np.array([len(mine)], dtype=np.uint64)
-        await self.tcomm.broadcast(n.view(np.uint8), 0)
-        buf = np.frombuffer(mine, dtype=np.uint8).copy() if self.tcomm.rank == 0 else \
-            np.empty(int(n[0]), dtype=np.uint8)
-        await self.tcomm.broadcast(buf, 0)
-        items0, last0, step0 = json.loads(buf.tobytes().decode())
+        items0, last0, step0 = json.loads(await self._tell(mine.decode(), 0))
         a = bucket.items
         v = -1 if [a, last] == [items0, last0] else \
             next((i for i in range(min(len(a), len(items0))) if a[i] != items0[i]),
@@ -217,29 +233,31 @@ class WeightStream:
         where = await self.tcomm.all_gather(np.array([v], dtype=np.int64).view(np.uint8))
         for r, v in enumerate(where.view(np.int64).tolist()):
             if v == -2:
-                return (f"weight sync: trainer rank {r} sends the weights of another step than "
-                        f"trainer rank 0 (rank 0: step {step0!r}): every trainer rank passes "
-                        "the same global_steps")
+                return Mismatch(f"weight sync: trainer rank {r} sends the weights of another step "
+                                f"than trainer rank 0 (rank 0: step {step0!r}): every trainer "
+                                "rank passes the same global_steps")
             if v < 0:
                 continue
             what = (f"'{items0[v][0]}' {items0[v][1]} {items0[v][2]}" if v < len(items0)
                     else "no more weights")
-            return (f"weight sync: trainer rank {r} yields another weight than trainer rank 0 at "
-                    f"piece {v} of bucket {j} (rank 0: {what}): every trainer rank yields the "
-                    "same names, shapes and dtypes")
-        return "weight sync: the trainer ranks' buckets differ"
+            return Mismatch(f"weight sync: trainer rank {r} yields another weight than trainer "
+                            f"rank 0 at piece {v} of bucket {j} (rank 0: {what}): every trainer "
+                            "rank yields the same names, shapes and dtypes")
+        return Mismatch("weight sync: the trainer ranks' buckets differ")
 
     async def send(self, items: AsyncIterator[Tuple[str, Any]], step: Any) -> int:
         """Push every (name, tensor) the iterator yields; returns the buckets."""
         torch = _torch()
         dev = torch.device("cuda", torch.cuda.current_device()) if self.device == "cuda" else None
         inflight: List[Any] = []
-        state = {"j": 0, "bucket": Bucket(self.slot, self.head, step), "pack": self._pack(0)}
+        state = {"j": 0, "bucket": Bucket(self.slot, self.head, step), "pack": self._pack(0),
+                 "shipping": False}
         self.completed = 0
 
-        async def ship(last: bool) -> None:
+        async def ship(last: bool, failed: Optional[str] = None) -> None:
             j, bucket, pack = state["j"], state["bucket"], state["pack"]
-            error = await self._differs(bucket, last, j, step)
+            state["shipping"] = True  # from here a failure is the sync's, not this rank's
+            error = await self._differs(bucket, last, j, step, failed)
             if self.comm.rank == self.senders[0]:
                 head = bucket.header(step, last, error)
                 if len(head) > self.head:
@@ -254,9 +272,9 @@ class WeightStream:
                 if last or error is not None:  # the bucket the rollout ranks posted past the end
                     inflight.append(self.plan.post((j + 1) % 2, [pack, pack], used=[0, 0]))
             if error is not None:
-                raise Mismatch(error)
+                raise error
             state.update(j=j + 1, bucket=Bucket(self.slot, self.head, step),
-                         pack=self._pack((j + 1) % PACKS))
+                         pack=self._pack((j + 1) % PACKS), shipping=False)
 
         it = items.__aiter__()
         try:
@@ -288,6 +306,19 @@ class WeightStream:
                         break
                 nxt = await _next(it)  # one weight ahead: the last bucket says so
             await ship(True)
+        except Exception as exc:
+            if state["shipping"]:
+                raise
+            # This rank failed making its part of bucket j (the iterator raised,
+            # a weight's description does not fit): bucket j then carries that
+            # to every rank, which raises RemoteError, rather than leaving them
+            # to wait for this rank until their deadline.
+            try:
+                await ship(True, f"weight sync: trainer rank {self.comm.rank} failed making "
+                                 f"bucket {state['j']}: {type(exc).__name__}: {exc}")
+            except RemoteError:
+                pass
+            raise
         finally:  # buckets posted before a failure finish (or fail) first
             for r in inflight:
                 try:
@@ -317,8 +348,9 @@ class WeightStream:
                 hb = buf[:self.head].cpu().numpy()  # GPU: one copy to the host
                 n = int.from_bytes(hb[:8].tobytes(), "little")
                 head = json.loads(hb[8:8 + n].tobytes().decode())
-                if "error" in head:
-                    raise Mismatch(head["error"])
+                if "error" in head:  # a trainer rank failed, or the trainers disagree
+                    raise (RemoteError if head.get("code") == RemoteError.name else
+                           Mismatch)(head["error"])
                 if step is not None and head["step"] != step:
                     wrong_step = head["step"]
                 self.buckets_received = j + 1

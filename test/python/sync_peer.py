@@ -46,6 +46,15 @@ def weights(step, rank, bad=False):
         yield name, weight(name, shape, dtype, step).to(DEVICE)
 
 
+def failing_weights(step, rank):
+    """Trainer rank 1's iterator raises at the fourth weight (its bucket not
+    yet full); the others' go on."""
+    for i, item in enumerate(weights(step, rank)):
+        if rank == 1 and i == 3:
+            raise RuntimeError("CUDA out of memory while unsharding 'big'")
+        yield item
+
+
 async def async_weights(step, rank):
     """The same weights from an async generator (verl's iterators may be)."""
     for item in weights(step, rank):
@@ -116,6 +125,18 @@ def main():
         out["step_mismatch"] = "none"
     except ofccl.Mismatch as exc:
         out["step_mismatch"] = exc.message
+    # Trainer rank 1's iterator raises mid-sync: it raises that, every other
+    # rank RemoteError naming it and the cause (not a timeout); then step 6.
+    try:
+        if role == "trainer":
+            asyncio.run(engine.send_weights(failing_weights(7, rank), global_steps=7))
+        else:
+            asyncio.run(receive(engine, 7))
+        out["failed"] = "none"
+    except ofccl.RemoteError as exc:
+        out["failed"] = "RemoteError: " + exc.message
+    except RuntimeError as exc:
+        out["failed"] = "RuntimeError: " + str(exc)
     if role == "trainer":
         asyncio.run(engine.send_weights(weights(6, rank), global_steps=6))
     else:

@@ -4,7 +4,8 @@ CheckpointEngine: prepare() on every process, build_topology from their
 metadata, init_process_group, then send_weights / receive_weights twice (the
 second sync reuses the plan). Ten tensors of seven dtypes in 32 KiB buckets
 arrive byte for byte; a trainer whose tensor list differs makes every rank
-fail with ofccl.Mismatch."""
+fail with ofccl.Mismatch; a trainer whose iterator raises mid-sync raises
+that, and every other rank RemoteError naming it and the cause."""
 
 import json
 import os
@@ -81,6 +82,12 @@ def two_groups_sync(device):
     for r in results[2:]:  # the rollout side names both steps
         assert "step 5" in r["step_mismatch"] and "step 4" in r["step_mismatch"], \
             r["step_mismatch"]
+    # trainer rank 1's iterator raised: it raises that; the others (not at a
+    # deadline: before it, with the cause) RemoteError naming rank 1
+    assert results[1]["failed"].startswith("RuntimeError: CUDA out of memory"), results[1]
+    for r in results[:1] + results[2:]:
+        assert r["failed"].startswith("RemoteError: weight sync: trainer rank 1 failed") and \
+            "RuntimeError: CUDA out of memory while unsharding 'big'" in r["failed"], r["failed"]
     for r in results[2:]:
         assert r["after"]["names"] == names and r["after"]["wrong"] == [], r["after"]
 
