@@ -25,7 +25,8 @@ buckets posted, as with a list known in advance: bucket j + 2 once it has read
 bucket j and bucket j said it is not the last. So it posts one bucket past the
 last, and the trainers end every sync with that bucket, empty (only its
 completion moves). One waiting for another step reads the sync to its end
-(the trainers finish normally) and then raises Mismatch.
+(the trainers finish normally) and then raises Mismatch; one whose consumer
+stops early takes the rest unread.
 """
 
 from __future__ import annotations
@@ -138,6 +139,8 @@ class WeightStream:
         self._packs: List[Any] = []
         self._pins: List[Any] = []  # GPU: the headers' pinned host copies, one per pack
         self._stream: Any = None  # GPU: the pushes' stream
+        # rollout: what is left to take of the sync being received (_finish)
+        self._unread: Optional[Dict[str, Any]] = None
 
     def close(self) -> None:
         self._packs = self._pins = []
@@ -329,25 +332,60 @@ class WeightStream:
         return state["j"]
 
     # ---- rollout ------------------------------------------------------------
+    def _header(self, buf: Any) -> Dict[str, Any]:
+        """A received bucket's description (GPU: one copy to the host)."""
+        hb = buf[:self.head].cpu().numpy()
+        n = int.from_bytes(hb[:8].tobytes(), "little")
+        return json.loads(hb[8:8 + n].tobytes().decode())
+
+    async def _finish(self) -> None:
+        """Take what is left of the sync being received (`self._unread`): the
+        buckets posted and not taken, and, until a bucket says it is the last,
+        the ones after it, unread; so the trainers finish whatever the
+        consumer did (stopped early, raised). Each step keeps its state, so a
+        cancelled finish is taken up by the next receive."""
+        u = self._unread
+        while u is not None:
+            k = u["next"]  # the bucket to take; k - 1 is read, its buffer free
+            if not u["done"] and u["posted"] < k + 1:
+                with self._posting():
+                    u["reqs"][k + 1] = self.plan.post((k + 1) % 2)
+                u["posted"] = k + 1
+            if k not in u["reqs"]:
+                self._unread = u = None
+                break
+            buf = await u["reqs"][k]
+            del u["reqs"][k]
+            if not u["done"]:
+                head = self._header(_torch().from_numpy(buf) if isinstance(buf, np.ndarray)
+                                    else buf)
+                u["done"] = head["last"] or "error" in head
+            u["next"] = k + 1
+
     async def receive(self, step: Any, copy: bool) -> AsyncIterator[Tuple[str, Any]]:
         """Yield (name, tensor) as buckets arrive; a tensor views the bucket's
         buffer (copy=False) until the first tensor of the next bucket is asked
-        for. Weights split over buckets are assembled (owning)."""
+        for. Weights split over buckets are assembled (owning). A consumer that
+        stops early (or raises) still takes the rest of the sync, unread, when
+        it closes the iterator or at the latest when it receives again."""
         torch = _torch()
+        await self._finish()  # a sync an earlier consumer left
         parts: Dict[str, Any] = {}
         wrong_step = None
         with self._posting():  # buckets j and j + 1
-            ahead = [self.plan.post(0), self.plan.post(1)]
-        j = 0
+            u = {"reqs": {0: self.plan.post(0), 1: self.plan.post(1)}, "posted": 1, "next": 0,
+                 "done": False}
+        self._unread = u
         self.buckets_received = 0
         try:
+            j = 0
             while True:
-                buf = await ahead.pop(0)
+                buf = await u["reqs"][j]
+                del u["reqs"][j]
                 if isinstance(buf, np.ndarray):
                     buf = torch.from_numpy(buf)
-                hb = buf[:self.head].cpu().numpy()  # GPU: one copy to the host
-                n = int.from_bytes(hb[:8].tobytes(), "little")
-                head = json.loads(hb[8:8 + n].tobytes().decode())
+                head = self._header(buf)
+                u["next"], u["done"] = j + 1, head["last"] or "error" in head
                 if "error" in head:  # a trainer rank failed, or the trainers disagree
                     raise (RemoteError if head.get("code") == RemoteError.name else
                            Mismatch)(head["error"])
@@ -369,17 +407,21 @@ class WeightStream:
                         del parts[name]
                         yield name, whole.view(dtype).reshape(shape)
                 del buf
-                if head["last"]:
+                if u["done"]:
                     break
                 with self._posting():  # bucket j + 2, into bucket j's buffer
-                    ahead.append(self.plan.post(j % 2))
+                    u["reqs"][j + 2] = self.plan.post(j % 2)
+                u["posted"] = j + 2
                 j += 1
-        finally:  # buckets posted and not read (the one past the end, a failure)
-            for req in ahead:
-                try:
-                    await req
-                except Exception:  # noqa: BLE001 - the sync's own error is the one raised
-                    pass
+        except Error:
+            if not u["done"]:  # the transport failed: nothing more to take
+                self._unread = None
+            raise
+        finally:  # the bucket past the end; after a consumer that stopped, the rest
+            try:
+                await self._finish()
+            except Exception:  # noqa: BLE001 - the sync's own error is the one raised
+                pass
         if wrong_step is not None:
             raise Mismatch(f"weight sync: rollout rank {self.comm.rank} waits for the weights of "
                            f"step {step!r}, the trainers sent step {wrong_step!r}")

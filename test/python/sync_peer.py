@@ -79,6 +79,16 @@ async def receive(engine, step, expect=None):
     return {"names": names, "wrong": wrong, "sha": digest.hexdigest()}
 
 
+async def receive_and_fail(engine, step):
+    """A consumer that raises at the second weight (a rollout's loader that
+    meets a name it does not know)."""
+    n = 0
+    async for name, _ in engine.receive_weights(global_steps=step):
+        n += 1
+        if n == 2:
+            raise ValueError(f"the rollout's loader knows no weight {name!r}")
+
+
 def main():
     role, rank = sys.argv[1], int(sys.argv[2])
     if DEVICE == "cuda":
@@ -137,6 +147,16 @@ def main():
         out["failed"] = "RemoteError: " + exc.message
     except RuntimeError as exc:
         out["failed"] = "RuntimeError: " + str(exc)
+    # A rollout consumer raises at its second weight: it raises that, and the
+    # rest of the sync is taken unread, so the trainers finish normally.
+    try:
+        if role == "trainer":
+            asyncio.run(engine.send_weights(weights(8, rank), global_steps=8))
+        else:
+            asyncio.run(receive_and_fail(engine, 8))
+        out["consumer"] = "none"
+    except ValueError as exc:
+        out["consumer"] = "ValueError: " + str(exc)
     if role == "trainer":
         asyncio.run(engine.send_weights(weights(6, rank), global_steps=6))
     else:

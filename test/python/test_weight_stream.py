@@ -7,7 +7,8 @@ writes the weights and the buckets' descriptions, not whole buckets; engine
 keywords with a typo are refused naming them; and against a stand-in for
 verl's base module the engine is a subclass of its CheckpointEngine that
 passes its abstract-method check and is in its registry. Also: thousands of
-small weights, whose descriptions fill a bucket's header before its bytes do."""
+small weights, whose descriptions fill a bucket's header before its bytes do;
+a consumer that stops early or raises, the sender's syncs ending all the same."""
 
 import asyncio
 import os
@@ -129,6 +130,48 @@ def test_headers_fill_first():
     assert receiver["received"] == 3000 and receiver["bad"] == [], receiver
     # 3000 descriptions of about 110 bytes do not fit one 32 KiB header region
     assert sender["buckets"] > 8, sender["buckets"]
+
+
+def stops(comm):
+    """Rank 0 sends three syncs of 20 buckets; rank 1's consumer leaves the
+    first after two weights (break), raises in the second, reads the third."""
+    from ofccl.weight_stream import WeightStream
+    ws = WeightStream(comm, [0], [1], 64 << 10, "cpu")
+    out = {"sent": [], "got": []}
+
+    async def gen(s):
+        for i in range(20):
+            yield f"w{i}", torch.full((10000,), float(i + 100 * s))
+
+    async def take(s, stop):
+        got = []
+        async for name, t in ws.receive(s, False):
+            got.append(float(t[0]))
+            if len(got) == stop:
+                if stop == 3:
+                    raise ValueError("the consumer failed")
+                break
+        return got
+    for s, stop in ((0, 2), (1, 3), (2, 0)):
+        if comm.rank == 0:
+            out["sent"].append(asyncio.run(ws.send(gen(s), s)))
+            continue
+        try:
+            out["got"].append(asyncio.run(take(s, stop)))
+        except ValueError as exc:
+            out["got"].append(str(exc))
+    ws.close()
+    return out
+
+
+def test_consumer_stops():
+    sender, receiver = ranks.run(2, __file__, "stops", settings={"PROVIDER": "local",
+                                                                 "TIMEOUT_MS": 30000},
+                                 timeout=120)
+    # every sync ended for the sender (the rollout rank took the rest unread)
+    assert sender["sent"] == [20, 20, 20], sender
+    assert receiver["got"] == [[0.0, 1.0], "the consumer failed",
+                               [200.0 + i for i in range(20)]], receiver
 
 
 def test_engine_kwargs_typo():

@@ -5,7 +5,8 @@ metadata, init_process_group, then send_weights / receive_weights twice (the
 second sync reuses the plan). Ten tensors of seven dtypes in 32 KiB buckets
 arrive byte for byte; a trainer whose tensor list differs makes every rank
 fail with ofccl.Mismatch; a trainer whose iterator raises mid-sync raises
-that, and every other rank RemoteError naming it and the cause."""
+that, and every other rank RemoteError naming it and the cause; a rollout
+consumer that raises mid-sync raises that while the trainers finish."""
 
 import json
 import os
@@ -88,6 +89,12 @@ def two_groups_sync(device):
     for r in results[:1] + results[2:]:
         assert r["failed"].startswith("RemoteError: weight sync: trainer rank 1 failed") and \
             "RuntimeError: CUDA out of memory while unsharding 'big'" in r["failed"], r["failed"]
+    # a rollout consumer raised at its second weight: the trainers finished
+    for r in results[:2]:
+        assert r["consumer"] == "none", r["consumer"]
+    for r in results[2:]:
+        assert r["consumer"] == "ValueError: the rollout's loader knows no weight 'bias'", \
+            r["consumer"]
     for r in results[2:]:
         assert r["after"]["names"] == names and r["after"]["wrong"] == [], r["after"]
 
