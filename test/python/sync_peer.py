@@ -116,47 +116,31 @@ def main():
     out["plans_built"] = engine.plans_built
     out["nbuckets"] = engine._stream.buckets_sent if role == "trainer" else \
         engine._stream.buckets_received
+
+    def ends(send, recv, *errors):
+        """How one sync ended on this rank: "none", or "<exception>: <message>"."""
+        try:
+            asyncio.run(send() if role == "trainer" else recv())
+            return "none"
+        except errors as exc:
+            return f"{type(exc).__name__}: {getattr(exc, 'message', exc)}"
     # A trainer whose tensor list differs: every rank fails with Mismatch.
-    try:
-        if role == "trainer":
-            asyncio.run(engine.send_weights(weights(3, rank, bad=True), global_steps=3))
-        else:
-            asyncio.run(receive(engine, 3))
-        out["mismatch"] = "none"
-    except ofccl.Mismatch as exc:
-        out["mismatch"] = exc.message
+    out["mismatch"] = ends(
+        lambda: engine.send_weights(weights(3, rank, bad=True), global_steps=3),
+        lambda: receive(engine, 3), ofccl.Mismatch)
     # The rollout side waits for step 5, the trainers send step 4: the rollout ranks
-    # read the sync to its end and raise Mismatch; then a good sync of step 6.
-    try:
-        if role == "trainer":
-            asyncio.run(engine.send_weights(weights(4, rank), global_steps=4))
-        else:
-            asyncio.run(receive(engine, 4, expect=5))
-        out["step_mismatch"] = "none"
-    except ofccl.Mismatch as exc:
-        out["step_mismatch"] = exc.message
+    # read the sync to its end and raise Mismatch.
+    out["step_mismatch"] = ends(lambda: engine.send_weights(weights(4, rank), global_steps=4),
+                                lambda: receive(engine, 4, expect=5), ofccl.Mismatch)
     # Trainer rank 1's iterator raises mid-sync: it raises that, every other
-    # rank RemoteError naming it and the cause (not a timeout); then step 6.
-    try:
-        if role == "trainer":
-            asyncio.run(engine.send_weights(failing_weights(7, rank), global_steps=7))
-        else:
-            asyncio.run(receive(engine, 7))
-        out["failed"] = "none"
-    except ofccl.RemoteError as exc:
-        out["failed"] = "RemoteError: " + exc.message
-    except RuntimeError as exc:
-        out["failed"] = "RuntimeError: " + str(exc)
+    # rank RemoteError naming it and the cause (not a timeout).
+    out["failed"] = ends(lambda: engine.send_weights(failing_weights(7, rank), global_steps=7),
+                         lambda: receive(engine, 7), ofccl.RemoteError, RuntimeError)
     # A rollout consumer raises at its second weight: it raises that, and the
     # rest of the sync is taken unread, so the trainers finish normally.
-    try:
-        if role == "trainer":
-            asyncio.run(engine.send_weights(weights(8, rank), global_steps=8))
-        else:
-            asyncio.run(receive_and_fail(engine, 8))
-        out["consumer"] = "none"
-    except ValueError as exc:
-        out["consumer"] = "ValueError: " + str(exc)
+    out["consumer"] = ends(lambda: engine.send_weights(weights(8, rank), global_steps=8),
+                           lambda: receive_and_fail(engine, 8), ValueError)
+    # Then a good sync of step 6.
     if role == "trainer":
         asyncio.run(engine.send_weights(weights(6, rank), global_steps=6))
     else:
