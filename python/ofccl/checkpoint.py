@@ -36,6 +36,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import time
 from typing import Any, AsyncIterator, Callable, Dict, List, Optional, Tuple
 
 from . import _profile
@@ -275,7 +276,7 @@ class OfcclCheckpointEngine(_verl_base()):  # type: ignore[misc]
         return self._stream
 
     # ---- the sync -------------------------------------------------------------
-    async def send_weights(self, weights: Any, global_steps: Any = None) -> None:
+    async def send_weights(self, weights: Any, global_steps: Any = None) -> Dict[str, float]:
         """Trainer ranks: push every (name, full tensor) `weights` yields (a sync or
         an async iterable), streaming: the iterator is read bucket by bucket, a
         trainer rank holding at most three buckets' share whatever the model's
@@ -283,17 +284,25 @@ class OfcclCheckpointEngine(_verl_base()):  # type: ignore[misc]
         rank yields the same names, shapes and dtypes in the same order, else
         every rank raises ofccl.Mismatch naming the weight. `global_steps`
         travels with the sync (a rollout rank waiting for another step raises
-        Mismatch once the sync is over)."""
+        Mismatch once the sync is over). Returns the sync's metrics, which
+        verl hands to the trainer's logger: the weights' MiB this rank read,
+        its buckets, seconds and GB/s."""
         comm = self._live("send_weights")
         if comm.rank not in self.senders:
             raise StateError(f"send_weights: rank {comm.rank} is in the rollout group")
         rf = _profile.begin(f"weight_sync step={global_steps}", 0, comm.size)
+        t0 = time.perf_counter()
         try:
             n = await self._weights().send(_items(weights), _jsonable(global_steps))
         finally:
             _profile.end(rf)
-        _log.info("weight sync step %r: %d buckets sent by trainer rank %d", global_steps, n,
-                  comm.rank)
+        dt = time.perf_counter() - t0
+        mb = self._weights().bytes_sent / (1 << 20)
+        _log.info("weight sync step %r: %d buckets, %.1f MiB sent by trainer rank %d in %.3f s",
+                  global_steps, n, mb, comm.rank, dt)
+        return {"checkpoint_engine/payload_mbytes": mb, "checkpoint_engine/buckets": float(n),
+                "checkpoint_engine/seconds": dt,
+                "checkpoint_engine/gbytes_per_s": mb * (1 << 20) / dt / 1e9 if dt > 0 else 0.0}
 
     async def receive_weights(self, global_steps: Any = None) -> AsyncIterator[Tuple[str, Any]]:
         """Rollout ranks: yield (name, tensor) bucket by bucket as each arrives

@@ -135,6 +135,7 @@ class WeightStream:
         # the trainers' own communicator: their descriptions are compared there
         self.tcomm = comm.split(0 if comm.rank in senders else 1, comm.rank)
         self.buckets_sent = self.buckets_received = 0
+        self.bytes_sent = 0  # the weights' bytes this sync read (trainer)
         self.completed = 0  # this sync's buckets whose push is complete here (trainer)
         self._packs: List[Any] = []
         self._pins: List[Any] = []  # GPU: the headers' pinned host copies, one per pack
@@ -255,7 +256,7 @@ class WeightStream:
         inflight: List[Any] = []
         state = {"j": 0, "bucket": Bucket(self.slot, self.head, step), "pack": self._pack(0),
                  "shipping": False}
-        self.completed = 0
+        self.completed = self.bytes_sent = 0
 
         async def ship(last: bool, failed: Optional[str] = None) -> None:
             j, bucket, pack = state["j"], state["bucket"], state["pack"]
@@ -288,6 +289,7 @@ class WeightStream:
                 if dev is not None and t.device != dev:
                     t = t.to(dev)
                 raw = _as_bytes(t.contiguous())
+                self.bytes_sent += raw.numel()
                 entry = [name, list(t.shape), str(t.dtype).replace("torch.", ""), raw.numel(),
                          0, 0, 0]
                 at, total = 0, raw.numel()

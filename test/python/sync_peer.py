@@ -105,11 +105,12 @@ def main():
         engine.init_process_group(**kwargs)  # as verl calls it before every sync
         if role == "trainer":
             gen = weights(step, rank) if step == 1 else async_weights(step, rank)
-            asyncio.run(engine.send_weights(gen, global_steps=step))
+            metrics = asyncio.run(engine.send_weights(gen, global_steps=step))
             digest = hashlib.sha256()
             for _, t in weights(step, rank):
                 digest.update(as_bytes(t))
-            out["steps"].append({"sha": digest.hexdigest()})
+            out["steps"].append({"sha": digest.hexdigest(), "metrics": metrics,
+                                 "bytes": sum(len(as_bytes(t)) for _, t in weights(step, rank))})
         else:
             out["steps"].append(asyncio.run(receive(engine, step)))
         engine.finalize()

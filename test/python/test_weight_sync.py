@@ -74,6 +74,12 @@ def two_groups_sync(device):
             assert got["sha"] == results[0]["steps"][step]["sha"] == \
                 results[1]["steps"][step]["sha"]
     assert results[0]["steps"][0]["sha"] != results[0]["steps"][1]["sha"]
+    for r in results[:2]:  # send_weights' metrics, as verl logs them
+        for got in r["steps"]:
+            m = got["metrics"]
+            assert m["checkpoint_engine/payload_mbytes"] == got["bytes"] / (1 << 20), m
+            assert m["checkpoint_engine/buckets"] == results[2]["nbuckets"], m
+            assert m["checkpoint_engine/seconds"] > 0 and m["checkpoint_engine/gbytes_per_s"] > 0
     for r in results:
         # every rank names the weight trainer rank 1 disagrees on
         assert "trainer rank 1" in r["mismatch"] and "'bias' [64] float32" in r["mismatch"], \
