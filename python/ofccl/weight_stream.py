@@ -318,10 +318,11 @@ class WeightStream:
             # a weight's description does not fit): bucket j then carries that
             # to every rank, which raises RemoteError, rather than leaving them
             # to wait for this rank until their deadline.
+            why = (f"weight sync: trainer rank {self.comm.rank} failed making bucket "
+                   f"{state['j']}: {type(exc).__name__}: {exc}")[:self.head // 2]
             try:
-                await ship(True, f"weight sync: trainer rank {self.comm.rank} failed making "
-                                 f"bucket {state['j']}: {type(exc).__name__}: {exc}")
-            except RemoteError:
+                await ship(True, why)
+            except Exception:  # noqa: BLE001 - this rank's own error is the one raised
                 pass
             raise
         finally:  # buckets posted before a failure finish (or fail) first
