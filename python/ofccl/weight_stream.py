@@ -319,7 +319,7 @@ class WeightStream:
             # to every rank, which raises RemoteError, rather than leaving them
             # to wait for this rank until their deadline.
             why = (f"weight sync: trainer rank {self.comm.rank} failed making bucket "
-                   f"{state['j']}: {type(exc).__name__}: {exc}")[:self.head // 2]
+                   f"{state['j']}: {type(exc).__name__}: {exc}")[:self.head // 8]  # escaped: 6 bytes a char at most
             try:
                 await ship(True, why)
             except Exception:  # noqa: BLE001 - this rank's own error is the one raised
