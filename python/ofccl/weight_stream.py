@@ -318,8 +318,9 @@ class WeightStream:
             # a weight's description does not fit): bucket j then carries that
             # to every rank, which raises RemoteError, rather than leaving them
             # to wait for this rank until their deadline.
+            # an eighth of the header: JSON escapes a character into 6 bytes at most
             why = (f"weight sync: trainer rank {self.comm.rank} failed making bucket "
-                   f"{state['j']}: {type(exc).__name__}: {exc}")[:self.head // 8]  # escaped: 6 bytes a char at most
+                   f"{state['j']}: {type(exc).__name__}: {exc}")[:self.head // 8]
             try:
                 await ship(True, why)
             except Exception:  # noqa: BLE001 - this rank's own error is the one raised
