@@ -12,8 +12,8 @@
  * kind cuda:N from the driver), the all-gather's own block is copied to its
  * place on the caller's stream first, and every transfer is an RMA from and
  * into device memory. The device's executor (providers/gpu/exec.c) is
- * registered for what the host engine copies itself (its staging, should a
- * registration fail). The algorithm is direct (select.c): never eager (its
+ * registered once, at setup, for what the host engine copies itself (its
+ * staging, should a registration fail). The algorithm is direct (select.c): never eager (its
  * words are CPU copies), and nothing is forwarded, since a provider may
  * signal a write into device memory before its device copy has landed. The
  * call first waits for the caller's stream (the inputs are ready), and
@@ -32,7 +32,7 @@
 #define PROBE_BYTES 65536
 
 /* Can this rank register its GPU's memory with the communicator's
- * transport? 0, or a reason in `why`. */
+ * transport, and make its GPU's executor? 0, or a reason in `why`. */
 static int probe(ofccl__gcomm_t *gc, char *why, size_t len)
 {
     ofccl_comm_t *comm = gc->comm;
@@ -68,6 +68,10 @@ static int probe(ofccl__gcomm_t *gc, char *why, size_t len)
     if (mr != NULL)
         ofccl__mr_dereg(mr);
     ofccl__gpu_mem_free(gc->g, gc->dev, p);
+    if (rc == 0 && ofccl__gpu_exec_state(gc->g, gc->dev, gc->sms, &e) == NULL) {
+        snprintf(why, len, "GPU %d's executor for the host engine: %.200s", gc->dev, e.msg);
+        rc = OFCCL_ERR_NOT_SUPPORTED;
+    }
     return rc;
 }
 
@@ -88,7 +92,15 @@ int ofccl__ghmem_setup(ofccl__gcomm_t *gc)
         return rc;
     gc->hmem = first == 0;
     if (gc->hmem) {
+        /* made by probe(): the device's executor, for what the host engine
+         * copies itself (its staging, should a registration fail) */
+        ofccl__err_t e = {0};
         size_t l = strlen(gc->why);
+
+        rc = ofccl__exec_register(comm->ctx, gc->dev, &ofccl__gpu_exec_ops,
+                                  ofccl__gpu_exec_state(gc->g, gc->dev, gc->sms, &e));
+        if (rc != 0)
+            return ofccl__comm_fail(comm, rc, "registering GPU %d's executor", gc->dev);
         snprintf(gc->why + l, sizeof(gc->why) - l,
                  "; all-gathers and broadcasts go through %s as GPU memory (FI_HMEM), not staged",
                  ofccl__comm_caps(comm)->name);
@@ -132,15 +144,8 @@ int ofccl__ghmem(ofccl__gcomm_t *gc, int coll, const void *sendbuf, void *recvbu
     ofccl_mem_t *m_out = NULL;
     ofccl__err_t e = {0};
     ofccl_req_t *r = NULL;
-    void *state;
     int rc;
 
-    state = ofccl__gpu_exec_state(gc->g, gc->dev, gc->sms, &e);
-    if (state == NULL)
-        return ofccl__comm_fail(comm, OFCCL_ERR_NOT_SUPPORTED,
-                                "GPU %d's executor for the host engine: %s", gc->dev, e.msg);
-    if ((rc = ofccl__exec_register(comm->ctx, gc->dev, &ofccl__gpu_exec_ops, state)) != 0)
-        return ofccl__comm_fail(comm, rc, "registering GPU %d's executor", gc->dev);
     /* The all-gather's own block goes to its place first, on the caller's
      * stream: every block is then sent from where it lies in the output,
      * complete, and the host engine copies nothing. */
