@@ -269,12 +269,12 @@ class PushPlan:
         prefix; all 0 for the bucket's tensors: an empty bucket). The Request's
         result is the receive buffer (None on a pure sender)."""
         h = self._live()
-        keep_used = None
+        used_arr = None
         if used is not None:
             if len(used) != len(self.names) or any(int(u) < 0 for u in used):
                 raise InvalidArgument(f"push bucket {k}: used gives one element count (>= 0) per "
                                       f"tensor ({len(self.names)}), got {list(used)}")
-            keep_used = (c_size_t * max(len(used), 1))(*[int(u) for u in used])
+            used_arr = (c_size_t * max(len(used), 1))(*[int(u) for u in used])
         arr = shards if isinstance(shards, ctypes.Array) else self._shards(shards)
         bp, blen = None, 0
         if self.gpu:  # enqueued on torch's current stream
@@ -290,16 +290,16 @@ class PushPlan:
             if not writable:
                 raise InvalidArgument(f"push bucket {k} buffer: read-only")
         req = c_void_p()
-        if keep_used is None:
+        if used_arr is None:
             rc = _lib.lib().ofccl_push_bucket(h, int(k), arr, bp, blen, byref(req))
         else:
-            rc = _lib.lib().ofccl_push_bucket_used(h, int(k), arr, keep_used, bp, blen, byref(req))
+            rc = _lib.lib().ofccl_push_bucket_used(h, int(k), arr, used_arr, bp, blen, byref(req))
         if rc:
             raise from_code(rc, self.comm.last_error or "ofccl_push_bucket")
         result = None
         if self.is_receiver:
             result = buf if buf is not None else self.buffer(k)
-        return Request(self.comm, req.value, (shards, arr, buf, self, keep_used), result)
+        return Request(self.comm, req.value, (shards, arr, buf, self), result)
 
     def _start(self, shards: Optional[Sequence[Any]],
                buffers_: Optional[Sequence[Any]]) -> Callable[[int], None]:
