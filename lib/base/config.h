@@ -109,6 +109,10 @@ typedef enum ofccl__cfg_type {
       "A waiting call (or the progress thread) polls without pause for this long after the last "  \
       "sign of progress, then naps between polls for 1/16 of the time waited (20 us to 1 ms): a "  \
       "rank waiting on a slow or stopped peer costs little CPU")                                   \
+    X(WATCH_US, INT, LOCAL, "1000", "", 10, 1000000,                                               \
+      "While a stream-ordered (GPU) collective is in flight, a thread of the context checks this " \
+      "often for dead peers, deadlines and aborts, and releases the stream of a failed one; it "   \
+      "starts with the first such collective and sleeps while none is in flight")                  \
     X(PEER_WATCH, BOOL, LOCAL, "1", "0|1", 0, 0,                                                   \
       "Notice a same-host peer's exit from its process (a pidfd; local transport, and shm peers "  \
       "in this PID namespace) within milliseconds; 0 = only from the launcher's failure events, "  \

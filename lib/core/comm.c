@@ -192,8 +192,11 @@ void ofccl__comm_set_sink(ofccl_comm_t *comm, unsigned kind, ofccl__sig_sink_fn 
 int ofccl_comm_abort(ofccl_comm_t *comm)
 {
     OFCCL__CHECK_HANDLE(comm);
-    /* No lock: the caller may be the thread a blocked call is waiting on. */
+    /* No lock: the caller may be the thread a blocked call is waiting on.
+     * The watcher, where one runs, fails and releases the communicator's
+     * stream-ordered requests at once. */
     atomic_store_explicit(&comm->aborted, 1, memory_order_release);
+    ofccl__watch_kick(comm->ctx);
     return 0;
 }
 

@@ -48,12 +48,19 @@ struct ofccl_ctx {
     uint32_t comm_seq;        /* communicators created so far: gives each one an id */
     struct ofccl_mem *memreg; /* ofccl_mem_register cache (pool.c) */
     ofccl_stats_t stats;
-    /* lock.c: the lock every public call holds; progress.c: the progress thread */
+    /* lock.c: the lock every public call holds; progress.c: the progress
+     * thread (OFCCL_PROGRESS_THREAD=1), or the watcher of stream-ordered
+     * requests, started by the first one (watch_arm, installed by progress.c;
+     * watch_cv wakes it, watch_kick says an abort wants it now) */
     pthread_mutex_t lock;
     int lock_init;
     pthread_t thread;
     int thread_on;
     atomic_int thread_stop;
+    pthread_cond_t watch_cv;
+    int (*watch_arm)(struct ofccl_ctx *ctx, ofccl__err_t *e);
+    atomic_int watch_kick;
+    uint64_t watch_ns;     /* OFCCL_WATCH_US */
     char caller_cpus[128]; /* the creating thread's binding, kept free for it */
     /* Bumped (under the lock) whenever any communicator of the context moves:
      * a completion, a signal, a descriptor, a reduction. Waiting loops read it
@@ -289,6 +296,11 @@ typedef struct ofccl__idle {
 } ofccl__idle_t;
 void ofccl__idle_poll(ofccl_ctx_t *ctx, ofccl__idle_t *st);
 void ofccl__progress_stop(ofccl_ctx_t *ctx);
+/* A stream-ordered request was posted (the caller holds the lock): start the
+ * watcher (progress.c) or wake it. 0, or why it cannot run. */
+int ofccl__watch_arm(ofccl_ctx_t *ctx, ofccl__err_t *e);
+/* Wake the watcher now, from any thread, without the lock (an abort). */
+void ofccl__watch_kick(ofccl_ctx_t *ctx);
 
 /* ---- communicator internals ---- */
 /* How the ranks of a communicator being created exchange what they need:

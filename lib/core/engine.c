@@ -156,8 +156,12 @@ int ofccl__coll_begin(ofccl_comm_t *comm, int coll, ofccl__req_t **out)
 static int stream_start(ofccl__req_t *r)
 {
     ofccl_comm_t *comm = r->comm;
+    ofccl__err_t e;
     int rc;
 
+    /* Nobody polls a stream: something must watch it (progress.c). */
+    if ((rc = ofccl__watch_arm(comm->ctx, &e)) != 0)
+        return ofccl__comm_fail(comm, rc, "%s: %s", ofccl__coll_name(r->coll), e.msg);
     r->start_ns = ofccl__coarse_ns();
     r->deadline_ns = ofccl__comm_deadline(comm, r->start_ns);
     r->state = OFCCL__REQ_ACTIVE;

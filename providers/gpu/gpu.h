@@ -58,6 +58,10 @@ void ofccl__gpu_close(ofccl__gpu_t *g);
 ofccl__gpu_t *ofccl__gpu_process(const ofccl__log_t *log, bool load);
 /* Compiled in (nvcc was found at build time)? */
 bool ofccl__gpu_built(void);
+/* Tests: make the driver this process opens the emulated one (emu.h:
+ * `ndev` devices in host memory, streams as threads), before anything opens
+ * the driver. 0, STATE once a driver is open, NOT_SUPPORTED without CUDA. */
+int ofccl__gpu_emulate(int ndev);
 int ofccl__gpu_device_count(const ofccl__gpu_t *g);
 int ofccl__gpu_device_info(ofccl__gpu_t *g, int dev, ofccl__gpu_dev_info_t *info, ofccl__err_t *e);
 /* The driver's version as "13.0". */

@@ -73,7 +73,7 @@ struct ofccl__gpu_fns {
 #undef FN
 extern struct ofccl__gpu_fns ofccl__gpu_fn;
 
-enum { OFCCL__GPU_K_COPY, OFCCL__GPU_K_CHAIN, OFCCL__GPU_K_REDUCE, OFCCL__GPU_KERNELS };
+#include "kernel_args.h"
 
 struct ofccl__gpu_dev {
     CUdevice cu;

@@ -5,21 +5,13 @@
 #include <string.h>
 
 #include "gpu_impl.h"
+#include "kernel_args.h"
 #include "util.h"
 
-#define COPY_THREADS 512
+#define COPY_THREADS OFCCL__GPU_COPY_THREADS
 
-/* The layout of struct ofccl_copy_args in kernels.cu. */
-struct copy_args {
-    void *dst[OFCCL__GPU_COPY_DSTS];
-    const void *src;
-    unsigned long long len;
-    const void *abort;
-    int ndst;
-};
-
-static const char *const kernel_names[OFCCL__GPU_KERNELS] = {"ofccl_copy", "ofccl_chain",
-                                                             "ofccl_reduce"};
+const char *const ofccl__gpu_kernel_names[OFCCL__GPU_KERNELS] = {"ofccl_copy", "ofccl_chain",
+                                                                 "ofccl_reduce"};
 
 /* Kernel k of device dev, loaded on first use; the caller is inside the
  * device's context. */
@@ -37,7 +29,8 @@ static int kernel_of(ofccl__gpu_t *g, int dev, int k, CUfunction *fn, ofccl__err
     }
     if (res == CUDA_SUCCESS && d->fn[k] == NULL) {
         CUfunction f = NULL;
-        res = ofccl__gpu_fn.cuModuleGetFunction(&f, (CUmodule)d->module, kernel_names[k]);
+        res =
+            ofccl__gpu_fn.cuModuleGetFunction(&f, (CUmodule)d->module, ofccl__gpu_kernel_names[k]);
         if (res == CUDA_SUCCESS)
             d->fn[k] = f;
     }
@@ -75,7 +68,7 @@ static int launch(ofccl__gpu_t *g, int dev, int k, ofccl__gpu_stream_t s, unsign
 
     if ((res = ofccl__gpu_enter(g, dev)) != CUDA_SUCCESS) {
         ofccl__gpu_leave(g);
-        return ofccl__gpu_cufail(g, e, res, kernel_names[k]);
+        return ofccl__gpu_cufail(g, e, res, ofccl__gpu_kernel_names[k]);
     }
     if ((rc = kernel_of(g, dev, k, &fn, e)) != 0) {
         ofccl__gpu_leave(g);
@@ -102,7 +95,7 @@ int ofccl__gpu_copy_kernel(ofccl__gpu_t *g, int dev, ofccl__gpu_stream_t s, void
                            int ndst, const void *src, size_t len, int sms, const void *abort,
                            ofccl__err_t *e)
 {
-    struct copy_args a;
+    struct ofccl__copy_args a;
     size_t vecs;
 
     if (ndst < 1 || ndst > OFCCL__GPU_COPY_DSTS)
@@ -121,21 +114,11 @@ int ofccl__gpu_copy_kernel(ofccl__gpu_t *g, int dev, ofccl__gpu_stream_t s, void
     return launch(g, dev, OFCCL__GPU_K_COPY, s, grid(vecs, 2, sms), &a, e);
 }
 
-/* The layout of struct ofccl_chain_args in kernels.cu. */
-struct chain_args {
-    const void *src;
-    void *next;
-    unsigned long long len, chunk;
-    void *in, *out;
-    unsigned long long base;
-    const void *abort;
-};
-
 int ofccl__gpu_chain(ofccl__gpu_t *g, int dev, ofccl__gpu_stream_t s, const void *src, void *next,
                      size_t len, size_t chunk, int blocks, void *in, void *out, uint64_t base,
                      const void *abort, ofccl__err_t *e)
 {
-    struct chain_args a = {src, next, len, chunk, in, out, base, abort};
+    struct ofccl__chain_args a = {src, next, len, chunk, in, out, base, abort};
     size_t unit;
 
     blocks = OFCCL__MIN(OFCCL__MAX(blocks, 1), OFCCL__GPU_CHAIN_BLOCKS);
@@ -146,22 +129,12 @@ int ofccl__gpu_chain(ofccl__gpu_t *g, int dev, ofccl__gpu_stream_t s, const void
     return launch(g, dev, OFCCL__GPU_K_CHAIN, s, (unsigned)blocks, &a, e);
 }
 
-/* The layout of struct ofccl_reduce_args in kernels.cu. */
-struct reduce_args {
-    const void *src[OFCCL__GPU_REDUCE_SRCS];
-    void *dst;
-    unsigned long long count;
-    const void *abort;
-    double scalar;
-    int nsrc, dtype, kind, ndiv;
-};
-
 int ofccl__gpu_reduce_kernel(ofccl__gpu_t *g, int dev, ofccl__gpu_stream_t s, void *dst,
                              const void *const *srcs, int nsrc, size_t count, int dtype, int kind,
                              double scalar, int ndiv, int sms, const void *abort, ofccl__err_t *e)
 {
     static const size_t esize[] = {4, 8, 2, 2};
-    struct reduce_args a;
+    struct ofccl__reduce_args a;
     size_t vecs;
 
     if (nsrc < 1 || nsrc > OFCCL__GPU_REDUCE_SRCS || dtype < 0 || dtype > 3 || kind < 0 ||

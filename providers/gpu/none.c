@@ -24,6 +24,12 @@ void ofccl__gpu_close(ofccl__gpu_t *g)
     (void)g;
 }
 
+int ofccl__gpu_emulate(int ndev)
+{
+    (void)ndev;
+    return OFCCL_ERR_NOT_SUPPORTED;
+}
+
 ofccl__gpu_t *ofccl__gpu_process(const ofccl__log_t *log, bool load)
 {
     (void)log;

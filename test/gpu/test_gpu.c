@@ -520,10 +520,18 @@ int main(int argc, char **argv)
                {"staged-flat", gpu_staged, "flat"},
                {"hmem", gpu_hmem, "auto"},
                {"hmem-need", gpu_hmem, "hmem"}};
-    int n = gpus_here(), rc = 0;
+    const char *emu = getenv("OFCCL_TEST_GPU_EMULATE");
+    int n, rc = 0;
     bool shared;
 
     setvbuf(stdout, NULL, _IOLBF, 0); /* a rank that dies keeps what it printed */
+    /* OFCCL_TEST_GPU_EMULATE=N: N emulated devices (host memory, streams as
+     * threads): every scenario's logic without a GPU. */
+    if (emu != NULL && atoi(emu) > 0 && ofccl__gpu_emulate(atoi(emu)) != 0) {
+        printf("test_gpu: skipped: this build cannot emulate a GPU (no CUDA headers)\n");
+        return 77;
+    }
+    n = gpus_here();
 
     if (!ofccl__gpu_built()) {
         printf("test_gpu: skipped: this build has no GPU support (no nvcc)\n");

@@ -95,11 +95,13 @@ static int every_collective(int rank, ofccl_comm_t *comm, int n)
 
 int gpu_staged(int rank, ofccl_ctx_t *ctx, ofccl_comm_t *comm)
 {
-    int n, bad;
+    int n, bad, local;
 
     (void)ctx;
-    if (gpu_up(rank) || ofccl_comm_size(comm, &n) != 0)
+    if (gpu_up(rank) || ofccl_comm_size(comm, &n) != 0 || ofccl_comm_local_rank(comm, &local) != 0)
         return 70;
+    /* The library takes its host's local rank's GPU (no device current). */
+    dev = local % ofccl__gpu_device_count(gpu);
     ofccl_comm_set_timeout(comm, 30000);
     bad = every_collective(rank, comm, n);
     if (!bad)

@@ -247,7 +247,10 @@ static int setup(ofccl_comm_t *comm, ofccl__gcomm_t *gc)
     gc->budget = (size_t)ofccl__cfg_int(&comm->ctx->cfg, OFCCL__CFG_GPU_POOL_BYTES);
     gc->stage = (size_t)ofccl__cfg_int(&comm->ctx->cfg, OFCCL__CFG_GPU_STAGE_BYTES);
     gc->g = ofccl__gpu_process(&comm->ctx->log, true);
-    gc->dev = gc->g != NULL ? ofccl__gpu_current_device(gc->g, comm->local_rank) : -1;
+    /* The process's GPU: its rank among the job's ranks of this host, not
+     * among this communicator's (a split's ranks of one host may be other
+     * local ranks, and a rail's is always 0). */
+    gc->dev = gc->g != NULL ? ofccl__gpu_current_device(gc->g, comm->ctx->boot->local_rank) : -1;
     if (gc->g != NULL) {
         ofccl__gpu_dev_info_t in;
         if ((mine = ofccl__gpu_device_info(gc->g, gc->dev, &in, &e)) == 0)

@@ -1,0 +1,40 @@
+/*
+ * Private to providers/gpu/ (with CUDA): the emulated device, a CUDA driver
+ * in host memory behind the same entry points (struct ofccl__gpu_fns), so
+ * that everything above the driver table (cuda.c, ops.c, kernel.c, share.c,
+ * exec.c and every GPU algorithm) runs unchanged on a machine without a GPU.
+ * Tests turn it on with ofccl__gpu_emulate before the driver is opened.
+ *
+ * Device memory is shared memory (a memfd per allocation) that other
+ * processes of the host map through /proc (CUDA IPC), and virtual memory is
+ * pieces of the same kind mapped into a reserved range (cuMemCreate,
+ * cuMemMap); the driver's pointer attributes answer from a table of those
+ * ranges. A stream is a thread running its operations in order: copies,
+ * 64-bit flag waits and writes, events, and ofccl's three kernels (copy,
+ * chain, reduce), run on the host with the kernels' arguments and rules
+ * (kernels.cu, kernel_args.h). Devices, contexts and memory: emu.c; streams,
+ * events and kernels: emu_stream.c.
+ */
+#ifndef OFCCL_PROVIDERS_GPU_EMU_H
+#define OFCCL_PROVIDERS_GPU_EMU_H
+
+#include <cuda.h>
+
+#include "gpu_impl.h"
+
+#define OFCCL__EMU_MEM ((size_t)16 << 30) /* each emulated device's memory */
+
+/* What CUfunction handles point at: which of ofccl's kernels. */
+struct CUfunc_st {
+    int kernel; /* OFCCL__GPU_K_* */
+};
+
+/* emu.c: fill `fn` with the emulated driver of `ndev` devices. */
+void ofccl__emu_install(struct ofccl__gpu_fns *fn, int ndev);
+/* The device of the calling thread's current context, or -1. */
+int ofccl__emu_current_dev(void);
+
+/* emu_stream.c: the stream, event, copy and launch entry points. */
+void ofccl__emu_stream_install(struct ofccl__gpu_fns *fn);
+
+#endif
