@@ -140,6 +140,11 @@ typedef struct ofccl__algo {
     /* What else this rank waits for from peer p, for reports and when p
      * exits: a phrase, or NULL for nothing (may be NULL: only units). */
     const char *(*waits_on)(const ofccl__req_t *r, int p);
+    /* Has p shown that it reached this collective (posted it)? May be NULL:
+     * its descriptor arrived where this rank writes to p, else yes. A rank
+     * that has not is the one to blame for a collective that times out:
+     * the others may only be waiting behind it. */
+    bool (*reached)(const ofccl__req_t *r, int p);
     /* The request failed: undo what would otherwise wait for it (a
      * stream-ordered request's stream). May be NULL. */
     void (*unwind)(ofccl__req_t *r);

@@ -63,11 +63,24 @@ bool ofccl__coll_owes(const ofccl__req_t *r, int p)
     return r->from_cnt[p] < units_from(r, p);
 }
 
+/* Has p shown that it posted r (its descriptor, or the algorithm's word)? */
+static bool reached(const ofccl__req_t *r, int p)
+{
+    if (r->algo->reached != NULL)
+        return r->algo->reached(r, p);
+    return !r->i_write_to[p] || r->peer_ready[p];
+}
+
 int ofccl__coll_first_owing(const ofccl__req_t *r)
 {
     const ofccl_comm_t *comm = r->comm;
     char what[160];
 
+    /* A rank that never reached the collective first: the others may be
+     * waiting behind it. */
+    for (int p = 0; p < comm->size; p++)
+        if (p != comm->rank && !reached(r, p) && ofccl__coll_owes(r, p))
+            return p;
     for (int p = 0; p < comm->size; p++) {
         unsigned each = units_from(r, p);
         if (p == comm->rank)

@@ -329,6 +329,7 @@ static CUresult e_free(CUdeviceptr p)
 {
     region_t *r;
 
+    ofccl__emu_device_sync(); /* as CUDA: the device's work first */
     pthread_mutex_lock(&mu);
     r = find((uintptr_t)p, 1u << R_ALLOC);
     if (r == NULL || r->base != (uintptr_t)p) {

@@ -36,5 +36,8 @@ int ofccl__emu_current_dev(void);
 
 /* emu_stream.c: the stream, event, copy and launch entry points. */
 void ofccl__emu_stream_install(struct ofccl__gpu_fns *fn);
+/* Wait for everything enqueued on every stream so far (as cuMemFree does
+ * before it frees). */
+void ofccl__emu_device_sync(void);
 
 #endif

@@ -51,12 +51,14 @@ typedef struct op {
                 struct ofccl__copy_args copy;
                 struct ofccl__chain_args chain;
                 struct ofccl__reduce_args reduce;
+                struct ofccl__signal_args signal;
             } a;
         } k;
     } u;
 } op_t;
 
 struct CUstream_st {
+    struct CUstream_st *next; /* every stream of the process (all_streams) */
     pthread_mutex_t mu;
     pthread_cond_t more, idle;
     op_t *ring;
@@ -67,6 +69,8 @@ struct CUstream_st {
 
 static pthread_mutex_t dflt_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct CUstream_st *dflt[OFCCL__GPU_MAX_DEVICES];
+static pthread_mutex_t all_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct CUstream_st *all_streams;
 
 static uint64_t now_ns(void)
 {
@@ -107,6 +111,14 @@ static void run_copy(const struct ofccl__copy_args *a)
         return;
     for (int d = 0; d < a->ndst; d++)
         memmove(a->dst[d], a->src, a->len);
+}
+
+static void run_signal(const struct ofccl__signal_args *a)
+{
+    if (aborted(a->abort))
+        return;
+    for (int i = 0; i < a->n; i++)
+        atomic_store_explicit((_Atomic uint64_t *)a->flag[i], a->value, memory_order_seq_cst);
 }
 
 /* Chunk by chunk, slice b (block b's) once the predecessor's flag b says it
@@ -266,6 +278,8 @@ static void run(op_t *op)
             run_copy(&op->u.k.a.copy);
         else if (op->u.k.kernel == OFCCL__GPU_K_CHAIN)
             run_chain(&op->u.k.a.chain, op->u.k.blocks);
+        else if (op->u.k.kernel == OFCCL__GPU_K_SIGNAL)
+            run_signal(&op->u.k.a.signal);
         else
             run_reduce(&op->u.k.a.reduce);
         break;
@@ -292,6 +306,13 @@ static void *worker(void *arg)
         pthread_cond_broadcast(&s->idle);
     }
     pthread_mutex_unlock(&s->mu);
+    pthread_mutex_lock(&all_mu);
+    for (struct CUstream_st **p = &all_streams; *p != NULL; p = &(*p)->next)
+        if (*p == s) {
+            *p = s->next;
+            break;
+        }
+    pthread_mutex_unlock(&all_mu);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->more);
     pthread_cond_destroy(&s->idle);
@@ -317,7 +338,13 @@ static CUresult s_create(CUstream *out, unsigned int flags)
     pthread_cond_init(&s->idle, NULL);
     pthread_attr_init(&attr);
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    pthread_mutex_lock(&all_mu);
     rc = pthread_create(&th, &attr, worker, s);
+    if (rc == 0) {
+        s->next = all_streams;
+        all_streams = s;
+    }
+    pthread_mutex_unlock(&all_mu);
     pthread_attr_destroy(&attr);
     if (rc != 0) {
         free(s->ring);
@@ -382,17 +409,30 @@ static CUresult enqueue(CUstream hs, const op_t *op)
     return CUDA_SUCCESS;
 }
 
+static void drain(struct CUstream_st *s)
+{
+    pthread_mutex_lock(&s->mu);
+    for (uint64_t until = s->queued; s->done < until;)
+        pthread_cond_wait(&s->idle, &s->mu);
+    pthread_mutex_unlock(&s->mu);
+}
+
 static CUresult s_sync(CUstream hs)
 {
     struct CUstream_st *s = resolve(hs);
 
     if (s == NULL)
         return CUDA_ERROR_OUT_OF_MEMORY;
-    pthread_mutex_lock(&s->mu);
-    for (uint64_t until = s->queued; s->done < until;)
-        pthread_cond_wait(&s->idle, &s->mu);
-    pthread_mutex_unlock(&s->mu);
+    drain(s);
     return CUDA_SUCCESS;
+}
+
+void ofccl__emu_device_sync(void)
+{
+    pthread_mutex_lock(&all_mu);
+    for (struct CUstream_st *s = all_streams; s != NULL; s = s->next)
+        drain(s);
+    pthread_mutex_unlock(&all_mu);
 }
 
 static CUresult s_wait_value(CUstream s, CUdeviceptr addr, cuuint64_t v, unsigned int flags)
@@ -430,9 +470,10 @@ static CUresult s_launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, un
                          void **extra)
 {
     op_t op = {.kind = OP_KERNEL};
-    size_t len = f->kernel == OFCCL__GPU_K_COPY    ? sizeof(op.u.k.a.copy)
-                 : f->kernel == OFCCL__GPU_K_CHAIN ? sizeof(op.u.k.a.chain)
-                                                   : sizeof(op.u.k.a.reduce);
+    size_t len = f->kernel == OFCCL__GPU_K_COPY     ? sizeof(op.u.k.a.copy)
+                 : f->kernel == OFCCL__GPU_K_CHAIN  ? sizeof(op.u.k.a.chain)
+                 : f->kernel == OFCCL__GPU_K_SIGNAL ? sizeof(op.u.k.a.signal)
+                                                    : sizeof(op.u.k.a.reduce);
 
     if (params == NULL || gx == 0)
         return CUDA_ERROR_INVALID_VALUE;

@@ -185,6 +185,13 @@ int ofccl__gpu_copy(ofccl__gpu_t *g, int dev, ofccl__gpu_stream_t s, void *dst, 
 int ofccl__gpu_copy_kernel(ofccl__gpu_t *g, int dev, ofccl__gpu_stream_t s, void *const *dsts,
                            int ndst, const void *src, size_t len, int sms, const void *abort,
                            ofccl__err_t *e);
+/* Set each of the `n` 64-bit words at device addresses flags[0..n) (n <=
+ * OFCCL__GPU_COPY_DSTS; peers' flags) to `value`, after everything before it
+ * on the stream is visible to them, by a one-thread kernel; nothing where
+ * the word at `abort` (may be NULL) is nonzero when it runs, so that a
+ * stream released after a failure never signals data that did not come. */
+int ofccl__gpu_signal(ofccl__gpu_t *g, int dev, ofccl__gpu_stream_t s, void *const *flags, int n,
+                      uint64_t value, const void *abort, ofccl__err_t *e);
 /* dst = the `nsrc` sources (<= OFCCL__GPU_REDUCE_SRCS) of `count` elements
  * reduced element by element in source order, with ofccl's reduction kernel
  * on at most `sms` SMs: dtype f32 0, f64 1, bf16 2, f16 3 (ofccl_dtype_t);

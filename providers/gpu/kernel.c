@@ -11,7 +11,7 @@
 #define COPY_THREADS OFCCL__GPU_COPY_THREADS
 
 const char *const ofccl__gpu_kernel_names[OFCCL__GPU_KERNELS] = {"ofccl_copy", "ofccl_chain",
-                                                                 "ofccl_reduce"};
+                                                                 "ofccl_reduce", "ofccl_signal"};
 
 /* Kernel k of device dev, loaded on first use; the caller is inside the
  * device's context. */
@@ -157,4 +157,34 @@ int ofccl__gpu_reduce_kernel(ofccl__gpu_t *g, int dev, ofccl__gpu_stream_t s, vo
     /* One vector per thread per pass. */
     vecs = (count * esize[dtype] + 15) / 16;
     return launch(g, dev, OFCCL__GPU_K_REDUCE, s, grid(vecs, 1, sms), &a, e);
+}
+
+int ofccl__gpu_signal(ofccl__gpu_t *g, int dev, ofccl__gpu_stream_t s, void *const *flags, int n,
+                      uint64_t value, const void *abort, ofccl__err_t *e)
+{
+    struct ofccl__signal_args a;
+    void *params[] = {&a};
+    CUfunction fn = NULL;
+    int res, rc;
+
+    if (n < 1 || n > OFCCL__GPU_COPY_DSTS)
+        return ofccl__fail(g->log, OFCCL__SUB_PROV, e, OFCCL_ERR_INVALID_ARG,
+                           "signal kernel: %d flags (1 to %d)", n, OFCCL__GPU_COPY_DSTS);
+    memset(&a, 0, sizeof(a));
+    memcpy(a.flag, flags, (size_t)n * sizeof(*flags));
+    a.value = value;
+    a.abort = abort;
+    a.n = n;
+    if ((res = ofccl__gpu_enter(g, dev)) != CUDA_SUCCESS) {
+        ofccl__gpu_leave(g);
+        return ofccl__gpu_cufail(g, e, res, "ofccl_signal");
+    }
+    if ((rc = kernel_of(g, dev, OFCCL__GPU_K_SIGNAL, &fn, e)) != 0) {
+        ofccl__gpu_leave(g);
+        return rc;
+    }
+    /* One thread does it all. */
+    res = ofccl__gpu_fn.cuLaunchKernel(fn, 1, 1, 1, 1, 1, 1, 0, (CUstream)s, params, NULL);
+    ofccl__gpu_leave(g);
+    return res != CUDA_SUCCESS ? ofccl__gpu_cufail(g, e, res, "launching ofccl_signal") : 0;
 }

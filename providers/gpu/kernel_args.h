@@ -1,7 +1,7 @@
 /*
  * Private to providers/gpu/ (with CUDA): the by-value argument blocks of
  * ofccl's kernels, laid out as kernels.cu declares them (struct
- * ofccl_copy_args, ofccl_chain_args, ofccl_reduce_args). kernel.c fills them
+ * ofccl_copy_args, ofccl_chain_args, ofccl_reduce_args, ofccl_signal_args). kernel.c fills them
  * for a launch; the emulated device (emu_stream.c) reads them back.
  */
 #ifndef OFCCL_PROVIDERS_GPU_KERNEL_ARGS_H
@@ -11,7 +11,13 @@
 
 #define OFCCL__GPU_COPY_THREADS 512 /* threads per block of every kernel */
 
-enum { OFCCL__GPU_K_COPY, OFCCL__GPU_K_CHAIN, OFCCL__GPU_K_REDUCE, OFCCL__GPU_KERNELS };
+enum {
+    OFCCL__GPU_K_COPY,
+    OFCCL__GPU_K_CHAIN,
+    OFCCL__GPU_K_REDUCE,
+    OFCCL__GPU_K_SIGNAL,
+    OFCCL__GPU_KERNELS
+};
 
 /* The kernels' names in the fat binary, by OFCCL__GPU_K_*. */
 extern const char *const ofccl__gpu_kernel_names[OFCCL__GPU_KERNELS];
@@ -40,6 +46,13 @@ struct ofccl__reduce_args {
     const void *abort;
     double scalar;
     int nsrc, dtype, kind, ndiv;
+};
+
+struct ofccl__signal_args {
+    void *flag[OFCCL__GPU_COPY_DSTS];
+    unsigned long long value;
+    const void *abort;
+    int n;
 };
 
 #endif

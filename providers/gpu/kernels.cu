@@ -146,6 +146,28 @@ extern "C" __global__ void __launch_bounds__(512) ofccl_chain(struct ofccl_chain
     }
 }
 
+/* Arguments of ofccl_signal (kernel.c fills the same layout). */
+struct ofccl_signal_args {
+    unsigned long long *flag[8]; /* 64-bit words to set (peers' flags, host memory) */
+    unsigned long long value;
+    const volatile unsigned long long *abort; /* nonzero: set nothing (may be NULL) */
+    int n;
+};
+
+/* Tell the destinations of the copies before it on the stream that the data
+ * is there, unless this rank gave up (its abort word): a stream the host
+ * released after a failure then signals nothing, and no peer takes a DONE
+ * for data that never came. One thread: the system-scope fence orders the
+ * earlier kernels' stores (stream order) before the flags. */
+extern "C" __global__ void ofccl_signal(struct ofccl_signal_args a)
+{
+    if (threadIdx.x != 0 || blockIdx.x != 0 || (a.abort != nullptr && *a.abort != 0))
+        return;
+    __threadfence_system();
+    for (int i = 0; i < a.n; i++)
+        *(volatile unsigned long long *)a.flag[i] = a.value;
+}
+
 /* ---- reduction (reduce-scatter) ---- */
 
 #define OFCCL_REDUCE_SRCS 16

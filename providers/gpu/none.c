@@ -206,6 +206,12 @@ int ofccl__gpu_copy_kernel(ofccl__gpu_t *g, int dev, ofccl__gpu_stream_t s, void
     UNSUPPORTED;
 }
 
+int ofccl__gpu_signal(ofccl__gpu_t *g, int dev, ofccl__gpu_stream_t s, void *const *flags, int n,
+                      uint64_t value, const void *abort, ofccl__err_t *e)
+{
+    UNSUPPORTED;
+}
+
 int ofccl__gpu_reduce_kernel(ofccl__gpu_t *g, int dev, ofccl__gpu_stream_t s, void *dst,
                              const void *const *srcs, int nsrc, size_t count, int dtype, int kind,
                              double scalar, int ndiv, int sms, const void *abort, ofccl__err_t *e)

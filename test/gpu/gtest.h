@@ -48,4 +48,9 @@ int gpu_hmem(int rank, ofccl_ctx_t *ctx, ofccl_comm_t *comm);
 /* test_gpu_push.c: weight push on GPU memory (a GPU plan). */
 int gpu_push(int rank, ofccl_ctx_t *ctx, ofccl_comm_t *comm);
 
+/* test_gpu_watch.c: a peer dead, stalled or an abort while the survivors
+ * only wait for their stream; `watch_case` names the scenario. */
+extern const char *watch_case;
+int gpu_watch(int rank, ofccl_ctx_t *ctx, ofccl_comm_t *comm);
+
 #endif

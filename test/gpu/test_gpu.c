@@ -15,9 +15,12 @@
  * The caller's own GPU memory registered: test_gpu_reg.c. Weight push on GPU
  * memory: test_gpu_push.c. Reduce-scatter: test_gpu_rs.c. GPU memory across
  * two simulated hosts (hierarchically, and every rank staged): test_gpu_staged.c.
+ * A dead or stalled peer, or an abort, while the survivors wait on their
+ * stream alone: test_gpu_watch.c.
  * Usage: [OFCCL_TEST_GPU_SHARED=1] test_gpu [NRANKS] [scenario...]  (scenarios: gather bcast ce
  * stream mismatch kill kill-rs leak refuse bucket bucket-ce register register-ce reg-size push rs
- * rs-ce staged staged-x staged-flat)
+ * rs-ce staged staged-x staged-flat hmem hmem-need watch-{kill,exit}-{ag,rs,bc,bucket,push}
+ * watch-stall watch-abort); OFCCL_TEST_GPU_EMULATE=N: on N emulated GPUs
  */
 #include <signal.h>
 #include <stdint.h>
@@ -463,7 +466,9 @@ static void test_one(void)
 
     run(which, st);
     for (int r = 0; r < nranks; r++) {
-        if ((which == kill_peer || which == kill_peer_rs) && r == 1)
+        if ((which == kill_peer || which == kill_peer_rs ||
+             (which == gpu_watch && strstr(watch_case, "-kill-"))) &&
+            r == 1)
             continue;
         CU_ASSERT_TRUE(exited_ok(st[r]));
         if (!exited_ok(st[r]))
@@ -519,7 +524,19 @@ int main(int argc, char **argv)
                {"staged-x", gpu_staged, "interleaved"},
                {"staged-flat", gpu_staged, "flat"},
                {"hmem", gpu_hmem, "auto"},
-               {"hmem-need", gpu_hmem, "hmem"}};
+               {"hmem-need", gpu_hmem, "hmem"},
+               {"watch-kill-ag", gpu_watch, NULL},
+               {"watch-kill-rs", gpu_watch, NULL},
+               {"watch-kill-bc", gpu_watch, NULL},
+               {"watch-kill-bucket", gpu_watch, NULL},
+               {"watch-kill-push", gpu_watch, NULL},
+               {"watch-exit-ag", gpu_watch, NULL},
+               {"watch-exit-rs", gpu_watch, NULL},
+               {"watch-exit-bc", gpu_watch, NULL},
+               {"watch-exit-bucket", gpu_watch, NULL},
+               {"watch-exit-push", gpu_watch, NULL},
+               {"watch-stall", gpu_watch, NULL},
+               {"watch-abort", gpu_watch, NULL}};
     const char *emu = getenv("OFCCL_TEST_GPU_EMULATE");
     int n, rc = 0;
     bool shared;
@@ -555,6 +572,7 @@ int main(int argc, char **argv)
             continue;
         cu_test_t tests[] = {{all[i].name, test_one}, {NULL, NULL}};
         which = all[i].fn;
+        watch_case = all[i].name;
         for (int r = 0; r < nranks; r++)
             rank_setting[r] = all[i].setting;
         /* Two simulated hosts (the first half of the ranks and the rest, or

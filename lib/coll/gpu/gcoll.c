@@ -20,6 +20,7 @@
  * the copy-engine streams, still waiting for a READY that never came, never
  * write into a peer that may be gone.
  */
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -233,9 +234,15 @@ static int push(ofccl__req_t *r, const int *to, int nto, const void *src, size_t
             rc = ofccl__gpu_copy_kernel(gc->g, gc->dev, gc->stream, dst, k, src, len, gc->sms,
                                         flag(gc, me, OFCCL__GF_ABORT), e);
         }
-        for (int i = 0; rc == 0 && i < nto; i++)
-            rc = ofccl__gpu_write_flag(gc->g, gc->dev, gc->stream,
-                                       flag(gc, to[i], ofccl__gf_done(n, me)), v, e);
+        /* DONE by a kernel that reads the abort word: a stream released
+         * after a failure skips the copies and must skip these too. */
+        for (int i = 0; rc == 0 && i < nto; i += OFCCL__GPU_COPY_DSTS) {
+            int k = OFCCL__MIN(nto - i, OFCCL__GPU_COPY_DSTS);
+            for (int j = 0; j < k; j++)
+                dst[j] = flag(gc, to[i + j], ofccl__gf_done(n, me));
+            rc = ofccl__gpu_signal(gc->g, gc->dev, gc->stream, dst, k, v,
+                                   flag(gc, me, OFCCL__GF_ABORT), e);
+        }
         return rc;
     }
     if ((rc = ofccl__gq_ce_streams(gc, e)) == 0)
@@ -438,6 +445,22 @@ static int bc_start(ofccl__req_t *r)
 static const char *waits_on(const ofccl__req_t *r, int p);
 static void unwind_req(ofccl__req_t *r);
 
+/* Whether this rank writes into p's output in this collective, and whether
+ * p writes into this rank's (a reduce-scatter's ranks read instead). */
+static void roles(const ofccl__req_t *r, int p, bool *to_p, bool *from_p)
+{
+    const struct ofccl__grq *q = &gc_of(r)->rq[r->slot];
+    int me = r->comm->rank, n = r->comm->size;
+    bool ag = q->coll == OFCCL__AG, chain = q->coll == OFCCL__BC && q->chain;
+
+    *to_p = ag || (chain ? p == (me + 1) % n && (p - q->root + n) % n != 0 : me == q->root);
+    *from_p = ag || (chain ? me != q->root && p == (me - 1 + n) % n : p == q->root);
+    if (q->coll == OFCCL__PUSH)
+        ofccl__gpush_roles(r, p, to_p, from_p);
+    if (q->coll == OFCCL__RS)
+        *to_p = *from_p = false;
+}
+
 /* A peer this request still waits for is known gone: release the stream at
  * once, with host stores alone (no CUDA call: the driver may hold one while
  * it takes the dead process's memory back), tell the others, and fail the
@@ -487,14 +510,9 @@ static const char *waits_on(const ofccl__req_t *r, int p)
     const ofccl__gcomm_t *gc = gc_of(r);
     const struct ofccl__grq *q = &gc->rq[r->slot];
     int me = r->comm->rank, n = r->comm->size;
-    bool ag = q->coll == OFCCL__AG, chain = !ag && q->chain;
-    bool writes_to_p =
-        ag || (chain ? p == (me + 1) % n && (p - q->root + n) % n != 0 : me == q->root);
-    bool p_writes_here = ag || (chain ? me != q->root && p == (me - 1 + n) % n : p == q->root);
+    bool chain = q->coll == OFCCL__BC && q->chain, writes_to_p, p_writes_here;
 
-    if (q->coll == OFCCL__PUSH)
-        ofccl__gpush_roles(r, p, &writes_to_p, &p_writes_here);
-
+    roles(r, p, &writes_to_p, &p_writes_here);
     if (r->finished || p == me)
         return NULL;
     /* Reduce-scatter: this rank reads p's input once p says READY, and
@@ -513,21 +531,41 @@ static const char *waits_on(const ofccl__req_t *r, int p)
     return NULL;
 }
 
+/* p said READY for this collective where it says it to this rank (a rank
+ * this one writes to, every rank of a reduce-scatter); where it says
+ * nothing, this rank cannot tell, and does not blame it. */
+static bool reached(const ofccl__req_t *r, int p)
+{
+    bool to_p, from_p;
+
+    roles(r, p, &to_p, &from_p);
+    if (!to_p && q_of(r)->coll != OFCCL__RS)
+        return true;
+    return flag_here(gc_of(r), ofccl__gf_ready(p)) >= v_of(r);
+}
+
 /* Release this rank's stream for good (the request failed): the abort word
- * first (the kernel then copies nothing), then every flag it may wait on;
- * the copy-engine streams' READY waits are left alone. */
+ * first (the kernels then copy nothing and signal nothing: a receiver never
+ * sees DONE for data that did not come), then every flag it may wait on.
+ * The copy-engine streams' READY waits are left alone where the peer may be
+ * alive: released, they would copy into an output that peer may be using;
+ * into a peer known gone they may go (its memory stays mapped here). */
 static void unwind_req(ofccl__req_t *r)
 {
     ofccl__gcomm_t *gc = gc_of(r);
     struct ofccl__grq *q = q_of(r);
-    int me = r->comm->rank, n = r->comm->size;
+    int me = r->comm->rank, n = r->comm->size, code;
+    char why[8];
 
     if (q->released)
         return;
     q->released = true;
     atomic_store_explicit(&gc->fh[me][OFCCL__GF_ABORT], 1, memory_order_seq_cst);
     for (int p = 0; p < n; p++) {
-        if (!q->ce) /* the copy kernel's waits on the caller's stream */
+        /* The copy kernel's waits are on the caller's stream, and it reads
+         * the abort word. */
+        if (!q->ce || (p != me && (ofccl__comm_gone(r->comm, p) ||
+                                   ofccl__dead_known(r->comm, p, &code, why, sizeof(why)))))
             atomic_store_explicit(&gc->fh[me][ofccl__gf_ready(p)], OFCCL__GFLAG_ABORT,
                                   memory_order_release);
         atomic_store_explicit(&gc->fh[me][ofccl__gf_done(n, p)], OFCCL__GFLAG_ABORT,
@@ -537,27 +575,46 @@ static void unwind_req(ofccl__req_t *r)
     }
 }
 
+/* Until `ev` is done or the deadline: 1 done, 0 not, or an error. */
+static int settle(const ofccl__gcomm_t *gc, ofccl__gpu_event_t ev, uint64_t deadline)
+{
+    ofccl__err_t e;
+    int rc;
+
+    while ((rc = ofccl__gpu_event_query(gc->g, gc->dev, ev, &e)) == 0 &&
+           ofccl__now_ns() < deadline)
+        sched_yield();
+    return rc;
+}
+
 bool ofccl__gpu_quiesce(ofccl__gcomm_t *gc)
 {
-    ofccl_comm_t *comm = gc->comm;
     uint64_t deadline = ofccl__now_ns() + 2000000000ull;
+    ofccl__gpu_event_t ev = NULL;
+    ofccl__err_t e;
     bool all = true;
 
-    (void)comm;
     for (int s = 0; s < OFCCL__GPU_SLOTS; s++) {
         ofccl__req_t *r = gc->rq[s].req;
-        ofccl__err_t e;
-        int rc = 0;
-
         if (r == NULL || r->state != OFCCL__REQ_ACTIVE || r->algo_state != &gc->rq[s] ||
             gc->done[s] == NULL)
             continue;
         unwind_req(r);
-        while ((rc = ofccl__gpu_event_query(gc->g, gc->dev, gc->done[s], &e)) == 0 &&
-               ofccl__now_ns() < deadline)
-            ;
-        all &= rc == 1;
+        all &= settle(gc, gc->done[s], deadline) == 1;
     }
+    /* The copy-engine streams too: one still waiting for a READY that never
+     * came (a peer that may be alive) would read the flag region after it
+     * is gone. */
+    for (int p = 0; all && gc->ce != NULL && p < gc->comm->size; p++) {
+        if (gc->ce[p] == NULL)
+            continue;
+        if (ev == NULL && ofccl__gpu_event_create(gc->g, gc->dev, false, &ev, &e) != 0)
+            return false;
+        all = ofccl__gpu_event_record(gc->g, gc->dev, ev, gc->ce[p], &e) == 0 &&
+              settle(gc, ev, deadline) == 1;
+    }
+    if (ev != NULL)
+        ofccl__gpu_event_destroy(gc->g, gc->dev, ev);
     return all;
 }
 
@@ -571,6 +628,7 @@ bool ofccl__gpu_quiesce(ofccl__gcomm_t *gc)
         .start = st,                                                                               \
         .progress = progress,                                                                      \
         .waits_on = waits_on,                                                                      \
+        .reached = reached,                                                                        \
         .unwind = unwind_req,                                                                      \
     }
 GPU_ALGO(ofccl__gpu_ag, "gpu", OFCCL__AG, ag_start);
