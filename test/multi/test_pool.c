@@ -1,7 +1,9 @@
 /*
- * Multi-rank: the pool's byte budget and growth, staging depth, and the
- * progress thread (requests complete while the caller never calls progress).
+ * Multi-rank: the pool's byte budget and growth, staging depth, the
+ * progress thread (requests complete while the caller never calls progress),
+ * and no watcher thread where only host memory is used.
  */
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -162,12 +164,69 @@ static void test_progress_thread(void)
     free(out);
 }
 
+/* Threads of this process now (/proc/self/task). */
+static int threads(void)
+{
+    DIR *d = opendir("/proc/self/task");
+    struct dirent *e;
+    int n = 0;
+
+    while (d != NULL && (e = readdir(d)) != NULL)
+        n += e->d_name[0] != '.';
+    if (d != NULL)
+        closedir(d);
+    return n;
+}
+
+/* The watcher of stream-ordered (GPU) requests starts with the first one: a
+ * process that posts only host-memory collectives never has it. */
+static void test_no_watcher(void)
+{
+    size_t count = 4096;
+    float *in = malloc(count * 4 * (size_t)size), *out = malloc(count * 4 * (size_t)size);
+    ofccl_ctx_t *ctx;
+    ofccl_comm_t *comm;
+    ofccl_req_t *req;
+    int before, wrong = 0;
+
+    CU_ASSERT_EQUAL_FATAL(open_world(NULL, &ctx, &comm), 0);
+    for (size_t j = 0; j < count * (size_t)size; j++)
+        in[j] = (float)(rank + (int)(j % 5));
+    CU_ASSERT_EQUAL(ofccl_barrier(comm), 0);
+    before = threads();
+    for (int k = 0; k < 20; k++) {
+        CU_ASSERT_EQUAL_FATAL(ofccl_allgather(comm, in, out, count, OFCCL_F32, &req), 0);
+        CU_ASSERT_EQUAL(ofccl_wait(req), 0);
+        CU_ASSERT_EQUAL(ofccl_req_free(req), 0);
+        CU_ASSERT_EQUAL_FATAL(ofccl_reduce_scatter(comm, in, out, count, OFCCL_F32,
+                                                   (ofccl_redop_t){OFCCL_OP_SUM, 1}, &req),
+                              0);
+        CU_ASSERT_EQUAL(ofccl_wait(req), 0);
+        CU_ASSERT_EQUAL(ofccl_req_free(req), 0);
+        for (size_t j = 0; j < count; j++) { /* block `rank` of every rank's input, summed */
+            int want = 0;
+            for (int r = 0; r < size; r++)
+                want += r + (int)(((size_t)rank * count + j) % 5);
+            wrong += out[j] != (float)want;
+        }
+    }
+    CU_ASSERT_EQUAL(wrong, 0);
+    CU_ASSERT_EQUAL(ctx->thread_on, 0);
+    CU_ASSERT_EQUAL(threads(), before);
+    CU_ASSERT_EQUAL(ofccl_barrier(comm), 0);
+    CU_ASSERT_EQUAL(ofccl_comm_destroy(comm), 0);
+    CU_ASSERT_EQUAL(ofccl_ctx_destroy(ctx), 0);
+    free(in);
+    free(out);
+}
+
 int main(void)
 {
     static const cu_test_t tests[] = {
         {"pool budget: clear error, communicator usable", test_budget},
         {"staging grows only when needed; depth bounds outstanding", test_growth_and_depth},
         {"progress thread completes requests on its own", test_progress_thread},
+        {"host-memory collectives start no watcher thread", test_no_watcher},
         {NULL, NULL},
     };
     return cu_run("pool", tests);
