@@ -3,12 +3,13 @@
 The shared library is found, in order, at ``OFCCL_LIBRARY`` (a path), in the
 libdir ``meson install`` recorded in ``_install.py``, inside this package
 (where ``pip install .`` puts it), and through the dynamic loader
-(``libofccl.so.0``, as ``meson install`` and ``ldconfig`` leave it). Every function is declared with
-its argument and result types, so a wrong call fails in Python instead of
-corrupting memory. ctypes releases the GIL around each call, so a blocking
-``ofccl_wait`` lets other Python threads run. The hot path of buffer-protocol
-objects goes through the small C extension ``_fast`` when it was built
-(``fast()``); everything else, and everything when it is missing, through ctypes.
+(``libofccl.so.0``, as ``meson install`` and ``ldconfig`` leave it). Every
+function is declared with its argument and result types, so a wrong call fails
+in Python instead of corrupting memory. ctypes releases the GIL around each
+call, so a blocking ``ofccl_wait`` lets other Python threads run. The hot path
+of buffer-protocol objects goes through the small C extension ``_fast`` when it
+was built (``fast()``); everything else, and everything when it is missing,
+through ctypes.
 """
 
 from __future__ import annotations

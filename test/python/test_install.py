@@ -40,17 +40,23 @@ def _run(cmd, timeout, **kw):
     return p.stdout
 
 
+def _make_venv(venv):
+    """The python of a fresh venv over this interpreter that sees Debian's
+    packages, meson-python among them."""
+    _run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], 120)
+    py = str(venv / "bin" / "python")
+    have = subprocess.run([py, "-c", "import mesonpy"], capture_output=True, env=_user_env())
+    assert have.returncode == 0, "python3-mesonpy is missing: run scripts/install-deps.sh"
+    return py
+
+
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory):
     """(venv python, the wheel's file names): the wheel built with Debian's
     meson-python and installed into a fresh venv, all offline."""
     tmp = tmp_path_factory.mktemp("install")
-    venv = tmp / "venv"
-    _run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], 120)
-    py = str(venv / "bin" / "python")
+    py = _make_venv(tmp / "venv")
     env = _user_env()
-    have = subprocess.run([py, "-c", "import mesonpy"], capture_output=True, env=env)
-    assert have.returncode == 0, "python3-mesonpy is missing: run scripts/install-deps.sh"
     _run([py, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "--no-index",
           "--no-cache-dir", "-w", str(tmp / "wheels"), ROOT], 600, env=env)
     wheels = glob.glob(str(tmp / "wheels" / "ofccl-*.whl"))
@@ -145,3 +151,23 @@ def test_torch_backend_on_the_installed_copy(installed):
     venv = os.path.dirname(os.path.dirname(py))
     assert ranks.run(2, __file__, "scenario_backend", venv, python=py, env=_user_env(),
                      timeout=180) == [0, 1]
+
+
+def test_editable_install(tmp_path):
+    """pip install -e: the modules come from python/ofccl, the library and
+    the extension from meson-python's build directory (rebuilt on import)."""
+    py = _make_venv(tmp_path / "venv")
+    env = _user_env()
+    ver = _run([py, "-c", "import mesonpy; print(mesonpy.__version__, "
+                "hasattr(mesonpy, 'build_editable'))"], 60, env=env).split()
+    if ver[1] != "True":
+        pytest.skip(f"meson-python {ver[0]} has no editable installs (0.13 and later have)")
+    build = tmp_path / "build"
+    _run([py, "-m", "pip", "install", "--no-build-isolation", "--no-deps", "--no-index",
+          f"--config-settings=build-dir={build}", "-e", ROOT], 600, env=env)
+    out = _run([py, "-c", "import ofccl, ofccl._lib as L\n"
+                "print(ofccl.__file__, L.lib()._name, L.fast().__file__)"], 120, env=env,
+               cwd=str(tmp_path))
+    init, lib, fast = out.split()
+    assert init == os.path.join(PKG, "__init__.py")
+    assert lib.startswith(str(build) + os.sep) and fast.startswith(str(build) + os.sep), out
