@@ -69,7 +69,7 @@ def installed(tmp_path_factory):
 def test_every_module_imports_from_the_venv(installed, tmp_path):
     py, _ = installed
     venv = os.path.dirname(os.path.dirname(py))
-    code = ("import importlib, json, sys\n"
+    code = ("import importlib, importlib.metadata, json, sys\n"
             "files, failed = {}, {}\n"
             "for n in sys.argv[1:]:\n"
             "    try:\n"
@@ -79,7 +79,8 @@ def test_every_module_imports_from_the_venv(installed, tmp_path):
             "        failed[n] = repr(e)\n"
             "import ofccl, ofccl._lib as L\n"
             "print(json.dumps({'files': files, 'failed': failed, 'lib': L.lib()._name,"
-            " 'fast': getattr(L.fast(), '__file__', None), 'version': ofccl.library_version()}))\n")
+            " 'fast': getattr(L.fast(), '__file__', None), 'version': ofccl.library_version(),"
+            " 'dist': importlib.metadata.version('ofccl')}))\n")
     out = _run([py, "-c", code, *MODULES], 120, env=_user_env(), cwd=str(tmp_path))
     got = json.loads(out.splitlines()[-1])
     assert not got["failed"], (f"modules of python/ofccl that do not import from the installed "
@@ -90,7 +91,7 @@ def test_every_module_imports_from_the_venv(installed, tmp_path):
     pkg_dir = os.path.dirname(got["files"]["__init__"])
     assert got["lib"] == os.path.join(pkg_dir, "libofccl.so"), got["lib"]
     assert got["fast"] and os.path.dirname(got["fast"]) == pkg_dir, "no C hot path installed"
-    assert got["version"] == "0.1.0"
+    assert got["version"] == got["dist"], "the wheel's version is not the library's"
 
 
 def test_the_wheel_holds_what_meson_installs(installed):
