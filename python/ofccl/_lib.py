@@ -1,14 +1,15 @@
 """Loading libofccl and declaring its functions for ctypes.
 
-The shared library is found, in order, at ``OFCCL_LIBRARY`` (a path), next to
-this package (a wheel or ``meson install`` that placed it there, recorded in
-``_install.py``), and through the dynamic loader (``libofccl.so.0``, as
-``meson install`` and ``ldconfig`` leave it). Every function is declared with
-its argument and result types, so a wrong call fails in Python instead of
-corrupting memory. ctypes releases the GIL around each call, so a blocking
-``ofccl_wait`` lets other Python threads run. The hot path of buffer-protocol
-objects goes through the small C extension ``_fast`` when it was built
-(``fast()``); everything else, and everything when it is missing, through ctypes.
+The shared library is found, in order, at ``OFCCL_LIBRARY`` (a path), in the
+libdir ``meson install`` recorded in ``_install.py``, inside this package
+(where ``pip install .`` puts it), and through the dynamic loader
+(``libofccl.so.0``, as ``meson install`` and ``ldconfig`` leave it). Every
+function is declared with its argument and result types, so a wrong call fails
+in Python instead of corrupting memory. ctypes releases the GIL around each
+call, so a blocking ``ofccl_wait`` lets other Python threads run. The hot path
+of buffer-protocol objects goes through the small C extension ``_fast`` when it
+was built (``fast()``); everything else, and everything when it is missing,
+through ctypes.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import importlib.machinery
+import importlib.resources
 import importlib.util
 import os
 from ctypes import (POINTER, Structure, c_char, c_char_p, c_double, c_int, c_size_t, c_uint64,
@@ -115,6 +117,16 @@ _PROTOS = {
 }
 
 
+def _beside_package() -> str:
+    """Where a wheel (pip install .) puts libofccl: in this package. Asked of
+    importlib.resources, so an editable install, whose loader maps the
+    package's files into its meson build directory, answers too."""
+    try:
+        return os.fspath(importlib.resources.files(__package__) / "libofccl.so")
+    except TypeError:  # not a file on disk (a zip import): no library there
+        return os.path.join(os.path.dirname(os.path.abspath(__file__)), "libofccl.so")
+
+
 def _candidates() -> List[str]:
     names = []
     explicit = os.environ.get("OFCCL_LIBRARY")
@@ -125,8 +137,7 @@ def _candidates() -> List[str]:
         names.append(os.path.join(_install.LIBDIR, "libofccl.so.0"))
     except ImportError:
         pass
-    here = os.path.dirname(os.path.abspath(__file__))
-    names.append(os.path.join(here, "libofccl.so"))
+    names.append(_beside_package())
     names.append("libofccl.so.0")
     found = ctypes.util.find_library("ofccl")
     if found:
@@ -152,7 +163,8 @@ def _load() -> ctypes.CDLL:
         return lib
     raise errors.LibraryNotFound(
         "cannot load libofccl: tried " + "; ".join(tried) +
-        ". Build it (meson setup build && ninja -C build) and set OFCCL_LIBRARY to "
+        ". Install the package with it (pip install . at the top of the source tree), "
+        "or build it (meson setup build && ninja -C build) and set OFCCL_LIBRARY to "
         "build/libofccl.so, or install it (meson install -C build && ldconfig)")
 
 

@@ -23,7 +23,9 @@ def free_port():
 
 
 def run(nranks, module_file, scenario, *args, settings=None, rank_settings=None, timeout=120,
-        expect_fail=False):
+        expect_fail=False, python=sys.executable, env=None):
+    """Results per rank. `python` runs the ranks (default: this interpreter)
+    with environment `env` (default: this one's)."""
     port = free_port()
     procs = []
     try:
@@ -32,10 +34,10 @@ def run(nranks, module_file, scenario, *args, settings=None, rank_settings=None,
                  "BOOT_TIMEOUT_MS": 30000, "TIMEOUT_MS": 30000}
             s.update(settings or {})
             s.update((rank_settings or {}).get(r, {}))
-            cmd = [sys.executable, WORKER, os.path.abspath(module_file), scenario,
+            cmd = [python, WORKER, os.path.abspath(module_file), scenario,
                    json.dumps(s), json.dumps(list(args))]
             procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                          text=True))
+                                          text=True, env=env))
         deadline = time.monotonic() + timeout
         outs = []
         for p in procs:
