@@ -116,7 +116,9 @@ def done_work(result: List[Any]) -> Work:
 
 class GpuWork(Work):
     """Work over a stream-ordered GPU collective: wait() makes the current
-    stream wait for it, as NCCL's Work does; the host goes on."""
+    stream wait for it, as NCCL's Work does; the host goes on. A collective
+    the library has failed (a peer gone, the deadline, an abort: it releases
+    the stream itself) raises from wait() and is exception()'s answer."""
 
     def __init__(self, req: "gpu.GpuRequest", result: List[Any]):
         super().__init__([], result)
@@ -135,6 +137,12 @@ class GpuWork(Work):
 
     def is_completed(self) -> bool:
         return self._done or self._req.done()
+
+    def is_success(self) -> bool:
+        return self._req.done() and self._req.failure() is None
+
+    def exception(self) -> Optional[BaseException]:
+        return self._exc or self._req.failure()
 
     def synchronize(self) -> None:
         self._complete()

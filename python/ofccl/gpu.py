@@ -7,7 +7,10 @@ reaches each other (P2P), the library moves the data GPU to GPU (docs/gpu.md);
 elsewhere it stages GPU memory through host memory itself. Requests are
 completed and freed here, behind the caller: a Work's ``wait()`` makes the
 current stream wait for the collective (the host goes on), and requests whose
-stream work is done are reaped on every later post.
+stream work is done are reaped on every later post. Nothing here needs
+polling for a failure: the library watches its stream-ordered requests
+itself and releases the stream of one that fails (a peer gone, the
+deadline, an abort), keeping the error for the request's Work.
 """
 
 from __future__ import annotations
@@ -87,11 +90,13 @@ class GpuCollectives:
 
     # ---- requests ----
     def _before_post(self) -> None:
-        """Room for one more request (the oldest waited for when half the
-        library's slots are taken), and torch's current stream as the
+        """Room for one more request (the oldest waited for on the host once
+        _MAX_OUTSTANDING are out), and torch's current stream as the
         communicator's."""
-        if len(self._out) >= _MAX_OUTSTANDING // 2:
-            self._reap(block=True)
+        self._reap()
+        while len(self._out) >= _MAX_OUTSTANDING:
+            self._out[0].wait_host(raise_error=False)
+            self._reap()
         self._stream()
 
     def _stream(self) -> None:
@@ -104,27 +109,18 @@ class GpuCollectives:
             raise from_code(rc, self.comm.last_error or "ofccl_comm_set_stream")
         self._last_stream = s
 
-    def _reap(self, block: bool = False) -> None:
-        lib = _lib.lib()
-        done = c_int(0)
-        while self._out:
-            h = self._out[0]
-            if block and len(self._out) >= _MAX_OUTSTANDING:
-                rc = lib.ofccl_wait(h)
-            else:
-                rc = lib.ofccl_test(h, byref(done))
-                if not rc and not done.value:
-                    return
+    def _reap(self) -> None:
+        """Complete the requests whose stream work is over, oldest first (a
+        failed one keeps its error for its Work)."""
+        while self._out and self._out[0]._test():
             self._out.popleft()
-            lib.ofccl_req_free(h)
-            if rc:
-                raise from_code(rc, self.comm.last_error or "GPU collective failed")
 
     def _posted(self, rc: int, req: c_void_p, what: str) -> "GpuRequest":
         if rc:
             raise from_code(rc, self.comm.last_error or what)
-        self._out.append(req.value)
-        return GpuRequest(self, req.value)
+        r = GpuRequest(self, req.value)
+        self._out.append(r)
+        return r
 
     def all_gather(self, out: Any, inp: Any) -> "GpuRequest":
         self._before_post()
@@ -161,12 +157,10 @@ class GpuCollectives:
         return self._posted(rc, req, "ofccl_broadcast")
 
     def close(self) -> None:
-        """Wait for every outstanding request (on the host) and free it."""
-        lib = _lib.lib()
+        """Wait for every outstanding request (on the host) and free it. After
+        a failure this returns at once: the library has released them."""
         while self._out:
-            h = self._out.popleft()
-            lib.ofccl_wait(h)
-            lib.ofccl_req_free(h)
+            self._out.popleft().wait_host(raise_error=False)
 
 
 def torch_uint8() -> Any:
@@ -177,43 +171,61 @@ def torch_uint8() -> Any:
 class GpuRequest:
     """A stream-ordered collective: ``stream_wait()`` makes the current stream
     (or `stream`) wait for it without blocking the host; ``done()`` says
-    whether its stream work is over. Completing and freeing it is the
-    GpuCollectives' business."""
+    whether its stream work is over; ``failure()`` is its error once the
+    library has failed it (a peer gone, the deadline, an abort: the library
+    releases the stream by itself and keeps the error here), else None."""
 
-    __slots__ = ("_coll", "_h")
+    __slots__ = ("_coll", "_h", "_exc")
 
     def __init__(self, coll: GpuCollectives, h: int):
         self._coll, self._h = coll, h
+        self._exc: Optional[BaseException] = None
 
-    def _live(self) -> bool:
-        return self._h in self._coll._out
+    def _end(self, rc: int) -> None:
+        if rc:
+            self._exc = from_code(rc, self._coll.comm.last_error or "GPU collective failed")
+        _lib.lib().ofccl_req_free(self._h)
+        self._h = None
+
+    def _test(self) -> bool:
+        """Complete it if its stream work is over (never blocks)."""
+        if self._h is None:
+            return True
+        done = c_int(0)
+        rc = _lib.lib().ofccl_test(self._h, byref(done))
+        if rc or done.value:
+            self._end(rc)
+        return self._h is None
+
+    def failure(self) -> Optional[BaseException]:
+        self._coll._reap()
+        self._test()
+        return self._exc
 
     def stream_wait(self, stream: Optional[Any] = None) -> None:
+        """The current stream (or `stream`) waits for it; raises at once if
+        the library already failed it."""
         import torch
-        if not self._live():
-            return  # reaped: its stream work is over
+        if self.failure() is not None:
+            raise self._exc
+        if self._h is None:
+            return  # over: its stream work is done
         s = (stream or torch.cuda.current_stream()).cuda_stream
         rc = _lib.lib().ofccl_req_stream_wait(self._h, c_void_p(s))
         if rc:
             raise from_code(rc, self._coll.comm.last_error or "ofccl_req_stream_wait")
 
     def done(self) -> bool:
-        if not self._live():
-            return True
         self._coll._reap()
-        return not self._live()
+        return self._test()
 
-    def wait_host(self) -> None:
-        """Block the host until it is over (and reap it)."""
-        while self._live():
-            self._coll._reap(block=False)
-            if self._live():
-                lib = _lib.lib()
-                rc = lib.ofccl_wait(self._h)
-                if rc:
-                    self._coll._out.remove(self._h)
-                    lib.ofccl_req_free(self._h)
-                    raise from_code(rc, self._coll.comm.last_error or "GPU collective failed")
+    def wait_host(self, raise_error: bool = True) -> None:
+        """Block the host until it is over, bounded by the communicator's
+        deadline (and raise its error)."""
+        if self._h is not None:
+            self._end(_lib.lib().ofccl_wait(self._h))
+        if raise_error and self._exc is not None:
+            raise self._exc
 
 
 def collectives_for(comm: Comm) -> GpuCollectives:
@@ -223,8 +235,3 @@ def collectives_for(comm: Comm) -> GpuCollectives:
         g = GpuCollectives(comm)
         comm._gpu = g
     return g
-
-
-def _outstanding(comm: Comm) -> List[int]:
-    g = getattr(comm, "_gpu", None)
-    return list(g._out) if g is not None else []

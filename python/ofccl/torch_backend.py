@@ -51,7 +51,10 @@ def _rendezvous_settings(store: Any, rank: int, size: int,
         store.set(key, f"{host}:{port}")
     root = store.get(key).decode()
     secret = store.get("ofccl/secret").decode()
-    ms = max(1000, int(timeout.total_seconds() * 1000))
+    # Every rank has reached torch's store by now: the rendezvous gets at least
+    # 30 s whatever the collectives' timeout (a 2 s one must not fail a rank
+    # that is still importing).
+    ms = max(30000, int(timeout.total_seconds() * 1000))
     return {"BOOT_ROOT": root, "BOOT_RANK": rank, "BOOT_SIZE": size,
             "BOOT_TIMEOUT_MS": min(ms, 86400000)}, secret
 

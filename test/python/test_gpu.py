@@ -250,6 +250,109 @@ def register(settings):
 register.no_comm = True
 
 
+def _backend_up(settings, seconds):
+    """init_process_group('ofccl') on this rank's GPU, with `seconds` as the
+    collectives' deadline; the rank's one-element warm-up all-gather checked."""
+    import datetime
+    import torch.distributed as dist
+    import ofccl.torch  # noqa: F401  (registers the backend)
+    rank, size = int(settings["BOOT_RANK"]), int(settings["BOOT_SIZE"])
+    torch.cuda.set_device(rank % NGPU)
+    port = settings["BOOT_ROOT"].rsplit(":", 1)[1]
+    dist.init_process_group("ofccl", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=size, timeout=datetime.timedelta(seconds=seconds))
+    out = torch.zeros(size, device="cuda")
+    dist.all_gather_into_tensor(out, torch.full((1,), float(rank), device="cuda"))
+    if out.tolist() != [float(r) for r in range(size)]:
+        raise AssertionError(f"warm-up all-gather gave {out.tolist()}")
+    return rank, size, dist
+
+
+def peer_lost(settings, how, coll):
+    """The last rank dies (`how`: SIGKILL or _exit(0)), stalls (never posts,
+    with a 2 s deadline) or stays while the others abort the group from
+    another thread; the others post `coll` on CUDA tensors and then only
+    synchronize the device. Their synchronize returns within 1 s of the death
+    (of the deadline, of the abort), the collective's Work then says why,
+    naming the rank, and so does the next collective; the group shuts down."""
+    import signal
+    import threading
+    import time
+    rank, size, dist = _backend_up(settings, 2 if how == "stall" else 60)
+    last = size - 1
+    n = 1 << 16
+    inp = torch.full((n,), float(rank), device="cuda")
+    out = torch.zeros(n * size, device="cuda")
+
+    def post():
+        if coll == "rs":
+            return dist.reduce_scatter_tensor(inp[: n // size], torch.ones(n // size * size,
+                                                                          device="cuda"),
+                                              async_op=True)
+        if coll == "bc":
+            return dist.broadcast(inp, 0, async_op=True)
+        return dist.all_gather_into_tensor(out, inp, async_op=True)
+
+    dist.barrier()
+    torch.cuda.synchronize()
+    if rank == last:
+        if how == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        if how == "exit":
+            os._exit(0)
+        time.sleep(6)  # stalled, or alive while the others abort
+        return {"bad": [], "sync_s": 0.0}
+    bad = []
+    if how == "abort":
+        pg = dist.distributed_c10d._get_default_group()
+        be = pg._get_backend(torch.device("cuda"))
+        threading.Timer(0.3, be.abort).start()
+    t0 = time.monotonic()
+    work = post()
+    torch.cuda.synchronize()  # no ofccl call until the stream is released
+    waited = time.monotonic() - t0
+    limit = {"stall": 3.5, "abort": 1.3}.get(how, 1.0)
+    if waited > limit or (how == "stall" and waited < 1.5):
+        bad.append(f"synchronize returned after {waited:.3f} s")
+    want = {"stall": "Timeout", "abort": "Aborted"}.get(how, "RemoteError")
+    exc = work.exception()
+    if type(exc).__name__ != want or (how != "abort" and f"rank {last}" not in str(exc)):
+        bad.append(f"Work.exception() gave {type(exc).__name__}: {exc}")
+    try:
+        work.wait()
+        bad.append("Work.wait() did not raise")
+    except Exception as e:  # noqa: BLE001
+        if type(e).__name__ != want:
+            bad.append(f"Work.wait() raised {type(e).__name__}: {e}")
+    try:
+        post()
+        bad.append("the next collective did not raise")
+    except Exception as e:  # noqa: BLE001
+        if type(e).__name__ != want or (how != "abort" and f"rank {last}" not in str(e)):
+            bad.append(f"the next collective raised {type(e).__name__}: {e}")
+    t1 = time.monotonic()
+    dist.destroy_process_group()
+    if time.monotonic() - t1 > 5:
+        bad.append(f"destroy_process_group took {time.monotonic() - t1:.1f} s")
+    return {"bad": bad, "sync_s": round(waited, 4)}
+
+
+peer_lost.no_comm = True
+
+
+@pytest.mark.parametrize("how,coll", [("kill", "ag"), ("kill", "rs"), ("kill", "bc"),
+                                      ("exit", "ag"), ("exit", "rs"), ("exit", "bc"),
+                                      ("stall", "ag"), ("abort", "ag")])
+def test_peer_lost(how, coll):
+    """Nothing hangs a torch user whose peer dies or stalls (docs/reliability.md)."""
+    res = ranks.run(3, __file__, "peer_lost", how, coll, settings={"PROVIDER": "local"},
+                    timeout=120, expect_fail=True)
+    for r, got in enumerate(res[:-1]):
+        assert "bad" in got, f"rank {r}: {got}"
+        print(f"{how} {coll}: rank {r} synchronize returned after {got['sync_s']} s")
+        assert got["bad"] == [], f"{how} {coll}, rank {r}: {got['bad']}"
+
+
 @pytest.mark.parametrize("nranks", RANKS)
 @pytest.mark.parametrize("scenario", ["register", "gather", "bcast", "rscatter", "backend"])
 def test_gpu(scenario, nranks):
