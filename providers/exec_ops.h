@@ -15,6 +15,7 @@
 #ifndef OFCCL_PROVIDERS_EXEC_OPS_H
 #define OFCCL_PROVIDERS_EXEC_OPS_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -44,6 +45,33 @@ typedef struct ofccl__exec_ops {
     int (*reduce)(void *state, ofccl_dtype_t dtype, ofccl_redop_t op, void *dst,
                   const void *const *srcs, int nsrc, size_t count, int ndiv, uint64_t *ticket);
     int (*test)(void *state, uint64_t ticket);
+    /*
+     * Stream-ordered requests: a request on device memory follows the
+     * caller's `stream` (a device's executor; the host's answers
+     * OFCCL_ERR_NOT_SUPPORTED). Work that must come after the caller's work
+     * on its buffers goes on that stream itself (copy_on, reduce_on: as
+     * copy and reduce, done when the next mark is), and `mark`
+     * records an event there after it: *mark is its handle, `marked` says 1
+     * once the stream has run everything enqueued on it before (0 not yet,
+     * or an error), `unmark` releases it whatever its state. The request's
+     * end is a 64-bit word of host memory the device can read: `word` lends
+     * one (*handle, *word for the host, *dev for streams) with the value
+     * that will mean "over" (*value: larger than any it held before, so a
+     * word never goes back and a stream left waiting on it from an earlier
+     * loan is let through), `word_put` takes it back once the host stored
+     * that value, and `wait_word` makes `stream` wait until the word at
+     * `dev` is >= value.
+     */
+    int (*copy_on)(void *state, ofccl_stream_t stream, void *dst, const void *src, size_t len);
+    int (*reduce_on)(void *state, ofccl_stream_t stream, ofccl_dtype_t dtype, ofccl_redop_t op,
+                     void *dst, const void *const *srcs, int nsrc, size_t count, int ndiv);
+    int (*mark)(void *state, ofccl_stream_t stream, uint64_t *mark);
+    int (*marked)(void *state, uint64_t mark);
+    void (*unmark)(void *state, uint64_t mark);
+    int (*word)(void *state, uint64_t *handle, _Atomic uint64_t **word, void **dev,
+                uint64_t *value);
+    void (*word_put)(void *state, uint64_t handle);
+    int (*wait_word)(void *state, ofccl_stream_t stream, void *dev, uint64_t value);
 } ofccl__exec_ops_t;
 
 /* An executor: its table, its state (a device's stream, ...) and the memory
@@ -83,5 +111,23 @@ int ofccl__exec_stub_reduce(void *state, ofccl_dtype_t dtype, ofccl_redop_t op, 
                             uint64_t *ticket);
 /* Nothing of this executor is ever in flight: every ticket is done. */
 int ofccl__exec_test_done(void *state, uint64_t ticket);
+/* The stream-ordered slots of an executor that follows no stream (the
+ * host's): NOT_SUPPORTED, and nothing to release. */
+#define OFCCL__EXEC_NO_STREAMS                                                                     \
+    .copy_on = ofccl__exec_stub_copy_on, .reduce_on = ofccl__exec_stub_reduce_on,                  \
+    .mark = ofccl__exec_stub_mark, .marked = ofccl__exec_test_done,                                \
+    .unmark = ofccl__exec_stub_unmark, .word = ofccl__exec_stub_word,                              \
+    .word_put = ofccl__exec_stub_word_put, .wait_word = ofccl__exec_stub_wait_word
+int ofccl__exec_stub_copy_on(void *state, ofccl_stream_t stream, void *dst, const void *src,
+                             size_t len);
+int ofccl__exec_stub_reduce_on(void *state, ofccl_stream_t stream, ofccl_dtype_t dtype,
+                               ofccl_redop_t op, void *dst, const void *const *srcs, int nsrc,
+                               size_t count, int ndiv);
+int ofccl__exec_stub_mark(void *state, ofccl_stream_t stream, uint64_t *mark);
+void ofccl__exec_stub_unmark(void *state, uint64_t mark);
+int ofccl__exec_stub_word(void *state, uint64_t *handle, _Atomic uint64_t **word, void **dev,
+                          uint64_t *value);
+void ofccl__exec_stub_word_put(void *state, uint64_t handle);
+int ofccl__exec_stub_wait_word(void *state, ofccl_stream_t stream, void *dev, uint64_t value);
 
 #endif

@@ -3,11 +3,11 @@
  *
  * A buffer's kind is learned from where it lives, never taken on the
  * caller's word; everything that records a kind (registrations, pool
- * buffers, memory references, a bucket's tensors) asks here. Only while a
- * transport that takes device memory is open (a libfabric domain with
- * FI_HMEM) can device memory reach the host engine, so only then is CUDA
- * asked (its pointer attributes); otherwise every buffer is host memory and
- * asking costs one atomic load.
+ * buffers, memory references, a bucket's tensors, the collective entry
+ * points) asks here, the one oracle. CUDA is asked (its pointer attributes)
+ * only once something in the process has loaded the driver: a host-only
+ * program never starts CUDA because of ofccl, and asking costs it a check
+ * that the driver is not loaded.
  */
 #include <stdatomic.h>
 #include <string.h>
@@ -15,19 +15,12 @@
 #include "exec_ops.h"
 #include "gpu/gpu.h"
 
-static atomic_int device_takers; /* open transports that take device memory */
-
-void ofccl__mem_kind_taker(int delta)
-{
-    atomic_fetch_add(&device_takers, delta);
-}
-
 ofccl__mem_kind_t ofccl__mem_kind_of(const void *p)
 {
     static _Atomic(ofccl__gpu_t *) g;
     ofccl__gpu_t *gp;
 
-    if (atomic_load_explicit(&device_takers, memory_order_relaxed) == 0 || p == NULL)
+    if (p == NULL)
         return OFCCL__MEM_HOST;
     gp = atomic_load_explicit(&g, memory_order_acquire);
     if (gp == NULL) {
@@ -80,6 +73,39 @@ int ofccl__exec_test_done(void *state, uint64_t ticket)
     return 1;
 }
 
+int ofccl__exec_stub_copy_on(void *state, ofccl_stream_t stream, void *dst, const void *src,
+                             size_t len)
+{
+    return OFCCL_ERR_NOT_SUPPORTED;
+}
+
+int ofccl__exec_stub_reduce_on(void *state, ofccl_stream_t stream, ofccl_dtype_t dtype,
+                               ofccl_redop_t op, void *dst, const void *const *srcs, int nsrc,
+                               size_t count, int ndiv)
+{
+    return OFCCL_ERR_NOT_SUPPORTED;
+}
+
+int ofccl__exec_stub_mark(void *state, ofccl_stream_t stream, uint64_t *mark)
+{
+    return OFCCL_ERR_NOT_SUPPORTED;
+}
+
+void ofccl__exec_stub_unmark(void *state, uint64_t mark) {}
+
+int ofccl__exec_stub_word(void *state, uint64_t *handle, _Atomic uint64_t **word, void **dev,
+                          uint64_t *value)
+{
+    return OFCCL_ERR_NOT_SUPPORTED;
+}
+
+void ofccl__exec_stub_word_put(void *state, uint64_t handle) {}
+
+int ofccl__exec_stub_wait_word(void *state, ofccl_stream_t stream, void *dev, uint64_t value)
+{
+    return OFCCL_ERR_NOT_SUPPORTED;
+}
+
 /* What the transports need of host memory: copies. lib/core registers the
  * full host executor (with the reduction kernels) over it. */
 const ofccl__exec_ops_t ofccl__exec_host_ops = {
@@ -89,6 +115,7 @@ const ofccl__exec_ops_t ofccl__exec_host_ops = {
     .fill = ofccl__exec_host_fill,
     .reduce = ofccl__exec_stub_reduce,
     .test = ofccl__exec_test_done,
+    OFCCL__EXEC_NO_STREAMS,
 };
 
 void ofccl__exec_reg_init(ofccl__exec_reg_t *reg)

@@ -28,11 +28,9 @@
 typedef int ofccl__mem_kind_t;
 #define OFCCL__MEM_HOST (-1)
 /* The kind of the memory at `p`, learned from where it lives (memkind.c:
- * CUDA is asked while a transport that takes device memory is open; host
- * memory otherwise). */
+ * CUDA is asked once something in the process has loaded it; host memory
+ * otherwise). The one oracle of memory kinds. */
 ofccl__mem_kind_t ofccl__mem_kind_of(const void *p);
-/* A transport that takes device memory opens (+1) or closes (-1). */
-void ofccl__mem_kind_taker(int delta);
 
 /* How arrivals are signalled; the values follow OFCCL_SIGNAL's choices (auto|cqdata|atomic). */
 enum ofccl__prov_signal {

@@ -165,20 +165,12 @@ typedef enum ofccl__cfg_type {
     X(GPU_CHAIN_BYTES, SIZE, AGREE, "0", "", 0, 1073741824,                                        \
       "GPU broadcast: chunk of the pipelined chain; 0 = by size (1/16 of the buffer, 256 KiB to "  \
       "4 MiB)")                                                                                    \
-    X(GPU_HIER, BOOL, AGREE, "0", "0|1", 0, 0,                                                     \
-      "GPU memory across hosts with as many ranks on each: 1 = hierarchically, the GPU peer "      \
-      "class within each host and staging only between hosts (ahead from 64 MiB, behind below "    \
-      "16 MiB on simulated hosts); 0 = every rank staged")                                         \
     X(GPU_FABRIC, ENUM, AGREE, "auto", "auto|hmem|stage", 0, 0,                                    \
       "GPU memory the GPU peer class does not serve (other hosts, a libfabric provider on one "    \
       "host): auto = registered with the fabric provider as GPU memory (libfabric FI_HMEM) "       \
       "where it takes CUDA memory (asked when CUDA is loaded as the context is made), else "       \
       "staged through host memory, said once; hmem = FI_HMEM always, and a GPU collective fails "  \
       "where it is unavailable; stage = always staged. Reduce-scatter is staged either way")       \
-    X(GPU_STAGE_BYTES, SIZE, AGREE, "16M", "", 4096, 1073741824,                                   \
-      "GPU memory staged through host memory (ranks on several hosts, GPUs without P2P): bytes "   \
-      "of one chunk's collective (each rank's piece is this / the ranks); three in the bounce "    \
-      "buffer, copies of one chunk overlapping the collective of the next")                        \
     X(GPU_POOL_BYTES, SIZE, AGREE, "0", "", 0, INT64_MAX,                                          \
       "Budget of the symmetric GPU pool per communicator (its segments, mapped into every "        \
       "same-host peer); 0 = grow as needed")

@@ -20,7 +20,7 @@ static void copy_out(ofccl__req_t *r)
     size_t total = r->block * (size_t)r->comm->size;
 
     if (total > 0) {
-        ofccl__exec_copy(r, r->copy_out, r->dst.ptr, total);
+        ofccl__exec_io_copy(r, r->copy_out, r->dst.ptr, total);
         r->comm->ctx->stats.staged_bytes += total;
     }
 }
@@ -32,7 +32,13 @@ int ofccl__post_allgather(ofccl__req_t *r)
     char *own;
     int rc;
 
-    r->algo = ofccl__choose(comm, OFCCL__AG, r->block, r->bucket, ofccl__exec_on_host(r));
+    /* Device memory the transport does not take runs staged in host memory:
+     * the own block goes in on the caller's stream, the result out at the
+     * end, and the algorithm works on host memory between. */
+    if (!ofccl__exec_io_on_host(r) &&
+        (r->bucket || ofccl__mem_find(comm, r->recvbuf, total) == NULL))
+        ofccl__exec_staged(r);
+    r->algo = ofccl__choose(comm, OFCCL__AG, r->block, r->bucket, ofccl__mem_flags(r));
     if (r->algo->flags & OFCCL__ALGO_EAGER) /* straight into the peers' control regions */
         return ofccl__coll_start(r);
     if (r->bucket) {
@@ -61,7 +67,7 @@ int ofccl__post_allgather(ofccl__req_t *r)
      * so the source is registered whatever the caller passed. */
     own = (char *)r->dst.ptr + (size_t)comm->rank * r->block;
     if (r->sendbuf != own && r->block && (r->algo->buffers & OFCCL__BUF_OWN_BEHIND) &&
-        !ofccl__comm_caps(comm)->mr_local) {
+        !ofccl__comm_caps(comm)->mr_local && ofccl__exec_io_on_host(r)) {
         /* Out of place, an algorithm that can, and the provider reads
          * unregistered sources: send straight from sendbuf, and let the
          * algorithm copy our block behind the sends, chunk by chunk, while
@@ -71,7 +77,7 @@ int ofccl__post_allgather(ofccl__req_t *r)
         r->src = ofccl__mem_ref((void *)r->sendbuf, ofccl__mem_find(comm, r->sendbuf, r->block));
     } else {
         if (r->sendbuf != own && r->block &&
-            (rc = ofccl__exec_copy(r, own, r->sendbuf, r->block)) != 0)
+            (rc = ofccl__exec_io_copy(r, own, r->sendbuf, r->block)) != 0)
             return rc;
         r->src = ofccl__mem_ref(own, r->dst.mr);
     }

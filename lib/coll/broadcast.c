@@ -19,7 +19,7 @@ static size_t round8(size_t v)
 static void copy_out(ofccl__req_t *r)
 {
     if (r->block > 0) {
-        ofccl__exec_copy(r, r->copy_out, r->dst.ptr, r->block);
+        ofccl__exec_io_copy(r, r->copy_out, r->dst.ptr, r->block);
         r->comm->ctx->stats.staged_bytes += r->block;
     }
 }
@@ -41,7 +41,7 @@ static int resolve_memory(ofccl__req_t *r)
     }
     if (mr != NULL && (!read || (mr->shared && (mr->access & OFCCL__ACC_REMOTE_READ)))) {
         r->dst = ofccl__mem_ref(buf, mr);
-    } else if (root && !read && !ofccl__comm_caps(comm)->mr_local) {
+    } else if (root && !read && !ofccl__comm_caps(comm)->mr_local && ofccl__exec_io_on_host(r)) {
         r->dst = ofccl__mem_ref(buf, NULL); /* the provider reads unregistered sources */
     } else {
         rc = ofccl__stage_acquire(comm, OFCCL__BC, r->block ? r->block : 1, &r->staging_idx,
@@ -49,7 +49,7 @@ static int resolve_memory(ofccl__req_t *r)
         if (rc)
             return rc;
         if (root && r->block) {
-            if ((rc = ofccl__exec_copy(r, r->dst.ptr, buf, r->block)) != 0)
+            if ((rc = ofccl__exec_io_copy(r, r->dst.ptr, buf, r->block)) != 0)
                 return rc;
             comm->ctx->stats.staged_bytes += r->block;
         } else if (!root) {
@@ -84,7 +84,11 @@ int ofccl__post_broadcast(ofccl__req_t *r)
     ofccl_comm_t *comm = r->comm;
     int rc;
 
-    r->algo = ofccl__choose(comm, OFCCL__BC, r->block, r->bucket, ofccl__exec_on_host(r));
+    /* Device memory the transport does not take runs staged in host memory. */
+    if (!ofccl__exec_io_on_host(r) &&
+        (r->bucket || ofccl__mem_find(comm, r->recvbuf, r->block) == NULL))
+        ofccl__exec_staged(r);
+    r->algo = ofccl__choose(comm, OFCCL__BC, r->block, r->bucket, ofccl__mem_flags(r));
     r->sendbuf = r->recvbuf;
     if (r->algo->flags & OFCCL__ALGO_EAGER) /* straight into the peers' control regions */
         return ofccl__coll_start(r);

@@ -66,7 +66,7 @@ void ofccl__bucket_copy_in(ofccl__req_t *r, void *area)
         size_t off = 0;
         for (int t = 0; t < r->ntensors; t++) {
             size_t len = r->tensors[t].t.count * r->esize;
-            ofccl__exec_copy(r, base + off, r->tensors[t].t.full, len);
+            ofccl__exec_io_copy(r, base + off, r->tensors[t].t.full, len);
             off += len;
         }
         ofccl__exec_fill(r, base + off, 0, r->block - off);
@@ -81,7 +81,7 @@ void ofccl__bucket_copy_in(ofccl__req_t *r, void *area)
             size_t slot = ofccl__bucket_chunk(x->count, n) * r->esize;
             size_t len = ofccl__bucket_shard(x->count, n, comm->rank) * r->esize;
             /* an empty shard may have a NULL pointer: no copy of 0 bytes reads it */
-            ofccl__exec_copy(r, base + off, x->shard, len);
+            ofccl__exec_io_copy(r, base + off, x->shard, len);
             ofccl__exec_fill(r, base + off + len, 0, slot - len);
             off += slot;
         }
@@ -98,8 +98,8 @@ void ofccl__bucket_copy_in(ofccl__req_t *r, void *area)
             size_t c = ofccl__bucket_chunk(x->count, n);
             size_t len = ofccl__bucket_shard(x->count, n, q) * r->esize;
             if (len)
-                ofccl__exec_copy(r, region + off, (const char *)x->full + (size_t)q * c * r->esize,
-                                 len);
+                ofccl__exec_io_copy(r, region + off,
+                                    (const char *)x->full + (size_t)q * c * r->esize, len);
             ofccl__exec_fill(r, region + off + len, 0, c * r->esize - len);
             off += c * r->esize;
         }
@@ -118,7 +118,7 @@ static void copy_out(ofccl__req_t *r)
     if (r->coll == OFCCL__BC) { /* every rank but the root: the whole tensors */
         for (int t = 0; t < r->ntensors && comm->rank != r->root; t++) {
             size_t len = r->tensors[t].t.count * r->esize;
-            ofccl__exec_copy(r, r->tensors[t].t.full, (const char *)r->dst.ptr + off, len);
+            ofccl__exec_io_copy(r, r->tensors[t].t.full, (const char *)r->dst.ptr + off, len);
             off += len;
         }
         comm->ctx->stats.staged_bytes += comm->rank != r->root ? r->block : 0;
@@ -132,12 +132,12 @@ static void copy_out(ofccl__req_t *r)
             for (int q = 0; q < n; q++) {
                 size_t len = ofccl__bucket_shard(x->count, n, q) * r->esize;
                 if (len)
-                    ofccl__exec_copy(r, (char *)x->full + (size_t)q * c * r->esize,
-                                     (const char *)r->dst.ptr + (size_t)q * r->block + off, len);
+                    ofccl__exec_io_copy(r, (char *)x->full + (size_t)q * c * r->esize,
+                                        (const char *)r->dst.ptr + (size_t)q * r->block + off, len);
             }
         } else {
             size_t len = ofccl__bucket_shard(x->count, n, comm->rank) * r->esize;
-            ofccl__exec_copy(r, x->shard, (const char *)r->out + off, len);
+            ofccl__exec_io_copy(r, x->shard, (const char *)r->out + off, len);
         }
         off += c * r->esize;
     }
@@ -207,9 +207,11 @@ int ofccl__bucket_setup(ofccl_comm_t *comm, const char *what, const ofccl_tensor
     r->layout = NULL; /* published into staging when posted */
     r->bucket = 1;
     r->finish = copy_out;
-    /* Staging is host memory: the executor of the tensors' kind moves between them. */
+    /* Staging is host memory: the executor of the tensors' kind moves between
+     * them (io), and the algorithm runs on staging. */
     if (ofccl__exec_choose(r, kind, OFCCL__MEM_HOST) != 0)
         return OFCCL_ERR_NOT_SUPPORTED;
+    ofccl__exec_staged(r);
     r->dtype = dtype;
     r->esize = esize;
     r->block = total;
@@ -230,15 +232,15 @@ static int one_rank(ofccl__req_t *r)
         const void *src = x->full;
         if (x->count == 0)
             continue;
-        if (r->coll == OFCCL__AG && x->full != x->shard &&
+        if (r->coll == OFCCL__AG && x->full != x->shard && ofccl__exec_io_on_host(r) &&
             ofccl__overlaps(x->full, x->count * r->esize, x->shard, x->count * r->esize))
             memmove(x->full, x->shard,
                     x->count * r->esize); /* host memory: nothing else overlaps */
         else if (r->coll == OFCCL__AG && x->full != x->shard)
-            ofccl__exec_copy(r, x->full, x->shard, x->count * r->esize);
+            ofccl__exec_io_copy(r, x->full, x->shard, x->count * r->esize);
         else if (r->coll == OFCCL__RS)
-            rc = ofccl__exec_reduce(r, r->op, x->shard, &src, 1, x->count,
-                                    r->op.kind == OFCCL_OP_AVG ? 1 : 0);
+            rc = ofccl__exec_io_reduce(r, r->op, x->shard, &src, 1, x->count,
+                                       r->op.kind == OFCCL_OP_AVG ? 1 : 0);
     }
     if (rc) /* the only way a one-source reduction fails on checked arguments */
         return ofccl__comm_fail(r->comm, rc,

@@ -67,11 +67,23 @@ int ofccl__gpu_route(ofccl_comm_t *comm, const char *what, int coll, const void 
 int ofccl__gpu_refuse(ofccl_comm_t *comm, const char *what, const char *role,
                       const void *const *ptrs, int n, size_t stride);
 
+/* Where a request's memory is, for the chooser: the algorithm runs on
+ * device memory (a transport that takes it: direct only), and the caller's
+ * buffers are device memory (staged: nothing reads or writes them in place
+ * but the io copies, so no eager path and no in-place variant). */
+enum ofccl__mem_flag { OFCCL__MEM_ALGO_DEVICE = 1u << 0, OFCCL__MEM_CALLER_DEVICE = 1u << 1 };
+static inline unsigned ofccl__mem_flags(const ofccl__req_t *r)
+{
+    return (ofccl__exec_on_host(r) ? 0 : OFCCL__MEM_ALGO_DEVICE) |
+           (ofccl__exec_io_on_host(r) ? 0 : OFCCL__MEM_CALLER_DEVICE);
+}
+
 /* The one place an algorithm is chosen (select.c): OFCCL_ALGO_* first, then
  * size and rank count, then what the memory and provider allow (eager slots
- * for small all-pairs collectives, pull where peers' memory maps). */
+ * for small all-pairs collectives, pull where peers' memory maps).
+ * `mem`: enum ofccl__mem_flag. */
 const ofccl__algo_t *ofccl__choose(ofccl_comm_t *comm, int coll, size_t block, int bucket,
-                                   bool host_mem);
+                                   unsigned mem);
 
 /* Plans shared by the twins (plan.c), and their unit numbering: direct:
  * writer w's chunk c is unit w * nchunks + c; ring: the left neighbour's j-th

@@ -62,9 +62,12 @@ void ofccl__cost_topo_of(const ofccl_comm_t *comm, ofccl__cost_topo_t *t)
         t->local_peers =
             ofccl__comm_peer_local(comm, comm->node_rank[comm->node_of[me] * t->width + i]);
     }
-    for (int p = 0; t->width == 0 && p < comm->size && !t->local_peers; p++)
-        t->local_peers =
-            p != me && comm->node_of[p] == comm->node_of[me] && ofccl__comm_peer_local(comm, p);
+    /* Hosts of uneven widths: every rank must price alike (they must choose
+     * alike), a rank alone on its host too, so from what they share: some
+     * host has several ranks, and the transports map same-host peers. */
+    if (t->width == 0)
+        t->local_peers = t->hosts < t->n && (ofccl__comm_caps(comm)->peer_map ||
+                                             ofccl__comm_caps(comm)->peer_map_some);
     t->peer_map = ofccl__comm_caps(comm)->peer_map;
     t->fabric_cpu = (ofccl__comm_caps(comm)->quirks & OFCCL__Q_CPU_COPIES) != 0;
     t->chunk = (size_t)ofccl__cfg_int(&comm->ctx->cfg, OFCCL__CFG_CHUNK_BYTES);

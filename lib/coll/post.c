@@ -86,11 +86,11 @@ int ofccl__post_local(ofccl__req_t *r)
     if (r->coll == OFCCL__AG) {
         /* Distinct or the same: any other overlap is refused by the entry point. */
         if (r->block && r->sendbuf != r->recvbuf)
-            rc = ofccl__exec_copy(r, r->recvbuf, r->sendbuf, r->block);
+            rc = ofccl__exec_io_copy(r, r->recvbuf, r->sendbuf, r->block);
     } else if (r->block) {
         const void *src = r->sendbuf;
-        rc = ofccl__exec_reduce(r, r->op, r->recvbuf, &src, 1, r->count,
-                                r->op.kind == OFCCL_OP_AVG ? 1 : 0);
+        rc = ofccl__exec_io_reduce(r, r->op, r->recvbuf, &src, 1, r->count,
+                                   r->op.kind == OFCCL_OP_AVG ? 1 : 0);
     }
     ofccl__coll_done_now(r, rc);
     return rc;

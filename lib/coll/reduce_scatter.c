@@ -55,7 +55,7 @@ static int post_rs_pull(ofccl__req_t *r, const ofccl__mr_t *smr)
         rc = ofccl__stage_acquire(comm, OFCCL__RS, total ? total : 1, &r->staging_idx, &r->src);
         if (rc)
             return rc;
-        if (total && (rc = ofccl__exec_copy(r, r->src.ptr, r->sendbuf, total)) != 0)
+        if (total && (rc = ofccl__exec_io_copy(r, r->src.ptr, r->sendbuf, total)) != 0)
             return rc;
         comm->ctx->stats.staged_bytes += total;
         if (ofccl__comm_note_once(comm, OFCCL__NOTE_PULL_STAGED))
@@ -73,16 +73,30 @@ static int post_rs_pull(ofccl__req_t *r, const ofccl__mr_t *smr)
     return rc;
 }
 
+/* Staged output (the caller's is device memory): copied out at the end. */
+static void copy_out(ofccl__req_t *r)
+{
+    if (r->block > 0) {
+        ofccl__exec_io_copy(r, r->copy_out, r->out, r->block);
+        r->comm->ctx->stats.staged_bytes += r->block;
+    }
+}
+
 int ofccl__post_reduce_scatter(ofccl__req_t *r)
 {
     ofccl_comm_t *comm = r->comm;
     const ofccl__prov_caps_t *caps = ofccl__comm_caps(comm);
     size_t n = (size_t)comm->size, total = r->block * n, need, dst_bytes, fwd_bytes = 0;
+    bool dev = !ofccl__exec_io_on_host(r);
     const ofccl__mr_t *smr;
     ofccl__mem_ref_t stage;
     int copy_src, rc;
 
-    r->algo = ofccl__choose(comm, OFCCL__RS, r->block, r->bucket, ofccl__exec_on_host(r));
+    /* Device memory: the sums are the host's, on staging; the input goes in
+     * on the caller's stream and the result out at the end. */
+    if (dev)
+        ofccl__exec_staged(r);
+    r->algo = ofccl__choose(comm, OFCCL__RS, r->block, r->bucket, ofccl__mem_flags(r));
     r->out = r->recvbuf;
     if (r->algo->flags & OFCCL__ALGO_EAGER) /* straight into the peers' control regions */
         return ofccl__coll_start(r);
@@ -93,8 +107,9 @@ int ofccl__post_reduce_scatter(ofccl__req_t *r)
     } else {
         smr = ofccl__mem_find(comm, r->sendbuf, total);
         /* Unregistered sources are fine unless the provider (or strict mode)
-         * demands registered local buffers: then they are staged. */
-        copy_src = smr == NULL && caps->mr_local;
+         * demands registered local buffers: then they are staged, as device
+         * memory always is. */
+        copy_src = (smr == NULL && caps->mr_local) || dev;
         r->src = ofccl__mem_ref((void *)r->sendbuf, smr);
     }
     dst_bytes = total;
@@ -102,8 +117,8 @@ int ofccl__post_reduce_scatter(ofccl__req_t *r)
         r->algo->staging(r, &dst_bytes, &fwd_bytes);
     dst_bytes = (dst_bytes + 63) & ~(size_t)63;
     fwd_bytes = (fwd_bytes + 63) & ~(size_t)63;
-    need = round8(dst_bytes + fwd_bytes + (copy_src ? total : 0) +
-                  (r->bucket ? ofccl__bucket_extra(r) : 0));
+    need = round8(dst_bytes + fwd_bytes + (copy_src ? round8(total) : 0) +
+                  (dev && !r->bucket ? r->block : 0) + (r->bucket ? ofccl__bucket_extra(r) : 0));
     rc = ofccl__stage_acquire(comm, OFCCL__RS, need + ofccl__layout_bytes(r), &r->staging_idx,
                               &stage);
     if (rc)
@@ -119,10 +134,15 @@ int ofccl__post_reduce_scatter(ofccl__req_t *r)
         r->out = flat + total;
         ofccl__bucket_copy_in(r, flat);
     }
+    if (dev && !r->bucket) { /* the staged output, after the staged input */
+        r->out = (char *)stage.ptr + dst_bytes + fwd_bytes + round8(total);
+        r->copy_out = r->recvbuf;
+        r->finish = copy_out;
+    }
     if (copy_src) {
         void *copy = (char *)stage.ptr + dst_bytes + fwd_bytes;
         /* count 0 may come with NULL buffers */
-        if (total && (rc = ofccl__exec_copy(r, copy, r->sendbuf, total)) != 0) {
+        if (total && (rc = ofccl__exec_io_copy(r, copy, r->sendbuf, total)) != 0) {
             ofccl__stage_release(comm, OFCCL__RS, r->staging_idx);
             return rc;
         }

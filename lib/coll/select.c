@@ -63,9 +63,9 @@ int ofccl__choose_model(const ofccl_comm_t *comm, int coll, size_t bytes)
 
 /* Direct, in the variant the memory allows (and, for the all-gather's takes,
  * the block size: below OFCCL_AG_TAKE the claims cost more than they save). */
-static const ofccl__algo_t *direct_variant(ofccl_comm_t *comm, int coll, size_t block)
+static const ofccl__algo_t *direct_variant(ofccl_comm_t *comm, int coll, size_t block, unsigned mem)
 {
-    bool map = ofccl__comm_caps(comm)->peer_map;
+    bool map = ofccl__comm_caps(comm)->peer_map && !(mem & OFCCL__MEM_CALLER_DEVICE);
     size_t take = (size_t)ofccl__cfg_int(&comm->ctx->cfg, OFCCL__CFG_AG_TAKE);
 
     if (coll == OFCCL__RS && map)
@@ -99,7 +99,7 @@ static void hier_unfit(ofccl_comm_t *comm)
 
 /* OFCCL_ALGO_BC: 1 direct, 2 chain, 3 pull (direct where memory does not map),
  * 4 hier (direct where it does not fit). */
-static const ofccl__algo_t *forced_bcast(ofccl_comm_t *comm, int forced)
+static const ofccl__algo_t *forced_bcast(ofccl_comm_t *comm, int forced, unsigned mem)
 {
     if (forced == 2)
         return &ofccl__bc_chain;
@@ -107,17 +107,17 @@ static const ofccl__algo_t *forced_bcast(ofccl_comm_t *comm, int forced)
         return &ofccl__bc_hier;
     if (forced == 4)
         hier_unfit(comm);
-    return forced == 3 ? direct_variant(comm, OFCCL__BC, 0) : &ofccl__bc_direct;
+    return forced == 3 ? direct_variant(comm, OFCCL__BC, 0, mem) : &ofccl__bc_direct;
 }
 
 const ofccl__algo_t *ofccl__choose(ofccl_comm_t *comm, int coll, size_t block, int bucket,
-                                   bool host_mem)
+                                   unsigned mem)
 {
     int id = coll == OFCCL__AG   ? OFCCL__CFG_ALGO_AG
              : coll == OFCCL__RS ? OFCCL__CFG_ALGO_RS
                                  : OFCCL__CFG_ALGO_BC;
     int forced = (int)ofccl__cfg_int(&comm->ctx->cfg, id), cand;
-    bool eager = !bucket && ofccl__eager_possible(comm, block);
+    bool eager = !bucket && !(mem & OFCCL__MEM_CALLER_DEVICE) && ofccl__eager_possible(comm, block);
 
     /* Device memory (a transport that takes it, FI_HMEM): direct only. Never
      * eager (the CPU copies its words); and nothing is forwarded, since a
@@ -125,7 +125,7 @@ const ofccl__algo_t *ofccl__choose(ofccl_comm_t *comm, int coll, size_t block, i
      * has landed (shm's CUDA IPC copies on the GPU after it completes), so a
      * ring or chain could pass on stale bytes: every block goes from where
      * its owner put it. */
-    if (!host_mem) {
+    if (mem & OFCCL__MEM_ALGO_DEVICE) {
         if (forced != 0 && ofccl__comm_note_once(comm, OFCCL__NOTE_DEVICE_DIRECT))
             OFCCL__INFO(&comm->ctx->log, OFCCL__SUB_COLL,
                         "rank %d: GPU memory through the fabric runs direct, whatever "
@@ -134,7 +134,7 @@ const ofccl__algo_t *ofccl__choose(ofccl_comm_t *comm, int coll, size_t block, i
         return coll == OFCCL__BC ? &ofccl__bc_direct : cands_of(coll)[OFCCL__CAND_DIRECT].algo;
     }
     if (coll == OFCCL__BC && forced != 0)
-        return forced_bcast(comm, forced);
+        return forced_bcast(comm, forced, mem);
     /* All-gather and reduce-scatter: 1 direct (eager when small), 2 ring,
      * 3 hier (direct where it does not fit). */
     if (forced == 2)
@@ -153,6 +153,6 @@ const ofccl__algo_t *ofccl__choose(ofccl_comm_t *comm, int coll, size_t block, i
     }
     cand = forced != 0 ? OFCCL__CAND_DIRECT : ofccl__choose_model(comm, coll, block);
     if (cand == OFCCL__CAND_DIRECT || cand >= OFCCL__CAND_COUNT)
-        return direct_variant(comm, coll, block);
+        return direct_variant(comm, coll, block, mem);
     return cands_of(coll)[cand].algo;
 }

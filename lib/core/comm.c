@@ -200,6 +200,15 @@ int ofccl_comm_abort(ofccl_comm_t *comm)
     return 0;
 }
 
+int ofccl_comm_set_stream(ofccl_comm_t *comm, ofccl_stream_t stream)
+{
+    OFCCL__CHECK_HANDLE(comm);
+    ofccl__ctx_lock(comm->ctx);
+    comm->stream = stream;
+    ofccl__ctx_unlock(comm->ctx);
+    return 0;
+}
+
 int ofccl_comm_set_timeout(ofccl_comm_t *comm, uint64_t timeout_ms)
 {
     OFCCL__CHECK_HANDLE(comm);

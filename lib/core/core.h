@@ -215,6 +215,9 @@ struct ofccl_comm {
     int notice_first;              /* the communicator failed first on that notice */
     uint64_t notice_ns;            /* when it was read */
     uint64_t timeout_ms;           /* 0 = none */
+    /* The caller's stream (ofccl_comm_set_stream): collectives on device
+     * memory are ordered on it (NULL: the legacy default stream). */
+    ofccl_stream_t stream;
 
     struct ofccl__coll_state *coll; /* the collective engine (coll.h) */
     /* GPU state (lib/coll/gpu), set up on first GPU use, and what tears it

@@ -109,8 +109,11 @@ static void req_reset(ofccl__req_t *r)
     r->finished = 0;
     r->finishing = 0;
     /* Host memory until the entry point learns its buffers' kinds. */
-    r->exec = &r->comm->ctx->execs.ex[0];
-    r->exec_busy = false;
+    r->exec = r->io = &r->comm->ctx->execs.ex[0];
+    r->exec_busy = r->io_busy = false;
+    r->stream_ord = r->gated = false;
+    r->mark = 0;
+    r->word = NULL;
     r->arrived = 0;
     r->reduced = 0;
     r->descs_sent = 0;
@@ -159,6 +162,8 @@ static int stream_start(ofccl__req_t *r)
     ofccl__err_t e;
     int rc;
 
+    /* Its program is on the caller's stream: nothing for the engine to gate. */
+    r->stream_ord = r->gated = false;
     /* Nobody polls a stream: something must watch it (progress.c). */
     if ((rc = ofccl__watch_arm(comm->ctx, &e)) != 0)
         return ofccl__comm_fail(comm, rc, "%s: %s", ofccl__coll_name(r->coll), e.msg);
@@ -172,6 +177,8 @@ static int stream_start(ofccl__req_t *r)
         r->algo->unwind(r);
     return rc;
 }
+
+static int begin_moving(ofccl__req_t *r);
 
 /* Plan, announce and activate a prepared request. */
 int ofccl__coll_start(ofccl__req_t *r)
@@ -242,6 +249,16 @@ int ofccl__coll_start(ofccl__req_t *r)
                                           memory_order_acquire);
         r->seen[comm->size + p] = r->seen[p];
     }
+    /* Stream-ordered: the caller's stream is marked behind the copies into
+     * staging and waits for the request's end; the request itself waits for
+     * the mark (req_progress) before it announces or moves anything. */
+    if (r->stream_ord) {
+        ofccl__err_t e;
+        if ((rc = ofccl__watch_arm(comm->ctx, &e)) != 0)
+            return ofccl__comm_fail(comm, rc, "%s: %s", ofccl__coll_name(r->coll), e.msg);
+        if ((rc = ofccl__exec_enter(r)) != 0)
+            return rc;
+    }
     /* Deadlines are seconds and the history reports milliseconds: the coarse
      * clock (a memory read) is precise enough and costs no timer read. */
     r->start_ns = ofccl__coarse_ns();
@@ -252,6 +269,23 @@ int ofccl__coll_start(ofccl__req_t *r)
     ofccl__coll_history(r, 0);
     comm->coll->all_pairs[r->seq % OFCCL__SLOTS] = (r->algo->flags & OFCCL__ALGO_ALL_PAIRS) != 0;
     comm->coll->next_seq++;
+    if (r->stream_ord) {
+        OFCCL__DEBUG(&comm->ctx->log, OFCCL__SUB_COLL,
+                     "%s #%llu posted, stream-ordered: %s, %zu bytes per rank",
+                     ofccl__coll_name(r->coll), (unsigned long long)r->seq, r->algo->name,
+                     r->block);
+        return 0; /* the rest once the caller's stream reaches it (open_gate) */
+    }
+    return begin_moving(r);
+}
+
+/* What a request does first once it may touch its buffers: announce them
+ * (descriptors) and let the algorithm start. */
+static int begin_moving(ofccl__req_t *r)
+{
+    ofccl_comm_t *comm = r->comm;
+    int rc;
+
     if (r->algo->flags & OFCCL__ALGO_EAGER) {
         /* No descriptors: every destination is a known slot of a control region. */
         for (unsigned i = 0; i < r->nto; i++) {
@@ -292,12 +326,18 @@ static void complete(ofccl__req_t *r)
     }
     if (!ofccl__exec_idle(r) && (ofccl__exec_pump(r), !ofccl__exec_idle(r)))
         return;
+    /* Failed before the caller's stream reached it: the copies into its
+     * staging are still on that stream, so the staging waits for them. */
+    if (r->gated && ofccl__exec_gate(r) == 0)
+        return;
     if (r->algo == NULL) { /* completed at post (ofccl__coll_done_now) */
         r->state = OFCCL__REQ_DONE;
         return;
     }
     if (r->status != 0 && r->algo != NULL && r->algo->unwind != NULL)
         r->algo->unwind(r);
+    if (r->stream_ord) /* the caller's stream goes on: host stores alone */
+        ofccl__exec_release(r);
     if (r->comm->ctx->trace != NULL)
         ofccl__trace_req_done(r, r->finish_ns);
     if (r->staging_idx >= 0) {
@@ -412,6 +452,11 @@ static int req_progress(ofccl__req_t *r, bool check_clock)
     /* Work an executor completes later (a device's): tested on every pass. */
     if (!ofccl__exec_idle(r))
         ofccl__exec_pump(r);
+    /* Stream-ordered and gated: nothing moves before the caller's stream
+     * has reached the request (its mark); the clock runs meanwhile. */
+    if (r->gated && r->status == 0 && ofccl__exec_gate(r) == 1 && (rc = begin_moving(r)) != 0 &&
+        r->status == 0)
+        r->status = rc;
     /* A failure at this collective or an earlier one: this one cannot
      * complete on every rank. One after it does not concern it. */
     if (r->status == 0 && ofccl__comm_covers(comm, ofccl__pos_coll(r->seq)))
@@ -427,7 +472,9 @@ static int req_progress(ofccl__req_t *r, bool check_clock)
                              "the count (or OFCCL_EAGER_BYTES) differs",
                              from, comm->rank);
     }
-    if (r->status == 0 && (r->algo->flags & OFCCL__ALGO_STREAM)) {
+    if (r->gated) {
+        /* not yet: only the clock and the failures below */
+    } else if (r->status == 0 && (r->algo->flags & OFCCL__ALGO_STREAM)) {
         /* Its algorithm polls the stream's end (and the peers' arguments). */
         if (!r->finished && (rc = r->algo->progress(r)) != 0 && rc != OFCCL_ERR_AGAIN &&
             r->status == 0)
@@ -450,7 +497,7 @@ static int req_progress(ofccl__req_t *r, bool check_clock)
         if (rc && rc != OFCCL_ERR_AGAIN && r->status == 0)
             r->status = rc;
     }
-    if (r->status == 0 && r->finished && r->ops_out == 0 && !signals_owed(r) &&
+    if (r->status == 0 && !r->gated && r->finished && r->ops_out == 0 && !signals_owed(r) &&
         r->descs_sent == r->nfrom && ofccl__exec_idle(r)) {
         complete(r);
         return 0;
@@ -558,6 +605,9 @@ void ofccl__coll_done_now(ofccl__req_t *r, int status)
 {
     r->seq = r->comm->coll->next_seq++;
     r->algo = NULL;
+    /* On device memory its copies went on the caller's stream, in order:
+     * nothing for the stream or the request to wait for. */
+    r->gated = r->stream_ord = false;
     r->status = status;
     r->state = OFCCL__REQ_DONE;
     if (!ofccl__exec_idle(r)) { /* done once its executor's copies are (progress) */

@@ -148,6 +148,9 @@ typedef struct ofccl__algo {
     /* The request failed: undo what would otherwise wait for it (a
      * stream-ordered request's stream). May be NULL. */
     void (*unwind)(ofccl__req_t *r);
+    /* OFCCL__ALGO_STREAM: make `stream` wait for the request's end (its
+     * completion event on the GPU). May be NULL otherwise. */
+    int (*stream_wait)(ofccl__req_t *r, ofccl_stream_t stream);
     unsigned buffers; /* enum ofccl__algo_buf */
     /* Staging bytes of a reduce-scatter: where peers write (*dst) and for
      * the partial sums it forwards (*fwd). May be NULL: *dst = size * block,
@@ -253,11 +256,30 @@ struct ofccl_req {
     uint64_t finish_ns; /* tracing: when the finish step began (0: none) */
 
     /* The executor of the request's copies and reductions (exec.h), chosen
-     * by its buffers' memory kinds; the ticket of its latest work still in
-     * flight, where it completes later. */
+     * by the memory the algorithm runs on; the ticket of its latest work
+     * still in flight, where it completes later. */
     const ofccl__exec_t *exec;
     uint64_t exec_ticket;
     bool exec_busy;
+    /* The executor of the copies between the caller's buffers and staging
+     * (io), chosen by the caller's memory kind: a device's where the caller
+     * passes device memory that the algorithm runs on staged in host memory.
+     * Its latest work in flight likewise. */
+    const ofccl__exec_t *io;
+    uint64_t io_ticket;
+    bool io_busy;
+    /* Stream-ordered (the caller's buffers are device memory): `stream` is
+     * the caller's at post. The copies into staging go on it, then a mark;
+     * the request is gated (announces nothing, moves nothing) until the
+     * stream has run them, and the stream waits until the request's end
+     * word (lent by the io executor) holds word_v, which the engine stores
+     * when the request completes or fails. */
+    bool stream_ord, gated;
+    uint64_t mark;
+    ofccl_stream_t stream;
+    _Atomic uint64_t *word;
+    void *word_dev;
+    uint64_t word_v, word_handle;
 };
 
 /* ---- for algorithms ---- */

@@ -32,29 +32,63 @@ void ofccl__exec_init(ofccl_ctx_t *ctx);
  * context's endpoints opened later. 0, or OFCCL_ERR_RESOURCE. */
 int ofccl__exec_register(ofccl_ctx_t *ctx, ofccl__mem_kind_t kind, const ofccl__exec_ops_t *ops,
                          void *state);
-/* Choose r's executor for buffers of kinds `a` and `b` (the memory the
- * request copies and reduces between); OFCCL_ERR_NOT_SUPPORTED, with the
- * communicator's message naming the kind, where none serves them. */
+/* Choose r's executors for the caller's buffers of kinds `a` and `b`: the
+ * io executor of that memory (a device's, registered with the context on
+ * first use), and for the algorithm the same, until the entry point stages
+ * the buffers in host memory (ofccl__exec_staged). Device memory makes the
+ * request stream-ordered on the communicator's stream, and gated: the io
+ * copies made while it is gated go on that stream (see engine.h).
+ * OFCCL_ERR_NOT_SUPPORTED, with the communicator's message naming the kind,
+ * where no executor serves them. */
 int ofccl__exec_choose(ofccl__req_t *r, ofccl__mem_kind_t a, ofccl__mem_kind_t b);
+/* The algorithm runs on host memory (staging) whatever the caller passed. */
+void ofccl__exec_staged(ofccl__req_t *r);
+
+/* ---- stream-ordered requests (engine.c) ---- */
+/* At post, once the io copies into staging are enqueued: a mark on the
+ * caller's stream after them, and the stream's wait for the request's end
+ * word. 0, or an error (nothing enqueued on the stream waits then). */
+int ofccl__exec_enter(ofccl__req_t *r);
+/* Has the caller's stream reached the request (its mark)? 1 yes (the gate
+ * opens), 0 not yet, or an error. */
+int ofccl__exec_gate(ofccl__req_t *r);
+/* The request is over (done or failed): its end word is stored, so the
+ * caller's stream goes on. Host stores only. */
+void ofccl__exec_release(ofccl__req_t *r);
+/* Make `stream` wait for the request's end word too (ofccl_req_stream_wait). */
+int ofccl__exec_stream_wait(ofccl__req_t *r, ofccl_stream_t stream);
 
 /* The slow paths: an executor that may complete later (exec.c). */
 int ofccl__exec_post_copy(ofccl__req_t *r, void *dst, const void *src, size_t len);
+int ofccl__exec_post_io_copy(ofccl__req_t *r, void *dst, const void *src, size_t len);
+/* A reduction of the caller's buffers into the caller's buffer by the io
+ * executor (one rank: a collective that is a local reduction), as
+ * ofccl__exec_io_copy orders it. */
+int ofccl__exec_io_reduce(ofccl__req_t *r, ofccl_redop_t op, void *dst, const void *const *srcs,
+                          int nsrc, size_t count, int ndiv);
 int ofccl__exec_post_fill(ofccl__req_t *r, void *dst, int byte, size_t len);
 int ofccl__exec_post_reduce(ofccl__req_t *r, ofccl_redop_t op, void *dst, const void *const *srcs,
                             int nsrc, size_t count, int ndiv);
-/* Test r's executor work in flight: 0, or the executor's error (r fails
- * with it). */
+/* Test r's executor work in flight (both executors'): 0, or the
+ * executor's error (r fails with it). */
 int ofccl__exec_pump(ofccl__req_t *r);
 
+/* Does the algorithm run on host memory? */
 static inline bool ofccl__exec_on_host(const ofccl__req_t *r)
 {
     return r->exec->ops == &ofccl__exec_cpu_ops;
 }
 
+/* Are the caller's buffers host memory? */
+static inline bool ofccl__exec_io_on_host(const ofccl__req_t *r)
+{
+    return r->io->kind == OFCCL__MEM_HOST;
+}
+
 /* Is all of r's executor work done? */
 static inline bool ofccl__exec_idle(const ofccl__req_t *r)
 {
-    return !r->exec_busy;
+    return !r->exec_busy && !r->io_busy;
 }
 
 /*
@@ -71,6 +105,19 @@ static inline int ofccl__exec_copy(ofccl__req_t *r, void *dst, const void *src, 
         return 0;
     }
     return ofccl__exec_post_copy(r, dst, src, len);
+}
+
+/* A copy between the caller's buffers and staging, by the io executor: on
+ * the caller's stream while the request is gated (stream-ordered behind the
+ * caller's work on them), else on the executor's own. */
+static inline int ofccl__exec_io_copy(ofccl__req_t *r, void *dst, const void *src, size_t len)
+{
+    if (ofccl__exec_io_on_host(r)) {
+        if (len > 0)
+            memcpy(dst, src, len);
+        return 0;
+    }
+    return ofccl__exec_post_io_copy(r, dst, src, len);
 }
 
 static inline int ofccl__exec_fill(ofccl__req_t *r, void *dst, int byte, size_t len)

@@ -13,7 +13,10 @@
  * progress (deadlines, the launcher's dead ranks, the peers' process watch
  * and failure notices, aborts) every OFCCL_WATCH_US, and a failed request's
  * stream is released there, by host stores (engine.c, the algorithm's
- * unwind). With none in flight it sleeps on a condition variable and costs
+ * unwind, the request's end word). A stream-ordered request whose steps the
+ * host runs (GPU memory staged through host memory to the fabric) is driven
+ * here at full speed, as a waiting call would drive it, napping once nothing
+ * moves. With none in flight it sleeps on a condition variable and costs
  * nothing. ofccl_comm_abort wakes it at once (lock.c, ofccl__watch_kick).
  *
  * Either way the thread holds the context's lock (lock.c) while it runs a
@@ -28,16 +31,28 @@
 #include "engine_impl.h"
 #include "util.h"
 
+enum { NONE = 0, ENQUEUED = 1, HOST_DRIVEN = 2 };
+
+/* What the watcher has to do: HOST_DRIVEN while a stream-ordered request
+ * whose steps the host runs is active (staging through host memory: the
+ * caller's stream waits on every step), ENQUEUED while only requests whose
+ * steps are all on a stream are (they need only their failures watched),
+ * else NONE. Without stream_only, any active request counts as HOST_DRIVEN. */
 static int any_active(const ofccl_ctx_t *ctx, bool stream_only)
 {
+    int found = NONE;
+
     for (const ofccl_comm_t *c = ctx->comms; c != NULL; c = c->next)
         for (int s = 0; s < OFCCL__SLOTS; s++) {
             const ofccl__req_t *r = &c->coll->reqs[s];
-            if (r->state == OFCCL__REQ_ACTIVE &&
-                (!stream_only || (r->algo != NULL && (r->algo->flags & OFCCL__ALGO_STREAM))))
-                return 1;
+            if (r->state != OFCCL__REQ_ACTIVE)
+                continue;
+            if (!stream_only || r->stream_ord)
+                return HOST_DRIVEN;
+            if (r->algo != NULL && (r->algo->flags & OFCCL__ALGO_STREAM))
+                found = ENQUEUED;
         }
-    return 0;
+    return found;
 }
 
 static void *progress_main(void *arg)
@@ -55,7 +70,7 @@ static void *progress_main(void *arg)
         int active;
 
         ofccl__ctx_lock(ctx);
-        active = any_active(ctx, false);
+        active = any_active(ctx, false) != NONE;
         if (active)
             ofccl_progress(ctx);
         ofccl__ctx_unlock(ctx);
@@ -85,19 +100,30 @@ static struct timespec after_ns(uint64_t ns)
 static void *watch_main(void *arg)
 {
     ofccl_ctx_t *ctx = arg;
+    ofccl__idle_t idle = {0};
 
     ofccl__ctx_lock(ctx);
     while (!atomic_load(&ctx->thread_stop)) {
-        if (!any_active(ctx, true)) {
+        int what = any_active(ctx, true);
+        if (what == NONE) {
             /* Nothing to watch: sleep until a stream-ordered request is
              * posted (ofccl__watch_arm) or the context goes. */
+            idle = (ofccl__idle_t){0};
             pthread_cond_wait(&ctx->watch_cv, &ctx->lock);
             continue;
         }
         atomic_store_explicit(&ctx->watch_kick, 0, memory_order_relaxed);
         ofccl_progress(ctx);
-        if (!atomic_load_explicit(&ctx->watch_kick, memory_order_relaxed) &&
-            !atomic_load(&ctx->thread_stop)) {
+        if (what == HOST_DRIVEN) {
+            /* Its steps wait on this thread: drive it as a waiting call
+             * would (full speed while it moves, naps once it stalls),
+             * letting the caller take the lock between passes. */
+            ofccl__ctx_unlock(ctx);
+            sched_yield();
+            ofccl__idle_poll(ctx, &idle);
+            ofccl__ctx_lock(ctx);
+        } else if (!atomic_load_explicit(&ctx->watch_kick, memory_order_relaxed) &&
+                   !atomic_load(&ctx->thread_stop)) {
             struct timespec until = after_ns(ctx->watch_ns);
             pthread_cond_timedwait(&ctx->watch_cv, &ctx->lock, &until);
         }

@@ -1,9 +1,10 @@
 /*
  * The public completion calls — ofccl_test, ofccl_wait, ofccl_progress,
- * ofccl_req_free — over the engine in coll.c.
+ * ofccl_req_free, ofccl_req_stream_wait — over the engine in engine.c.
  */
 
 #include "engine_impl.h"
+#include "exec.h"
 #include "util.h"
 
 /* A communicator's failure is its own: it reaches the caller through that
@@ -87,6 +88,21 @@ static int req_free_unlocked(ofccl_req_t *req)
     return 0;
 }
 
+/* A stream-ordered request is waited for on the stream (its end word, or
+ * its algorithm's end event); any other on the host. */
+static int stream_wait_unlocked(ofccl_req_t *req, ofccl_stream_t stream)
+{
+    if (req->state == OFCCL__REQ_FREE)
+        return OFCCL_ERR_INVALID_ARG;
+    if (req->state != OFCCL__REQ_ACTIVE)
+        return req->status;
+    if (req->stream_ord)
+        return ofccl__exec_stream_wait(req, stream);
+    if (req->algo != NULL && req->algo->stream_wait != NULL)
+        return req->algo->stream_wait(req, stream);
+    return ofccl_wait(req);
+}
+
 /* Public entry points: the same calls under the context lock (lock.c). */
 int ofccl_progress(ofccl_ctx_t *ctx)
 {
@@ -106,4 +122,11 @@ int ofccl_req_free(ofccl_req_t *req)
     if (req == NULL)
         return OFCCL_ERR_INVALID_ARG;
     OFCCL__LOCKED(req->comm->ctx, req_free_unlocked(req));
+}
+
+int ofccl_req_stream_wait(ofccl_req_t *req, ofccl_stream_t stream)
+{
+    if (req == NULL)
+        return OFCCL_ERR_INVALID_ARG;
+    OFCCL__LOCKED(req->comm->ctx, stream_wait_unlocked(req, stream));
 }

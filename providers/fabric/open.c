@@ -238,8 +238,6 @@ static int fab_open(ofccl__prov_t *prov, const char *prov_name, const ofccl__pro
     prov->caps.add_peer = !(prov->caps.quirks & OFCCL__Q_NAME_PER_PROCESS);
     if (prov->caps.quirks & OFCCL__Q_NAME_PER_PROCESS)
         ofccl__shm_sweep(log); /* endpoint files of killed ofccl processes */
-    if (prov->caps.hmem)
-        ofccl__mem_kind_taker(1);
     return 0;
 
 err_domain:
@@ -277,8 +275,6 @@ static int fab_close(ofccl__prov_t *prov)
     fi_freeinfo(fp->info);
     free(fp);
     prov->be_state = NULL;
-    if (prov->caps.hmem)
-        ofccl__mem_kind_taker(-1);
     return rc;
 }
 

@@ -22,6 +22,22 @@
 
 #define RING 64 /* events in flight; a post beyond waits for the oldest */
 
+/* End words: host memory the device reads, lent one by one; each keeps the
+ * last value it was lent with, so a word only grows. */
+#define WORDS_PAGE 512 /* words per pinned page */
+typedef struct gword {
+    uint64_t value;
+    void *dev;
+    struct gword *next;
+    _Atomic uint64_t *host;
+} gword_t;
+
+/* An event a mark is recorded with, kept for the next mark once released. */
+typedef struct gmark {
+    ofccl__gpu_event_t ev;
+    struct gmark *next;
+} gmark_t;
+
 typedef struct gexec {
     ofccl__gpu_t *g;
     int dev;
@@ -29,6 +45,8 @@ typedef struct gexec {
     ofccl__gpu_event_t ev[RING];
     uint64_t posted, done; /* tickets: the last posted, the last seen done */
     int sms;               /* the reduction kernel's SMs */
+    gmark_t *marks;        /* released marks, for reuse */
+    gword_t *words;        /* end words not lent (pages are never freed: a stream may read one) */
     pthread_mutex_t lock;
 } gexec_t;
 
@@ -115,6 +133,146 @@ static int gx_test(void *state, uint64_t ticket)
     return rc;
 }
 
+/* ---- stream-ordered requests: the caller's stream ---- */
+static int gx_copy_on(void *state, ofccl_stream_t stream, void *dst, const void *src, size_t len)
+{
+    gexec_t *x = state;
+    ofccl__err_t e = {0};
+
+    return len ? ofccl__gpu_copy(x->g, x->dev, stream, dst, src, len, &e) : 0;
+}
+
+static int gx_reduce_on(void *state, ofccl_stream_t stream, ofccl_dtype_t dtype, ofccl_redop_t op,
+                        void *dst, const void *const *srcs, int nsrc, size_t count, int ndiv)
+{
+    gexec_t *x = state;
+    ofccl__err_t e = {0};
+
+    if (nsrc > OFCCL__GPU_REDUCE_SRCS || dtype == OFCCL_U8)
+        return OFCCL_ERR_NOT_SUPPORTED;
+    if (count == 0)
+        return 0;
+    return ofccl__gpu_reduce_kernel(x->g, x->dev, stream, dst, srcs, nsrc, count, (int)dtype,
+                                    (int)op.kind, op.scalar, ndiv, x->sms, NULL, &e);
+}
+
+static int gx_mark(void *state, ofccl_stream_t stream, uint64_t *mark)
+{
+    gexec_t *x = state;
+    ofccl__err_t e = {0};
+    gmark_t *m;
+    int rc = 0;
+
+    pthread_mutex_lock(&x->lock);
+    if ((m = x->marks) != NULL)
+        x->marks = m->next;
+    pthread_mutex_unlock(&x->lock);
+    if (m == NULL && (m = calloc(1, sizeof(*m))) == NULL)
+        return OFCCL_ERR_NO_MEMORY;
+    if (m->ev == NULL)
+        rc = ofccl__gpu_event_create(x->g, x->dev, false, &m->ev, &e);
+    if (rc == 0)
+        rc = ofccl__gpu_event_record(x->g, x->dev, m->ev, stream, &e);
+    if (rc != 0) {
+        if (m->ev != NULL)
+            ofccl__gpu_event_destroy(x->g, x->dev, m->ev);
+        free(m);
+        return rc;
+    }
+    *mark = (uint64_t)(uintptr_t)m;
+    return 0;
+}
+
+static int gx_marked(void *state, uint64_t mark)
+{
+    gexec_t *x = state;
+    ofccl__err_t e = {0};
+
+    return ofccl__gpu_event_query(x->g, x->dev, ((gmark_t *)(uintptr_t)mark)->ev, &e);
+}
+
+static void gx_unmark(void *state, uint64_t mark)
+{
+    gexec_t *x = state;
+    gmark_t *m = (gmark_t *)(uintptr_t)mark;
+
+    if (m == NULL)
+        return;
+    pthread_mutex_lock(&x->lock);
+    m->next = x->marks;
+    x->marks = m;
+    pthread_mutex_unlock(&x->lock);
+}
+
+static int gx_wait_word(void *state, ofccl_stream_t stream, void *dev, uint64_t value)
+{
+    gexec_t *x = state;
+    ofccl__err_t e = {0};
+
+    return ofccl__gpu_wait_flag(x->g, x->dev, stream, dev, value, &e);
+}
+
+/* A new page of end words, pinned (the caller holds the lock). */
+static int words_grow(gexec_t *x)
+{
+    size_t len = WORDS_PAGE * sizeof(uint64_t);
+    ofccl__err_t e = {0};
+    gword_t *w = calloc(WORDS_PAGE, sizeof(*w));
+    void *page = NULL, *dev = NULL;
+    int rc;
+
+    if (w == NULL || posix_memalign(&page, 4096, len) != 0) {
+        free(w);
+        return OFCCL_ERR_NO_MEMORY;
+    }
+    memset(page, 0, len);
+    if ((rc = ofccl__gpu_host_register(x->g, x->dev, page, len, &dev, &e)) != 0) {
+        free(page);
+        free(w);
+        return rc;
+    }
+    for (int i = 0; i < WORDS_PAGE; i++) {
+        w[i].host = (_Atomic uint64_t *)page + i;
+        w[i].dev = (char *)dev + (size_t)i * sizeof(uint64_t);
+        w[i].next = i + 1 < WORDS_PAGE ? &w[i + 1] : x->words;
+    }
+    x->words = w;
+    return 0;
+}
+
+static int gx_word(void *state, uint64_t *handle, _Atomic uint64_t **word, void **dev,
+                   uint64_t *value)
+{
+    gexec_t *x = state;
+    gword_t *w;
+    int rc = 0;
+
+    pthread_mutex_lock(&x->lock);
+    if (x->words == NULL)
+        rc = words_grow(x);
+    if (rc == 0) {
+        w = x->words;
+        x->words = w->next;
+        *handle = (uint64_t)(uintptr_t)w;
+        *word = w->host;
+        *dev = w->dev;
+        *value = ++w->value;
+    }
+    pthread_mutex_unlock(&x->lock);
+    return rc;
+}
+
+static void gx_word_put(void *state, uint64_t handle)
+{
+    gexec_t *x = state;
+    gword_t *w = (gword_t *)(uintptr_t)handle;
+
+    pthread_mutex_lock(&x->lock);
+    w->next = x->words;
+    x->words = w;
+    pthread_mutex_unlock(&x->lock);
+}
+
 const ofccl__exec_ops_t ofccl__gpu_exec_ops = {
     .size = sizeof(ofccl__exec_ops_t),
     .name = "cuda",
@@ -122,6 +280,14 @@ const ofccl__exec_ops_t ofccl__gpu_exec_ops = {
     .fill = gx_fill,
     .reduce = gx_reduce,
     .test = gx_test,
+    .copy_on = gx_copy_on,
+    .reduce_on = gx_reduce_on,
+    .mark = gx_mark,
+    .marked = gx_marked,
+    .unmark = gx_unmark,
+    .word = gx_word,
+    .word_put = gx_word_put,
+    .wait_word = gx_wait_word,
 };
 
 void *ofccl__gpu_exec_state(ofccl__gpu_t *g, int dev, int sms, ofccl__err_t *e)

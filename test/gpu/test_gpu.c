@@ -19,8 +19,9 @@
  * stream alone: test_gpu_watch.c.
  * Usage: [OFCCL_TEST_GPU_SHARED=1] test_gpu [NRANKS] [scenario...]  (scenarios: gather bcast ce
  * stream mismatch kill kill-rs leak refuse bucket bucket-ce register register-ce reg-size push rs
- * rs-ce staged staged-x staged-flat hmem hmem-need watch-{kill,exit}-{ag,rs,bc,bucket,push}
- * watch-stall watch-abort); OFCCL_TEST_GPU_EMULATE=N: on N emulated GPUs
+ * rs-ce staged staged-x staged-flat staged-async hmem hmem-need
+ * watch-{kill,exit}-{ag,rs,bc,bucket,push} watch-stall watch-abort watch-kill-staged
+ * watch-stall-staged); OFCCL_TEST_GPU_EMULATE=N: on N emulated GPUs
  */
 #include <signal.h>
 #include <stdint.h>
@@ -502,7 +503,7 @@ int main(int argc, char **argv)
     static const struct {
         const char *name;
         scenario_fn fn;
-        const char *setting;
+        const char *setting; /* a rank setting, or how the ranks make two hosts */
     } all[] = {{"gather", gather, NULL},
                {"bcast", bcast, NULL},
                {"ce", gather, "GPU_SMS=0"},
@@ -523,6 +524,7 @@ int main(int argc, char **argv)
                {"staged", gpu_staged, "halves"},
                {"staged-x", gpu_staged, "interleaved"},
                {"staged-flat", gpu_staged, "flat"},
+               {"staged-async", gpu_staged, "halves"},
                {"hmem", gpu_hmem, "auto"},
                {"hmem-need", gpu_hmem, "hmem"},
                {"watch-kill-ag", gpu_watch, NULL},
@@ -536,7 +538,9 @@ int main(int argc, char **argv)
                {"watch-exit-bucket", gpu_watch, NULL},
                {"watch-exit-push", gpu_watch, NULL},
                {"watch-stall", gpu_watch, NULL},
-               {"watch-abort", gpu_watch, NULL}};
+               {"watch-abort", gpu_watch, NULL},
+               {"watch-kill-staged", gpu_watch, "halves"},
+               {"watch-stall-staged", gpu_watch, "halves"}};
     const char *emu = getenv("OFCCL_TEST_GPU_EMULATE");
     int n, rc = 0;
     bool shared;
@@ -573,31 +577,42 @@ int main(int argc, char **argv)
         cu_test_t tests[] = {{all[i].name, test_one}, {NULL, NULL}};
         which = all[i].fn;
         watch_case = all[i].name;
-        for (int r = 0; r < nranks; r++)
-            rank_setting[r] = all[i].setting;
+        for (int r = 0; r < nranks; r++) /* hmem's names OFCCL_GPU_FABRIC (below) */
+            rank_setting[r] = all[i].fn == gpu_hmem ? NULL : all[i].setting;
         /* Two simulated hosts (the first half of the ranks and the rest, or
-         * every other rank) joined by tcp, and small staging chunks: GPU memory
-         * across hosts, hierarchically (the peer class within each host), or
-         * every rank staged ("flat"). */
-        provider = all[i].fn == gpu_staged ? "tcp" : all[i].fn == gpu_hmem ? "shm" : "local";
+         * every other rank) joined by tcp: GPU memory across hosts, staged
+         * through host memory by the host engine, with the algorithm the
+         * cost model picks ("staged"), hierarchical ("staged-x") or the ring
+         * ("staged-flat") forced. */
+        bool across = all[i].fn == gpu_staged || strstr(all[i].name, "-staged") != NULL;
+        provider = across ? "tcp" : all[i].fn == gpu_hmem ? "shm" : "local";
         /* FI_HMEM: CUDA is loaded before the context, so that auto asks. */
         fork_before_ctx = all[i].fn == gpu_hmem ? gpu_up : NULL;
         if (all[i].fn == gpu_hmem)
             setenv("OFCCL_GPU_FABRIC", all[i].setting, 1);
         else
             unsetenv("OFCCL_GPU_FABRIC");
-        if (all[i].fn == gpu_staged || all[i].fn == gpu_hmem) {
-            bool x = strcmp(all[i].setting, "interleaved") == 0;
+        if (across) {
+            bool x = all[i].setting != NULL && strcmp(all[i].setting, "interleaved") == 0;
+            const char *algo = !all[i].setting                       ? NULL
+                               : strcmp(all[i].setting, "flat") == 0 ? "ring"
+                               : x                                   ? "hier"
+                                                                     : NULL;
             for (int r = 0; r < nranks; r++)
-                rank_setting[r] = all[i].fn == gpu_hmem               ? NULL
-                                  : (x ? r % 2 == 0 : r < nranks / 2) ? "HOST_ID=gpu-host-a"
-                                                                      : "HOST_ID=gpu-host-b";
-            setenv("OFCCL_GPU_STAGE_BYTES", "65536", 1);
-            setenv("OFCCL_GPU_HIER",
-                   all[i].fn == gpu_staged && strcmp(all[i].setting, "flat") != 0 ? "1" : "0", 1);
+                rank_setting[r] =
+                    (x ? r % 2 == 0 : r < nranks / 2) ? "HOST_ID=gpu-host-a" : "HOST_ID=gpu-host-b";
+            for (int k = 0; k < 3; k++) {
+                static const char *const vars[] = {"OFCCL_ALGO_AG", "OFCCL_ALGO_RS",
+                                                   "OFCCL_ALGO_BC"};
+                if (algo != NULL && !(k == 2 && strcmp(algo, "ring") == 0))
+                    setenv(vars[k], algo, 1);
+                else
+                    unsetenv(vars[k]);
+            }
         } else {
-            unsetenv("OFCCL_GPU_STAGE_BYTES");
-            unsetenv("OFCCL_GPU_HIER");
+            unsetenv("OFCCL_ALGO_AG");
+            unsetenv("OFCCL_ALGO_RS");
+            unsetenv("OFCCL_ALGO_BC");
         }
         printf("== %s, %d ranks\n", all[i].name, nranks);
         rc |= cu_run("gpu", tests);

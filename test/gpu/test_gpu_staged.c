@@ -1,22 +1,35 @@
 /*
  * GPU memory across (simulated) hosts: test_gpu's "staged" scenarios run the
  * ranks as two hosts (OFCCL_HOST_ID, tcp between them: the first half of the
- * ranks and the rest, or every other rank), where GPU buffers are staged
- * through host memory inside the library, chunk by chunk (OFCCL_GPU_STAGE_BYTES
- * small, so most sizes take many chunks and a slot is reused):
- * hierarchically ("staged", "staged-x": OFCCL_GPU_HIER=1, ghier.c, each
- * host's ranks as a communicator of their own, from 2 ranks a host), or
- * every rank ("staged-flat"). All-gather (every dtype, in place and not), reduce-scatter (f32
- * and bf16, sum and average, in place and not) and broadcast from every root,
- * each checked element by element against what each rank computes itself
- * (the reduce-scatter within the bound of any order of additions: the
- * host's algorithm across hosts picks its own).
+ * ranks and the rest, or every other rank), where the host engine stages GPU
+ * buffers through host memory inside each request, stream-ordered: the
+ * cost model's choice ("staged"), the hierarchical algorithms forced
+ * ("staged-x", interleaved hosts) and the ring ("staged-flat").
+ * All-gather (every dtype, in place and not), reduce-scatter (f32 and bf16,
+ * sum and average, in place and not) and broadcast from every root, each
+ * checked element by element against what each rank computes itself (the
+ * reduce-scatter within the bound of any order of additions: the host's
+ * algorithm across hosts picks its own). "staged-async": the caller's stream
+ * is held (a wait on a host word) while an all-gather is posted behind a copy
+ * that writes its input: the call returns at once, and once the stream goes
+ * on the result holds what the copy wrote.
  */
 #include <stdio.h>
 #include <stdlib.h>
+#include <stdatomic.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "gtest.h"
+
+static double now_s(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
 
 static int bcast_once(int rank, int n, ofccl_comm_t *comm, size_t len, int root, unsigned salt)
 {
@@ -71,7 +84,6 @@ static int gather_once(int rank, int n, ofccl_comm_t *comm, size_t count, ofccl_
 /* Every collective across the hosts, each element checked: 0 or 1. */
 static int every_collective(int rank, ofccl_comm_t *comm, int n)
 {
-    /* With OFCCL_GPU_STAGE_BYTES = 64 KiB: a rank's piece is 64 KiB / n. */
     static const size_t counts[] = {0, 1, 1000, 16384, 100003, 300000};
     const ofccl_redop_t sum = {OFCCL_OP_SUM, 1}, avg = {OFCCL_OP_AVG, 1};
     unsigned salt = 1;
@@ -93,6 +105,79 @@ static int every_collective(int rank, ofccl_comm_t *comm, int n)
     return bad;
 }
 
+/* The caller's stream held by a wait on a host word: an all-gather posted
+ * behind a copy that writes its input returns at once and is not done; the
+ * word released, the stream goes on and the result is the copy's data. */
+static int staged_async(int rank, int n, ofccl_comm_t *comm)
+{
+    const size_t block = 1 << 20;
+    uint8_t *h = malloc(block * (size_t)n);
+    char *src = dmalloc(block), *in = dmalloc(block), *out = dmalloc(block * (size_t)n);
+    _Atomic uint64_t *word = NULL;
+    void *dword = NULL;
+    ofccl__gpu_stream_t s = NULL;
+    ofccl_req_t *req = NULL;
+    ofccl__err_t e;
+    double t0, posted;
+    int done = -1, rc, bad = 0;
+
+    if (h == NULL || src == NULL || in == NULL || out == NULL ||
+        posix_memalign((void **)&word, 4096, 4096) != 0)
+        return 80;
+    *word = 0;
+    for (size_t i = 0; i < block; i++)
+        h[i] = byte_of(rank, i, 77);
+    put(src, h, block);
+    memset(h, 0xee, block * (size_t)n);
+    put(in, h, block);
+    put(out, h, block * (size_t)n);
+    /* A first all-gather sets the communicator's GPU state up (collective). */
+    if (gather_once(rank, n, comm, 16, OFCCL_U8, 1, 76) != 0)
+        return 82;
+    if (ofccl__gpu_host_register(gpu, dev, (void *)word, 4096, &dword, &e) != 0 ||
+        ofccl__gpu_stream_create(gpu, dev, &s, &e) != 0 || ofccl_comm_set_stream(comm, s) != 0 ||
+        ofccl__gpu_wait_flag(gpu, dev, s, dword, 1, &e) != 0 ||
+        ofccl__gpu_copy(gpu, dev, s, in, src, block, &e) != 0)
+        return 81;
+    t0 = now_s();
+    rc = ofccl_allgather(comm, in, out, block, OFCCL_U8, &req);
+    posted = now_s() - t0;
+    if (rc == 0)
+        ofccl_test(req, &done);
+    printf("rank %d: staged all-gather behind a held stream: posted in %.1f ms, %s\n", rank,
+           posted * 1e3,
+           rc     ? ofccl_strerror(rc)
+           : done ? "DONE (wrong)"
+                  : "not done");
+    if (rc != 0 || done != 0 || posted > 0.2)
+        bad = 1;
+    usleep(300000); /* every rank has posted behind its held stream */
+    if (rc == 0 && ofccl_test(req, &done) == 0 && done)
+        bad = printf("rank %d: done while its stream is still held\n", rank) > 0;
+    atomic_store(word, 1);
+    if (ofccl__gpu_stream_sync(gpu, dev, s, &e) != 0 || (rc == 0 && ofccl_wait(req) != 0))
+        bad = printf("rank %d: %s\n", rank, ofccl_comm_last_error(comm)) > 0;
+    if (req != NULL)
+        ofccl_req_free(req);
+    get(h, out, block * (size_t)n);
+    for (int r = 0; r < n && !bad; r++)
+        for (size_t i = 0; i < block; i++)
+            if (h[(size_t)r * block + i] != byte_of(r, i, 77)) {
+                printf("rank %d: byte %zu of rank %d's block is %u, %u expected\n", rank, i, r,
+                       h[(size_t)r * block + i], byte_of(r, i, 77));
+                bad = 1;
+                break;
+            }
+    ofccl_comm_set_stream(comm, NULL);
+    ofccl__gpu_host_unregister(gpu, dev, (void *)word);
+    ofccl__gpu_mem_free(gpu, dev, src);
+    ofccl__gpu_mem_free(gpu, dev, in);
+    ofccl__gpu_mem_free(gpu, dev, out);
+    free(h);
+    free((void *)word);
+    return bad;
+}
+
 int gpu_staged(int rank, ofccl_ctx_t *ctx, ofccl_comm_t *comm)
 {
     int n, bad, local;
@@ -103,6 +188,8 @@ int gpu_staged(int rank, ofccl_ctx_t *ctx, ofccl_comm_t *comm)
     /* The library takes its host's local rank's GPU (no device current). */
     dev = local % ofccl__gpu_device_count(gpu);
     ofccl_comm_set_timeout(comm, 30000);
+    if (strcmp(watch_case, "staged-async") == 0)
+        return staged_async(rank, n, comm) ? 90 : 0;
     bad = every_collective(rank, comm, n);
     if (!bad)
         printf("rank %d: staged all-gather, reduce-scatter and broadcast across two hosts: every "

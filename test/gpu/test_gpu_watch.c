@@ -4,6 +4,9 @@
  * reduce-scatter, broadcast, bucketed all-gather, weight push); rank 1 alive
  * but never posting (a stalled peer, with a 2 s deadline); and the
  * communicator aborted from another thread while the stream waits. The
+ * "-staged" cases run the ranks as two hosts, where the all-gather is staged
+ * through host memory by the host engine and the stream waits for its end
+ * word. The
  * survivors post the collective and then only wait for their stream, as a
  * torch user synchronizing the device does: no ofccl call runs until the
  * stream is released, so only the watcher can release it. Each survivor
@@ -91,8 +94,9 @@ static void *abort_later(void *arg)
 
 int gpu_watch(int rank, ofccl_ctx_t *ctx, ofccl_comm_t *comm)
 {
-    bool stall = is("-stall"), abort_it = is("-abort");
-    int n, rc, done = 0, want;
+    bool staged = is("-staged"), abort_it = is("-abort");
+    bool stall = is("-stall") || strstr(watch_case, "-stall-") != NULL;
+    int n, rc, done = 0, want, local;
     char *buf = NULL;
     void *shard[1] = {NULL};
     ofccl_push_plan_t *plan = NULL;
@@ -103,10 +107,16 @@ int gpu_watch(int rank, ofccl_ctx_t *ctx, ofccl_comm_t *comm)
     pthread_t th;
     double t0, waited;
 
-    if (gpu_up(rank) || ofccl_comm_size(comm, &n) != 0)
+    if (gpu_up(rank) || ofccl_comm_size(comm, &n) != 0 || ofccl_comm_local_rank(comm, &local) != 0)
         return 70;
+    if (staged) /* the library takes its host's local rank's GPU */
+        dev = local % ofccl__gpu_device_count(gpu);
     ofccl_comm_set_timeout(comm, stall ? 2000 : 20000);
-    if (ofccl_gpu_buffer_alloc(comm, (size_t)n * BLOCK, (void **)&buf) != 0 ||
+    /* Across hosts the GPU memory is plain device memory, staged by the host
+     * engine; on one host, the peer class's pool. */
+    if (staged && (buf = dmalloc((size_t)n * BLOCK)) == NULL)
+        return 71;
+    if ((!staged && ofccl_gpu_buffer_alloc(comm, (size_t)n * BLOCK, (void **)&buf) != 0) ||
         ofccl__gpu_stream_create(gpu, dev, &s, &e) != 0 ||
         ofccl__gpu_event_create(gpu, dev, false, &ev, &e) != 0 ||
         ofccl_comm_set_stream(comm, s) != 0 ||
@@ -114,6 +124,11 @@ int gpu_watch(int rank, ofccl_ctx_t *ctx, ofccl_comm_t *comm)
         return printf("rank %d: setup: %s\n", rank, ofccl_comm_last_error(comm)), 71;
     if (ctx->thread_on)
         return printf("rank %d: a watcher runs before any stream-ordered request\n", rank), 72;
+    /* Across hosts the GPU state is set up by the first GPU collective (a
+     * collective step): one before anyone dies. */
+    if (staged && (post(comm, rank, n, buf, shard, plan, &req) != 0 || ofccl_wait(req) != 0 ||
+                   ofccl_req_free(req) != 0))
+        return printf("rank %d: first all-gather: %s\n", rank, ofccl_comm_last_error(comm)), 71;
     ofccl_barrier(comm);
     if (rank == 1) {
         if (strstr(watch_case, "-exit-"))
@@ -155,5 +170,7 @@ int gpu_watch(int rank, ofccl_ctx_t *ctx, ofccl_comm_t *comm)
         return 78;
     if (shard[0] != NULL)
         ofccl__gpu_mem_free(gpu, dev, shard[0]);
+    if (staged)
+        ofccl__gpu_mem_free(gpu, dev, buf);
     return 0;
 }

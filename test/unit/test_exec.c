@@ -30,6 +30,7 @@ static const ofccl__exec_ops_t dev_ops = {
     .fill = ofccl__exec_host_fill,
     .reduce = ofccl__exec_stub_reduce,
     .test = dummy_test,
+    OFCCL__EXEC_NO_STREAMS,
 };
 
 static void test_registry(void)
@@ -108,6 +109,7 @@ static const ofccl__exec_ops_t later_ops = {
     .fill = ofccl__exec_host_fill,
     .reduce = ofccl__exec_stub_reduce,
     .test = later_test,
+    OFCCL__EXEC_NO_STREAMS,
 };
 
 static int open_pair_with(struct pair *p, const ofccl__exec_reg_t *reg, ofccl__err_t *e)

@@ -1,12 +1,11 @@
 /*
  * GPU memory in the public API: the symmetric pool (ofccl_gpu_buffer_alloc),
- * the caller's own memory registered (ofccl_gpu_register),
- * the caller's stream (ofccl_comm_set_stream), stream waits on a request
- * (ofccl_req_stream_wait), and the routing of a collective whose buffers the
- * driver says are GPU memory: to the GPU peer class where it fits (all-gather,
+ * the caller's own memory registered (ofccl_gpu_register), and the routing of a collective whose
+ * buffers the driver says are GPU memory: to the GPU peer class where it fits (all-gather,
  * reduce-scatter, broadcast), across hosts through the fabric as GPU memory
  * where every rank's transport takes it (ghmem.c: all-gather, broadcast),
- * else through host memory (gstage.c).
+ * else to the host engine, which stages it through host memory inside the
+ * request (lib/coll/allgather.c and its twins).
  */
 #include <stdio.h>
 #include <string.h>
@@ -54,10 +53,6 @@ int ofccl__gpu_route(ofccl_comm_t *comm, const char *what, int coll, const void 
                                what);
         return 1;
     }
-    if (gc->hier) {
-        *rc = ofccl__ghier(gc, coll, sendbuf, recvbuf, count, dtype, op, root, req);
-        return 1;
-    }
     if (gc->hmem && coll != OFCCL__RS) {
         if (ofccl__comm_note_once(comm, NOTE_STAGED))
             OFCCL__INFO(&comm->ctx->log, OFCCL__SUB_COLL, "rank %d: communicator %u: %s",
@@ -65,13 +60,14 @@ int ofccl__gpu_route(ofccl_comm_t *comm, const char *what, int coll, const void 
         *rc = ofccl__ghmem(gc, coll, sendbuf, recvbuf, count, dtype, root, block, req);
         return 1;
     }
+    /* Not the peer class: the host engine, staging the GPU memory through
+     * host memory inside the request (stream-ordered, returning at once). */
     if (gc->path != OFCCL__GPATH_P2P || comm->size == 1 ||
         (coll == OFCCL__RS && comm->size > OFCCL__GPU_REDUCE_SRCS)) {
         if (gc->path != OFCCL__GPATH_P2P && ofccl__comm_note_once(comm, NOTE_STAGED))
             OFCCL__INFO(&comm->ctx->log, OFCCL__SUB_COLL, "rank %d: communicator %u: %s",
                         comm->rank, comm->id, gc->why);
-        *rc = ofccl__gpu_stage(gc, coll, sendbuf, recvbuf, count, dtype, op, root, block, req);
-        return 1;
+        return 0;
     }
     /* Where the peers reach this rank's memory: the output it writes into
      * (all-gather, broadcast), the input they read (reduce-scatter). */
@@ -120,16 +116,6 @@ int ofccl__gpu_refuse(ofccl_comm_t *comm, const char *what, const char *role,
                                     what, role, i, k);
     }
     return 0;
-}
-
-static int set_stream_locked(ofccl_comm_t *comm, ofccl_stream_t stream)
-{
-    ofccl__gcomm_t *gc;
-    int rc = ofccl__gcomm_lazy(comm, &gc);
-
-    if (rc == 0)
-        gc->stream = stream;
-    return rc;
 }
 
 static int buffer_alloc_locked(ofccl_comm_t *comm, size_t bytes, void **ptr)
@@ -186,32 +172,7 @@ static int deregister_locked(ofccl_comm_t *comm, void *ptr)
     return ofccl__greg_drop(gc, ptr);
 }
 
-static int stream_wait_locked(ofccl_req_t *req, ofccl_stream_t stream)
-{
-    ofccl__gcomm_t *gc = ofccl__gcomm_of(req->comm);
-    ofccl__err_t e = {0};
-    int rc;
-
-    if (req->state == OFCCL__REQ_FREE)
-        return OFCCL_ERR_INVALID_ARG;
-    /* A host collective (or staged GPU memory) completes on the host. */
-    if (req->algo == NULL || !(req->algo->flags & OFCCL__ALGO_STREAM) || gc == NULL)
-        return ofccl_wait(req);
-    if (req->state != OFCCL__REQ_ACTIVE)
-        return req->status;
-    rc = ofccl__gpu_stream_wait_event(gc->g, gc->dev, stream, gc->done[req->slot], &e);
-    if (rc)
-        return ofccl__comm_fail(req->comm, rc, "ofccl_req_stream_wait: %s", e.msg);
-    return 0;
-}
-
 /* Public entry points: the same calls under the context lock (progress.c). */
-int ofccl_comm_set_stream(ofccl_comm_t *comm, ofccl_stream_t stream)
-{
-    OFCCL__CHECK_HANDLE(comm);
-    OFCCL__LOCKED(comm->ctx, set_stream_locked(comm, stream));
-}
-
 int ofccl_gpu_buffer_alloc(ofccl_comm_t *comm, size_t bytes, void **ptr)
 {
     OFCCL__CHECK_HANDLE(comm);
@@ -234,11 +195,4 @@ int ofccl_gpu_deregister(ofccl_comm_t *comm, void *ptr)
 {
     OFCCL__CHECK_HANDLE(comm);
     OFCCL__LOCKED(comm->ctx, deregister_locked(comm, ptr));
-}
-
-int ofccl_req_stream_wait(ofccl_req_t *req, ofccl_stream_t stream)
-{
-    if (req == NULL)
-        return OFCCL_ERR_INVALID_ARG;
-    OFCCL__LOCKED(req->comm->ctx, stream_wait_locked(req, stream));
 }

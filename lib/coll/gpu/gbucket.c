@@ -136,13 +136,13 @@ static int one_rank(ofccl__gcomm_t *gc, ofccl__req_t *r)
                             r->tensors[t].t.count * r->esize, &e);
     for (int t = 0; rc == 0 && t < r->ntensors && r->coll == OFCCL__RS; t++) {
         const void *src = r->tensors[t].t.full;
-        rc = ofccl__gpu_reduce_kernel(gc->g, gc->dev, gc->stream, r->tensors[t].t.shard, &src, 1,
-                                      r->tensors[t].t.count, (int)r->dtype, (int)r->op.kind,
+        rc = ofccl__gpu_reduce_kernel(gc->g, gc->dev, gc->comm->stream, r->tensors[t].t.shard, &src,
+                                      1, r->tensors[t].t.count, (int)r->dtype, (int)r->op.kind,
                                       r->op.scalar, r->op.kind == OFCCL_OP_AVG ? 1 : 0,
                                       ofccl__gq_reduce_sms(gc), NULL, &e);
     }
     if (rc == 0)
-        rc = ofccl__gpu_stream_sync(gc->g, gc->dev, gc->stream, &e);
+        rc = ofccl__gpu_stream_sync(gc->g, gc->dev, gc->comm->stream, &e);
     if (rc)
         return ofccl__comm_fail(r->comm, rc, "GPU bucket on one rank: %s", e.msg);
     ofccl__coll_done_now(r, 0);
@@ -173,14 +173,10 @@ int ofccl__gpu_route_bucket(ofccl_comm_t *comm, const char *what, int coll,
     if ((*rc = ofccl__gcomm_get(comm, &gc)) != 0 ||
         (*rc = on_this_gpu(comm, what, coll, gc, tensors, ntensors)) != 0)
         return 1;
-    if (gc->path != OFCCL__GPATH_P2P && comm->size > 1) {
-        *rc = ofccl__comm_fail(comm, OFCCL_ERR_NOT_SUPPORTED,
-                               "%s: GPU tensors in a bucket need every pair of GPUs P2P on one "
-                               "host (%s); ofccl_allgather, ofccl_reduce_scatter and "
-                               "ofccl_broadcast stage GPU memory",
-                               what, gc->why);
-        return 1;
-    }
+    /* Not the peer class: the host engine stages the bucket (bucket.c). */
+    if (gc->path != OFCCL__GPATH_P2P || comm->size == 1 ||
+        (coll == OFCCL__RS && comm->size > OFCCL__GPU_REDUCE_SRCS))
+        return 0;
     region = region_bytes(comm, coll, tensors, ntensors, ofccl_dtype_size(dtype));
     /* The scratch may grow (collective): before the request's slot. */
     if (comm->size > 1 &&

@@ -220,7 +220,7 @@ static int push(ofccl__req_t *r, const int *to, int nto, const void *src, size_t
         char *own = q->peer[me] + dst_off;
         bool mine = own != (const char *)src && r->coll == OFCCL__AG;
         for (int i = 0; rc == 0 && i < nto; i++)
-            rc = ofccl__gpu_wait_flag(gc->g, gc->dev, gc->stream,
+            rc = ofccl__gpu_wait_flag(gc->g, gc->dev, gc->comm->stream,
                                       flag(gc, me, ofccl__gf_ready(to[i])), v, e);
         /* One launch per group of up to 8 destinations. */
         for (int i = 0; rc == 0 && i < nto;) {
@@ -231,7 +231,7 @@ static int push(ofccl__req_t *r, const int *to, int nto, const void *src, size_t
             if (mine)
                 dst[k++] = own;
             mine = false;
-            rc = ofccl__gpu_copy_kernel(gc->g, gc->dev, gc->stream, dst, k, src, len, gc->sms,
+            rc = ofccl__gpu_copy_kernel(gc->g, gc->dev, gc->comm->stream, dst, k, src, len, gc->sms,
                                         flag(gc, me, OFCCL__GF_ABORT), e);
         }
         /* DONE by a kernel that reads the abort word: a stream released
@@ -240,13 +240,13 @@ static int push(ofccl__req_t *r, const int *to, int nto, const void *src, size_t
             int k = OFCCL__MIN(nto - i, OFCCL__GPU_COPY_DSTS);
             for (int j = 0; j < k; j++)
                 dst[j] = flag(gc, to[i + j], ofccl__gf_done(n, me));
-            rc = ofccl__gpu_signal(gc->g, gc->dev, gc->stream, dst, k, v,
+            rc = ofccl__gpu_signal(gc->g, gc->dev, gc->comm->stream, dst, k, v,
                                    flag(gc, me, OFCCL__GF_ABORT), e);
         }
         return rc;
     }
     if ((rc = ofccl__gq_ce_streams(gc, e)) == 0)
-        rc = ofccl__gpu_event_record(gc->g, gc->dev, gc->fork, gc->stream, e);
+        rc = ofccl__gpu_event_record(gc->g, gc->dev, gc->fork, gc->comm->stream, e);
     for (int i = 0; rc == 0 && i < nto; i++) {
         ofccl__gpu_stream_t s = gc->ce[to[i]];
         rc = ofccl__gpu_stream_wait_event(gc->g, gc->dev, s, gc->fork, e);
@@ -264,7 +264,7 @@ static int push(ofccl__req_t *r, const int *to, int nto, const void *src, size_t
     }
     /* The caller's stream goes on once every push is out. */
     for (int i = 0; rc == 0 && i < nto; i++)
-        rc = ofccl__gpu_wait_flag(gc->g, gc->dev, gc->stream,
+        rc = ofccl__gpu_wait_flag(gc->g, gc->dev, gc->comm->stream,
                                   flag(gc, me, ofccl__gf_sent(n, to[i])), v, e);
     return rc;
 }
@@ -280,7 +280,7 @@ int ofccl__gq_begin(ofccl__req_t *r, ofccl__err_t *e)
             return rc;
     }
     if (gc->last != NULL) {
-        int rc = ofccl__gpu_stream_wait_event(gc->g, gc->dev, gc->stream, gc->last, e);
+        int rc = ofccl__gpu_stream_wait_event(gc->g, gc->dev, gc->comm->stream, gc->last, e);
         if (rc)
             return rc;
     }
@@ -301,10 +301,10 @@ int ofccl__gq_end(ofccl__req_t *r, size_t bytes, ofccl__err_t *e)
     if (q->bucket && (r->coll != OFCCL__BC || r->root != r->comm->rank))
         rc = ofccl__gbucket_unpack(r, q->peer[r->comm->rank] + q->off, e);
     else if (q->stage != NULL && bytes > 0)
-        rc = ofccl__gpu_copy(gc->g, gc->dev, gc->stream, q->stage, q->peer[r->comm->rank] + q->off,
-                             bytes, e);
+        rc = ofccl__gpu_copy(gc->g, gc->dev, gc->comm->stream, q->stage,
+                             q->peer[r->comm->rank] + q->off, bytes, e);
     if (rc == 0)
-        rc = ofccl__gpu_event_record(gc->g, gc->dev, gc->done[r->slot], gc->stream, e);
+        rc = ofccl__gpu_event_record(gc->g, gc->dev, gc->done[r->slot], gc->comm->stream, e);
     if (rc == 0)
         gc->last = gc->done[r->slot];
     return rc;
@@ -316,7 +316,7 @@ int ofccl__gq_wait_done(ofccl__req_t *r, const int *from, int n, ofccl__err_t *e
     int rc = 0;
 
     for (int i = 0; rc == 0 && i < n; i++)
-        rc = ofccl__gpu_wait_flag(gc->g, gc->dev, gc->stream,
+        rc = ofccl__gpu_wait_flag(gc->g, gc->dev, gc->comm->stream,
                                   flag(gc, r->comm->rank, ofccl__gf_done(r->comm->size, from[i])),
                                   v_of(r), e);
     return rc;
@@ -328,7 +328,7 @@ int ofccl__gq_say_ready(ofccl__req_t *r, const int *to, int n, ofccl__err_t *e)
     int rc = 0;
 
     for (int i = 0; rc == 0 && i < n; i++)
-        rc = ofccl__gpu_write_flag(gc->g, gc->dev, gc->stream,
+        rc = ofccl__gpu_write_flag(gc->g, gc->dev, gc->comm->stream,
                                    flag(gc, to[i], ofccl__gf_ready(r->comm->rank)), v_of(r), e);
     return rc;
 }
@@ -351,14 +351,14 @@ static int ag_start(ofccl__req_t *r)
     /* Out of place: this rank's own block goes by the copy engine (the kernel
      * path stores it with the peers' in the same pass, push()). */
     if (rc == 0 && r->sendbuf != own && r->block && q->ce)
-        rc = ofccl__gpu_copy(gc->g, gc->dev, gc->stream, own, r->sendbuf, r->block, &e);
+        rc = ofccl__gpu_copy(gc->g, gc->dev, gc->comm->stream, own, r->sendbuf, r->block, &e);
     if (rc == 0)
         rc = ofccl__gq_say_ready(r, peers, np, &e);
     if (rc == 0 && r->block)
         rc = push(r, peers, np, r->sendbuf, q->off + (size_t)me * r->block, r->block, &e);
     else if (rc == 0) /* nothing to move: only the DONE flags */
         for (int i = 0; rc == 0 && i < np; i++)
-            rc = ofccl__gpu_write_flag(gc->g, gc->dev, gc->stream,
+            rc = ofccl__gpu_write_flag(gc->g, gc->dev, gc->comm->stream,
                                        flag(gc, peers[i], ofccl__gf_done(n, me)), v_of(r), &e);
     if (rc == 0)
         rc = ofccl__gq_wait_done(r, peers, np, &e);
@@ -413,7 +413,7 @@ static int bc_start(ofccl__req_t *r)
                 rc = push(r, gc->peers, n - 1, r->recvbuf, q->off, r->block, &e);
             else if (rc == 0)
                 for (int i = 0; rc == 0 && i < n - 1; i++)
-                    rc = ofccl__gpu_write_flag(gc->g, gc->dev, gc->stream,
+                    rc = ofccl__gpu_write_flag(gc->g, gc->dev, gc->comm->stream,
                                                flag(gc, gc->peers[i], ofccl__gf_done(n, me)),
                                                v_of(r), &e);
         } else {
@@ -428,11 +428,11 @@ static int bc_start(ofccl__req_t *r)
         if (rc == 0 && me != root)
             rc = ofccl__gq_say_ready(r, &pred, 1, &e);
         if (rc == 0 && !last)
-            rc = ofccl__gpu_wait_flag(gc->g, gc->dev, gc->stream,
+            rc = ofccl__gpu_wait_flag(gc->g, gc->dev, gc->comm->stream,
                                       flag(gc, me, ofccl__gf_ready(succ)), v_of(r), &e);
         if (rc == 0)
             rc =
-                ofccl__gpu_chain(gc->g, gc->dev, gc->stream, src, next, r->block,
+                ofccl__gpu_chain(gc->g, gc->dev, gc->comm->stream, src, next, r->block,
                                  chain_chunk(gc, r->block), gc->sms, me == root ? NULL : gc->dflags,
                                  last ? NULL : gc->dflags_seg->peer[succ] + gc->dflags_off,
                                  v_of(r) << 24, flag(gc, me, OFCCL__GF_ABORT), &e);
@@ -581,8 +581,7 @@ static int settle(const ofccl__gcomm_t *gc, ofccl__gpu_event_t ev, uint64_t dead
     ofccl__err_t e;
     int rc;
 
-    while ((rc = ofccl__gpu_event_query(gc->g, gc->dev, ev, &e)) == 0 &&
-           ofccl__now_ns() < deadline)
+    while ((rc = ofccl__gpu_event_query(gc->g, gc->dev, ev, &e)) == 0 && ofccl__now_ns() < deadline)
         sched_yield();
     return rc;
 }
@@ -618,6 +617,16 @@ bool ofccl__gpu_quiesce(ofccl__gcomm_t *gc)
     return all;
 }
 
+/* The caller's `stream` waits for the request's end event. */
+static int stream_wait(ofccl__req_t *r, ofccl_stream_t stream)
+{
+    ofccl__gcomm_t *gc = gc_of(r);
+    ofccl__err_t e = {0};
+    int rc = ofccl__gpu_stream_wait_event(gc->g, gc->dev, stream, gc->done[r->slot], &e);
+
+    return rc ? ofccl__comm_fail(r->comm, rc, "ofccl_req_stream_wait: %s", e.msg) : 0;
+}
+
 #define GPU_ALGO(var, nm, kind, st)                                                                \
     const ofccl__algo_t var = {                                                                    \
         .size = sizeof(ofccl__algo_t),                                                             \
@@ -630,6 +639,7 @@ bool ofccl__gpu_quiesce(ofccl__gcomm_t *gc)
         .waits_on = waits_on,                                                                      \
         .reached = reached,                                                                        \
         .unwind = unwind_req,                                                                      \
+        .stream_wait = stream_wait,                                                                \
     }
 GPU_ALGO(ofccl__gpu_ag, "gpu", OFCCL__AG, ag_start);
 GPU_ALGO(ofccl__gpu_bc, "gpu", OFCCL__BC, bc_start);

@@ -245,7 +245,6 @@ static int setup(ofccl_comm_t *comm, ofccl__gcomm_t *gc)
     gc->sms = (int)ofccl__cfg_int(&comm->ctx->cfg, OFCCL__CFG_GPU_SMS);
     gc->chain_bytes = (size_t)ofccl__cfg_int(&comm->ctx->cfg, OFCCL__CFG_GPU_CHAIN_BYTES);
     gc->budget = (size_t)ofccl__cfg_int(&comm->ctx->cfg, OFCCL__CFG_GPU_POOL_BYTES);
-    gc->stage = (size_t)ofccl__cfg_int(&comm->ctx->cfg, OFCCL__CFG_GPU_STAGE_BYTES);
     gc->g = ofccl__gpu_process(&comm->ctx->log, true);
     /* The process's GPU: its rank among the job's ranks of this host, not
      * among this communicator's (a split's ranks of one host may be other
@@ -279,8 +278,6 @@ static int setup(ofccl_comm_t *comm, ofccl__gcomm_t *gc)
     if (rc < 0)
         return rc;
     rc = v;
-    gc->hier = v == V_OTHER_HOST && comm->nnodes > 1 && comm->node_width > 1 &&
-               ofccl__cfg_int(&comm->ctx->cfg, OFCCL__CFG_GPU_HIER) != 0;
     if (rc == V_OK && ((rc = chain_flags(gc)) < 0 || (rc = preload(gc)) < 0))
         return rc;
     if (rc == V_OK) {
@@ -364,8 +361,6 @@ void ofccl__gcomm_free(ofccl_comm_t *comm)
     ofccl__greg_fini(gc);
     ofccl__gpool_fini(gc);
     regions_free(comm, gc);
-    ofccl__ghier_fini(gc);
-    ofccl__gstage_fini(gc);
     free(gc);
     comm->gpu = NULL;
 }

@@ -11,8 +11,9 @@
  * peer, registered with CUDA in every process), which peers' streams write
  * and its own stream waits on; so the host can release its own stream (an
  * abort value) when a peer dies or a deadline passes. Where the peer class
- * does not fit (a rank on another host, no P2P, no shared memory), GPU
- * buffers are staged through host memory (gstage.c), logged once with why.
+ * does not fit (a rank on another host, no P2P, no shared memory), the host
+ * engine stages GPU buffers through host memory inside the request
+ * (stream-ordered: lib/core/exec.c), logged once with why.
  */
 #ifndef OFCCL_COLL_GPU_GCOMM_H
 #define OFCCL_COLL_GPU_GCOMM_H
@@ -102,7 +103,6 @@ typedef struct ofccl__gcomm {
     char why[320];
     int sms;            /* OFCCL_GPU_SMS: 0 = copy engines only */
     size_t chain_bytes; /* OFCCL_GPU_CHAIN_BYTES: the broadcast chain's chunk, 0 = by size */
-    size_t stage;       /* staging: one chunk's collective (OFCCL_GPU_STAGE_BYTES) */
     /* flags (P2P): every rank's region, mapped here and registered with CUDA */
     void *region;
     size_t region_len;
@@ -119,9 +119,8 @@ typedef struct ofccl__gcomm {
     ofccl__gbuf_t *bufs;
     ofccl__gbuf_t *scratch; /* staged outputs land here (gpool_scratch) */
     size_t pool_bytes, budget;
-    /* the caller's stream (ofccl_comm_set_stream) and ofccl's own per-peer
-     * streams for the copy engines, forked from it with an event */
-    ofccl__gpu_stream_t stream;
+    /* ofccl's own per-peer streams for the copy engines, forked from the
+     * caller's (comm->stream) with an event */
     ofccl__gpu_stream_t *ce; /* [size] */
     ofccl__gpu_event_t fork;
     /* per request slot: the event recorded at its end on the caller's stream,
@@ -148,21 +147,9 @@ typedef struct ofccl__gcomm {
     char *dflags;
     ofccl__gseg_t *dflags_seg;
     size_t dflags_off;
-    /* across hosts (ghier.c): the peer class within each host, staging
-     * between them, on a communicator of this host's ranks and one of this
-     * rank's rail; a device buffer for the blocks in between */
-    bool hier;
     /* across hosts, where every rank's transport takes its GPU memory
      * (FI_HMEM): the host engine on the caller's GPU buffers (ghmem.c) */
     bool hmem;
-    ofccl_comm_t *hier_local, *hier_rail;
-    void *hier_tmp;
-    size_t hier_tmp_len;
-    /* staging (gstage.c): a communicator of its own (a duplicate), and the
-     * bounce buffer, its pool memory registered with CUDA */
-    ofccl_comm_t *stage_comm;
-    void *host_stage;
-    size_t host_stage_len;
 } ofccl__gcomm_t;
 
 /* ---- gcomm.c ---- */
@@ -215,7 +202,8 @@ int ofccl__gq_wait_done(ofccl__req_t *r, const int *from, int n, ofccl__err_t *e
 static inline int ofccl__gq_copy(const ofccl__gcomm_t *gc, void *dst, const void *src, size_t len,
                                  ofccl__err_t *e)
 {
-    return len && dst != src ? ofccl__gpu_copy(gc->g, gc->dev, gc->stream, dst, src, len, e) : 0;
+    return len && dst != src ? ofccl__gpu_copy(gc->g, gc->dev, gc->comm->stream, dst, src, len, e)
+                             : 0;
 }
 /* SMs of the reduction kernel: OFCCL_GPU_SMS, or 8 where that is 0 (copies
  * by the copy engines only: a copy engine cannot add). */
@@ -258,19 +246,6 @@ void ofccl__gpush_roles(const ofccl__req_t *r, int p, bool *to_p, bool *from_p);
  * (the root's whole tensors for a broadcast), and out of every region. */
 int ofccl__gbucket_pack(ofccl__req_t *r, char *out, ofccl__err_t *e);
 int ofccl__gbucket_unpack(ofccl__req_t *r, const char *out, ofccl__err_t *e);
-
-/* ---- gapi.c / gstage.c ---- */
-/* Through host memory, chunk by chunk (copies overlapping the host
- * collectives); the request returned is complete. */
-int ofccl__gpu_stage(ofccl__gcomm_t *gc, int coll, const void *sendbuf, void *recvbuf, size_t count,
-                     ofccl_dtype_t dtype, ofccl_redop_t op, int root, size_t block,
-                     ofccl_req_t **req);
-void ofccl__gstage_fini(ofccl__gcomm_t *gc);
-/* Across hosts with as many ranks on each (gc->hier): within each host by
- * the peer class, between hosts staged; the request returned is complete. */
-int ofccl__ghier(ofccl__gcomm_t *gc, int coll, const void *sendbuf, void *recvbuf, size_t count,
-                 ofccl_dtype_t dtype, ofccl_redop_t op, int root, ofccl_req_t **req);
-void ofccl__ghier_fini(ofccl__gcomm_t *gc);
 
 /* ---- greg.c: the caller's GPU memory ---- */
 /* Collective: every rank registers `bytes` of its own at `ptr` (the same

@@ -4,7 +4,7 @@
  * provider on one host): libfabric's FI_HMEM, asked for when the context is
  * made (OFCCL_GPU_FABRIC, lib/core/ctx.c) and found where the provider has
  * an FI_HMEM entry and its libfabric was built with CUDA (Debian's has none:
- * there this path is said unavailable once, and staging, gstage.c, runs).
+ * there this path is said unavailable once, and the host engine stages).
  *
  * Where every rank can register its GPU's memory with its transport, an
  * all-gather or a broadcast runs the host engine on the caller's GPU buffers
@@ -82,10 +82,10 @@ int ofccl__ghmem_setup(ofccl__gcomm_t *gc)
     int mine, first = 0, who = -1, whose = -1, rc;
     char why[300] = "";
 
-    /* Every rank decides alike from what they share: the setting, whether
-     * the path is hierarchical. Any reason to stage (another host, a
-     * transport that maps no peer memory, GPUs without P2P) will do. */
-    if (how == 2 || gc->hier)
+    /* Every rank decides alike from what they share: the setting. Any
+     * reason to stage (another host, a transport that maps no peer memory,
+     * GPUs without P2P) will do. */
+    if (how == 2)
         return 0;
     mine = probe(gc, why, sizeof(why)) == 0 ? 0 : 1;
     if ((rc = ofccl__gcomm_agree(comm, mine, comm->rank, &first, &who, &whose)) != 0)
@@ -152,7 +152,7 @@ int ofccl__ghmem(ofccl__gcomm_t *gc, int coll, const void *sendbuf, void *recvbu
     if (coll == OFCCL__AG && (rc = ofccl__gq_copy(gc, own, sendbuf, block, &e)) != 0)
         return ofccl__comm_fail(comm, rc, "all-gather: this rank's block: %s", e.msg);
     /* The inputs are ready once the caller's stream has reached this call. */
-    if ((rc = ofccl__gpu_stream_sync(gc->g, gc->dev, gc->stream, &e)) != 0)
+    if ((rc = ofccl__gpu_stream_sync(gc->g, gc->dev, gc->comm->stream, &e)) != 0)
         return ofccl__comm_fail(comm, rc, "waiting for the caller's stream: %s", e.msg);
     if ((rc = reg(gc, recvbuf, out, &m_out)) != 0)
         return rc;

@@ -176,7 +176,7 @@ static int send_all(ofccl__req_t *r, const ofccl_push_plan_t *pl, ofccl__err_t *
     uint64_t v = ofccl__gq_v(r);
 
     if ((rc = ofccl__gq_ce_streams(gc, e)) == 0)
-        rc = ofccl__gpu_event_record(gc->g, gc->dev, gc->fork, gc->stream, e);
+        rc = ofccl__gpu_event_record(gc->g, gc->dev, gc->fork, gc->comm->stream, e);
     for (int j = 0; rc == 0 && j < pl->nreceivers; j++) {
         int p = pl->receivers[j];
         ofccl__gpu_stream_t s = gc->ce[p];
@@ -196,10 +196,10 @@ static int send_all(ofccl__req_t *r, const ofccl_push_plan_t *pl, ofccl__err_t *
                                        ofccl__gq_flag(gc, me, ofccl__gf_sent(n, p)), v, e);
     }
     if (rc == 0 && pl->me_recv >= 0)
-        rc = copy_pieces(r, pl, pl->me_recv, q->peer[me] + q->off, gc->stream, e);
+        rc = copy_pieces(r, pl, pl->me_recv, q->peer[me] + q->off, gc->comm->stream, e);
     for (int j = 0; rc == 0 && j < pl->nreceivers; j++)
         if (pl->receivers[j] != me)
-            rc = ofccl__gpu_wait_flag(gc->g, gc->dev, gc->stream,
+            rc = ofccl__gpu_wait_flag(gc->g, gc->dev, gc->comm->stream,
                                       ofccl__gq_flag(gc, me, ofccl__gf_sent(n, pl->receivers[j])),
                                       v, e);
     return rc;

@@ -43,24 +43,25 @@ int ofccl__grs_start(ofccl__req_t *r)
     q->ce = false; /* the kernel's READY waits are on the caller's stream */
     rc = ofccl__gq_begin(r, &e);
     if (rc == 0 && q->stage != NULL && r->block)
-        rc = ofccl__gpu_copy(gc->g, gc->dev, gc->stream, in, q->stage, r->block * (size_t)n, &e);
+        rc = ofccl__gpu_copy(gc->g, gc->dev, gc->comm->stream, in, q->stage, r->block * (size_t)n,
+                             &e);
     q->stage = NULL; /* the output is the caller's own: nothing to copy out */
     if (rc == 0)
         rc = ofccl__gq_say_ready(r, gc->peers, np, &e);
     for (int i = 0; rc == 0 && i < np; i++)
-        rc = ofccl__gpu_wait_flag(gc->g, gc->dev, gc->stream,
+        rc = ofccl__gpu_wait_flag(gc->g, gc->dev, gc->comm->stream,
                                   ofccl__gq_flag(gc, me, ofccl__gf_ready(gc->peers[i])), v, &e);
     srcs[0] = in + mine;
     for (int p = 0; p < n; p++)
         if (p != me)
             srcs[k++] = q->peer[p] + q->off + mine;
     if (rc == 0)
-        rc = ofccl__gpu_reduce_kernel(gc->g, gc->dev, gc->stream, r->recvbuf, srcs, n, r->count,
-                                      (int)r->dtype, (int)r->op.kind, r->op.scalar,
+        rc = ofccl__gpu_reduce_kernel(gc->g, gc->dev, gc->comm->stream, r->recvbuf, srcs, n,
+                                      r->count, (int)r->dtype, (int)r->op.kind, r->op.scalar,
                                       r->op.kind == OFCCL_OP_AVG ? n : 0, ofccl__gq_reduce_sms(gc),
                                       ofccl__gq_flag(gc, me, OFCCL__GF_ABORT), &e);
     for (int i = 0; rc == 0 && i < np; i++)
-        rc = ofccl__gpu_write_flag(gc->g, gc->dev, gc->stream,
+        rc = ofccl__gpu_write_flag(gc->g, gc->dev, gc->comm->stream,
                                    ofccl__gq_flag(gc, gc->peers[i], ofccl__gf_done(n, me)), v, &e);
     if (rc == 0)
         rc = ofccl__gq_wait_done(r, gc->peers, np, &e);
