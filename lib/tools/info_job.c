@@ -75,10 +75,10 @@ static void print_chooser(ofccl_comm_t *comm)
     for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++) {
         const char *name[3];
         for (int c = 0; c < 3; c++)
-            name[c] = ofccl__choose(comm, colls[c], sizes[k], 0, true)->name;
+            name[c] = ofccl__choose(comm, colls[c], sizes[k], 0, 0)->name;
         printf("  %-14zu %-16s %-16s %-16s %s / %s\n", sizes[k], name[0], name[1], name[2],
-               ofccl__choose(comm, OFCCL__AG, sizes[k], 1, true)->name,
-               ofccl__choose(comm, OFCCL__RS, sizes[k], 1, true)->name);
+               ofccl__choose(comm, OFCCL__AG, sizes[k], 1, 0)->name,
+               ofccl__choose(comm, OFCCL__RS, sizes[k], 1, 0)->name);
     }
 }
 

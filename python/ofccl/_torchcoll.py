@@ -1,19 +1,20 @@
 """What the FSDP2 hooks and the 'ofccl' process group share: torch reduce ops
 as ofccl ops, Work objects over ofccl requests, a pool of tensors in ofccl
-memory, and the dispatch of a collective on CPU tensors (straight to the
-library) or CUDA tensors (staged through pinned ofccl memory)."""
+memory, and the dispatch of a collective on CPU tensors or CUDA tensors,
+both straight to the library (which moves GPU memory GPU to GPU where the
+GPUs reach each other, and stages it through host memory itself where they
+do not: Python never copies a tensor for ofccl)."""
 
 from __future__ import annotations
 
 import ctypes
-import os
 import threading
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import torch
 import torch.distributed as dist
 
-from . import _staging, buffers, gpu
+from . import buffers, gpu
 from .comm import Comm, Context, Op, Request
 from .errors import InvalidArgument, NotSupported
 
@@ -216,35 +217,19 @@ class Collectives:
     """All-gather, reduce-scatter and broadcast on torch tensors for one
     communicator."""
 
-    # CUDA tensors go to the library's GPU path (OFCCL_PY_GPU=0: through the
-    # Python staging of earlier versions, kept for comparison).
-    gpu_direct = os.environ.get("OFCCL_PY_GPU", "1") != "0"
-
     def __init__(self, comm: Comm):
         self.comm = comm
-        self._host: Optional[_staging.HostBuffers] = None
 
-    def _staged(self, t: Any) -> bool:
+    def _on_gpu(self, t: Any) -> bool:
         if t.device.type == "cpu":
             return False
         if t.device.type != "cuda":
-            raise NotSupported(f"tensor on {t.device}: ofccl moves CPU memory and stages CUDA "
-                               "tensors; other devices are not supported")
+            raise NotSupported(f"tensor on {t.device}: ofccl moves CPU and CUDA memory; other "
+                               "devices are not supported")
         return True
 
-    def _stage(self) -> _staging.HostBuffers:
-        if self._host is None:
-            self._host = _staging.HostBuffers(self.comm)
-        return self._host
-
     def close(self) -> None:
-        """Unregister the staging buffers (after their last copies)."""
-        if self._host is not None:
-            self._host.close()
-            self._host = None
-
-    def _then_cuda(self, event: Any, device: Any) -> Callable[[], None]:
-        return lambda: torch.cuda.current_stream(device).wait_event(event)
+        """Nothing to release: the library holds every buffer it stages."""
 
     def all_gather(self, out: Any, inp: Any) -> Work:
         o, i = _flat(out, "all_gather output"), _flat(inp, "all_gather input")
@@ -254,16 +239,10 @@ class Collectives:
             raise InvalidArgument(f"all_gather: output has {o.numel()} elements; {self.comm.size} "
                                   f"ranks x {i.numel()} needs exactly "
                                   f"{i.numel() * self.comm.size}")
-        if self._staged(o) or self._staged(i):
+        if self._on_gpu(o) or self._on_gpu(i):
             if o.device != i.device:
                 raise InvalidArgument(f"all_gather: output on {o.device}, input on {i.device}")
-            if self.gpu_direct:  # the library's GPU path (it stages itself where P2P is not)
-                req = gpu.collectives_for(self.comm).all_gather(o, i)
-                return GpuWork(req, [out])
-            ev = _staging.all_gather(self.comm, self._stage(),
-                                     _staging.CudaEngine(torch, o.device), _movable(o),
-                                     _movable(i))
-            return Work([], [out], self._then_cuda(ev, o.device))
+            return GpuWork(gpu.collectives_for(self.comm).all_gather(o, i), [out])
         return Work([self.comm.all_gather(_movable(i), _movable(o))], [out])
 
     def reduce_scatter(self, out: Any, inp: Any, op: Op) -> Work:
@@ -277,25 +256,23 @@ class Collectives:
         if o.dtype not in buffers.torch_dtypes() or o.dtype == torch.uint8:
             raise NotSupported(f"reduce_scatter on {o.dtype}: ofccl reduces float32, float64, "
                                "bfloat16 and float16")
-        if self._staged(o) or self._staged(i):
+        if self._on_gpu(o) or self._on_gpu(i):
             if o.device != i.device:
                 raise InvalidArgument(f"reduce_scatter: output on {o.device}, input on {i.device}")
-            if self.gpu_direct:  # the library's GPU path (it stages itself where P2P is not)
-                req = gpu.collectives_for(self.comm).reduce_scatter(o, i, op)
-                return GpuWork(req, [out])
-            ev = _staging.reduce_scatter(self.comm, self._stage(),
-                                         _staging.CudaEngine(torch, o.device), o, i, op)
-            return Work([], [out], self._then_cuda(ev, o.device))
+            return GpuWork(gpu.collectives_for(self.comm).reduce_scatter(o, i, op), [out])
         return Work([self.comm.reduce_scatter(i, o, op=op)], [out])
 
     def broadcast(self, t: Any, root: int) -> Work:
-        """In place from `root`; any dtype (as bytes). A CUDA or non-contiguous
-        tensor goes through a contiguous CPU copy, copied back on completion."""
-        if t.device.type not in ("cpu", "cuda"):
-            self._staged(t)  # raises NotSupported naming the device
-        if t.device.type == "cuda" and t.is_contiguous() and self.gpu_direct:
-            return GpuWork(gpu.collectives_for(self.comm).broadcast(t, root), [t])
-        if t.device.type == "cpu" and t.is_contiguous():
+        """In place from `root`; any dtype (as bytes). A non-contiguous tensor
+        goes through a contiguous copy, copied back on completion."""
+        if self._on_gpu(t):
+            flat = t if t.is_contiguous() else t.contiguous()
+            req = gpu.collectives_for(self.comm).broadcast(flat, root)
+            if flat is not t:  # back into the strided tensor, after it on the stream
+                req.stream_wait()
+                t.copy_(flat)
+            return GpuWork(req, [t])
+        if t.is_contiguous():
             return Work([self.comm.broadcast(_movable(t.reshape(-1)), root)], [t])
         host = t.detach().to("cpu", copy=True).contiguous()
 

@@ -11,8 +11,10 @@ bootstrap (OFCCL_BOOT=pmix: then its ranks must be torch's). Supported: all-gath
 form), reduce-scatter from a tensor (and the list form), their coalesced
 forms, all-reduce (reduce-scatter then all-gather, in place), broadcast (any
 root, any dtype as bytes), barrier. Every
-other collective raises ofccl.NotSupported naming it. CUDA tensors are staged
-through pinned ofccl memory (see _staging.py).
+other collective raises ofccl.NotSupported naming it. CUDA tensors go to the
+library as they are: GPU to GPU where the ranks' GPUs reach each other, staged
+through host memory by the library itself where they do not (other hosts),
+stream-ordered either way.
 """
 
 from __future__ import annotations
@@ -235,7 +237,7 @@ class ProcessGroupOfccl(dist.ProcessGroup):
         op = redop(_op_of(opts))
         if not tensors:
             return done_work(tensors)
-        if self._coll.gpu_direct and all(t.device.type == "cuda" for t in tensors):
+        if all(t.device.type == "cuda" for t in tensors):
             return self._allreduce_gpu(tensors, op)
         reqs: List[Any] = []
         for t in tensors:

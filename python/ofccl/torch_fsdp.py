@@ -66,7 +66,7 @@ class _Hook:
     def allocate(self, size: Sequence[Any], *, dtype: torch.dtype,
                  device: torch.device) -> torch.Tensor:
         device = torch.device(device)
-        if device.type == "cuda" and Collectives.gpu_direct:
+        if device.type == "cuda":
             comm = self._comm or _group_comm(None)
             if comm is not None:  # symmetric GPU memory: the all-gather runs in place in it
                 count = math.prod(int(s) for s in size)

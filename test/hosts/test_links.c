@@ -70,7 +70,7 @@ static void test_same_choices(void)
     CU_ASSERT_PTR_NOT_NULL_FATAL(all);
     for (int c = 0; c < 3; c++)
         for (int k = 0; k < NSIZES; k++)
-            mine[c * NSIZES + k] = ofccl__choose(comm, colls[c], sizes[k], 0, true)->wire_id;
+            mine[c * NSIZES + k] = ofccl__choose(comm, colls[c], sizes[k], 0, 0)->wire_id;
     CU_ASSERT_EQUAL_FATAL(ofccl_allgather(comm, mine, all, sizeof(mine), OFCCL_U8, &req), 0);
     CU_ASSERT_EQUAL_FATAL(wait_one(req), 0);
     for (int r = 0; r < size; r++)

@@ -84,8 +84,10 @@ static int seg_add(ofccl__gcomm_t *gc, size_t len, ofccl__gseg_t **out)
                                        bad, len);
     }
     for (int r = 0; rc == 0 && r < comm->size; r++) {
-        if (r == comm->rank) {
-            s->peer[r] = s->base;
+        /* Peers map it only where they take the peer class (one host, P2P);
+         * elsewhere the host engine stages it and no peer reaches it. */
+        if (r == comm->rank || gc->path != OFCCL__GPATH_P2P) {
+            s->peer[r] = r == comm->rank ? s->base : NULL;
             continue;
         }
         rc = ofccl__gpu_ipc_open(gc->g, gc->dev, all + SEG_REC * (size_t)r + 16,
