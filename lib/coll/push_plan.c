@@ -361,11 +361,11 @@ int ofccl_push_plan_destroy(ofccl_push_plan_t *plan)
         return OFCCL_ERR_INVALID_ARG;
     ctx = plan->comm->ctx;
     ofccl__ctx_lock(ctx);
-    if (ofccl__coll_uses(plan->comm, plan) || (plan->gpu && ofccl__gpu_push_busy(plan))) {
+    if (ofccl__coll_uses(plan->comm, plan, true) || (plan->gpu && ofccl__gpu_push_busy(plan))) {
         ofccl__ctx_unlock(ctx);
         return ofccl__comm_fail(plan->comm, OFCCL_ERR_BUSY,
-                                "ofccl_push_plan_destroy: a bucket of this plan is still running; "
-                                "wait for it first");
+                                "ofccl_push_plan_destroy: a bucket of this plan is still running "
+                                "or its request not freed; wait for it and free it first");
     }
     ofccl__push_plan_free(plan);
     ofccl__ctx_unlock(ctx);

@@ -700,11 +700,13 @@ _Atomic uint64_t *ofccl__coll_take_word(const ofccl__req_t *r, int owner, int fr
     return owner == comm->rank ? &comm->ctrl[w] : &comm->peer_ctrl_at[owner][w];
 }
 
-bool ofccl__coll_uses(const ofccl_comm_t *comm, const void *algo_state)
+bool ofccl__coll_uses(const ofccl_comm_t *comm, const void *algo_state, bool unfreed)
 {
-    for (int s = 0; comm->coll != NULL && s < OFCCL__SLOTS; s++)
-        if (comm->coll->reqs[s].state == OFCCL__REQ_ACTIVE &&
-            comm->coll->reqs[s].algo_state == algo_state)
+    for (int s = 0; comm->coll != NULL && s < OFCCL__SLOTS; s++) {
+        const ofccl__req_t *r = &comm->coll->reqs[s];
+        if ((r->state == OFCCL__REQ_ACTIVE || (unfreed && r->state != OFCCL__REQ_FREE)) &&
+            r->algo_state == algo_state)
             return true;
+    }
     return false;
 }

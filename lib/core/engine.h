@@ -337,8 +337,10 @@ int ofccl__coll_start(ofccl__req_t *r);
 /* Complete a claimed request at once, with `status` (one rank: nothing to
  * exchange); it takes its sequence number like any other. */
 void ofccl__coll_done_now(ofccl__req_t *r, int status);
-/* Is a request with this algo_state still running on the communicator? */
-bool ofccl__coll_uses(const ofccl_comm_t *comm, const void *algo_state);
+/* Is a request with this algo_state still running on the communicator (or,
+ * with `unfreed`, not yet freed by the caller: the watcher may complete a
+ * request behind the caller's back, and its handle still names the state)? */
+bool ofccl__coll_uses(const ofccl_comm_t *comm, const void *algo_state, bool unfreed);
 /* The provider capabilities of the communicator's endpoint. */
 const ofccl__prov_caps_t *ofccl__comm_caps(const ofccl_comm_t *comm);
 /* Does the communicator's endpoint reach rank p through the local

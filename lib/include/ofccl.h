@@ -256,7 +256,8 @@ typedef struct ofccl_push_plan ofccl_push_plan_t;
  * and the ranks); every rank must be a sender or a receiver. */
 OFCCL_API int ofccl_push_plan_create(ofccl_comm_t *comm, const ofccl_push_spec_t *spec,
                                      ofccl_push_plan_t **plan);
-/* OFCCL_ERR_BUSY while a bucket of the plan is running. */
+/* OFCCL_ERR_BUSY while a bucket of the plan is running or its request is
+ * not freed (ofccl_req_free). */
 OFCCL_API int ofccl_push_plan_destroy(ofccl_push_plan_t *plan);
 /* Buckets of the plan, and the largest bucket of any receiver (bytes). */
 OFCCL_API int ofccl_push_plan_info(const ofccl_push_plan_t *plan, int *nbuckets,

@@ -31,8 +31,13 @@ typedef struct piece {
     uint64_t id;
 } piece_t;
 
+/* A range of device memory has two mappings: its device address (`base`,
+ * what the driver hands out) reserved with no access, so that host code
+ * touching device memory faults here as it would on a GPU, and the same
+ * pages at `alias`, which only the emulated device (its streams and
+ * kernels, emu_stream.c) reads and writes. */
 typedef struct region {
-    uintptr_t base;
+    uintptr_t base, alias;
     size_t len;
     int kind, dev, fd; /* fd: R_ALLOC's memfd, R_PEER's opened copy */
     uint64_t id;
@@ -76,6 +81,25 @@ static region_t *find(uintptr_t p, unsigned kinds)
     return NULL;
 }
 #define DEVICE_KINDS (1u << R_ALLOC | 1u << R_PEER | 1u << R_VMM_MAP)
+
+void *ofccl__emu_host_view(const void *p)
+{
+    uintptr_t a = (uintptr_t)p, out = a;
+    region_t *r;
+
+    pthread_mutex_lock(&mu);
+    r = find(a, DEVICE_KINDS | 1u << R_RESERVED);
+    if (r != NULL)
+        out = r->alias + (a - r->base);
+    pthread_mutex_unlock(&mu);
+    return (void *)out;
+}
+
+/* Reserve `len` bytes of address space with no access. */
+static void *reserve(size_t len)
+{
+    return mmap(NULL, len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+}
 
 static CUresult add(region_t r)
 {
@@ -294,7 +318,7 @@ static CUresult e_alloc(CUdeviceptr *p, size_t len)
 {
     size_t l = page_round(len);
     int fd;
-    void *at;
+    void *at, *alias;
     CUresult res;
 
     if (len == 0)
@@ -305,19 +329,24 @@ static CUresult e_alloc(CUdeviceptr *p, size_t len)
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     fd = memfd_create("ofccl-emulated-gpu", MFD_CLOEXEC);
-    at = fd >= 0 && ftruncate(fd, (off_t)l) == 0
-             ? mmap(NULL, l, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
-             : MAP_FAILED;
+    alias = fd >= 0 && ftruncate(fd, (off_t)l) == 0
+                ? mmap(NULL, l, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
+                : MAP_FAILED;
+    at = alias != MAP_FAILED ? reserve(l) : MAP_FAILED;
     if (at == MAP_FAILED) {
+        if (alias != MAP_FAILED)
+            munmap(alias, l);
         if (fd >= 0)
             close(fd);
         pthread_mutex_unlock(&mu);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
-    res = add((region_t){(uintptr_t)at, l, R_ALLOC, cur_dev(), fd, ++next_id, NULL});
+    res = add(
+        (region_t){(uintptr_t)at, (uintptr_t)alias, l, R_ALLOC, cur_dev(), fd, ++next_id, NULL});
     pthread_mutex_unlock(&mu);
     if (res != CUDA_SUCCESS) {
         munmap(at, l);
+        munmap(alias, l);
         close(fd);
         return res;
     }
@@ -337,6 +366,7 @@ static CUresult e_free(CUdeviceptr p)
         return CUDA_ERROR_INVALID_VALUE;
     }
     munmap((void *)r->base, r->len);
+    munmap((void *)r->alias, r->len);
     close(r->fd);
     drop(r);
     pthread_mutex_unlock(&mu);
@@ -430,7 +460,7 @@ static CUresult e_ipc_open(CUdeviceptr *p, CUipcMemHandle h, unsigned int flags)
 {
     char path[64];
     struct ipc x;
-    void *at;
+    void *at, *alias;
     int fd;
     CUresult res;
 
@@ -442,16 +472,21 @@ static CUresult e_ipc_open(CUdeviceptr *p, CUipcMemHandle h, unsigned int flags)
     snprintf(path, sizeof(path), "/proc/%d/fd/%d", x.pid, x.fd);
     if ((fd = open(path, O_RDWR | O_CLOEXEC)) < 0)
         return CUDA_ERROR_MAP_FAILED;
-    at = mmap(NULL, x.len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    alias = mmap(NULL, x.len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    at = alias != MAP_FAILED ? reserve(x.len) : MAP_FAILED;
     if (at == MAP_FAILED) {
+        if (alias != MAP_FAILED)
+            munmap(alias, x.len);
         close(fd);
         return CUDA_ERROR_MAP_FAILED;
     }
     pthread_mutex_lock(&mu);
-    res = add((region_t){(uintptr_t)at, x.len, R_PEER, x.dev, fd, ++next_id, NULL});
+    res =
+        add((region_t){(uintptr_t)at, (uintptr_t)alias, x.len, R_PEER, x.dev, fd, ++next_id, NULL});
     pthread_mutex_unlock(&mu);
     if (res != CUDA_SUCCESS) {
         munmap(at, x.len);
+        munmap(alias, x.len);
         close(fd);
         return res;
     }
@@ -470,6 +505,7 @@ static CUresult e_ipc_close(CUdeviceptr p)
         return CUDA_ERROR_INVALID_VALUE;
     }
     munmap((void *)r->base, r->len);
+    munmap((void *)r->alias, r->len);
     close(r->fd);
     drop(r);
     pthread_mutex_unlock(&mu);
@@ -484,7 +520,7 @@ static CUresult e_host_register(void *p, size_t len, unsigned int flags)
     pthread_mutex_lock(&mu);
     res = find((uintptr_t)p, 1u << R_HOST) != NULL
               ? CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED
-              : add((region_t){(uintptr_t)p, len, R_HOST, cur_dev(), -1, 0, NULL});
+              : add((region_t){(uintptr_t)p, (uintptr_t)p, len, R_HOST, cur_dev(), -1, 0, NULL});
     pthread_mutex_unlock(&mu);
     return res;
 }
@@ -559,18 +595,23 @@ static CUresult e_release(CUmemGenericAllocationHandle h)
 static CUresult e_reserve(CUdeviceptr *va, size_t len, size_t align, CUdeviceptr addr,
                           unsigned long long flags)
 {
-    void *at = mmap(NULL, len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    void *at = reserve(len), *alias = at != MAP_FAILED ? reserve(len) : MAP_FAILED;
     CUresult res;
 
-    if (at == MAP_FAILED)
+    if (alias == MAP_FAILED) {
+        if (at != MAP_FAILED)
+            munmap(at, len);
         return CUDA_ERROR_OUT_OF_MEMORY;
+    }
     pthread_mutex_lock(&mu);
-    res = add((region_t){(uintptr_t)at, len, R_RESERVED, cur_dev(), -1, 0, NULL});
+    res = add((region_t){(uintptr_t)at, (uintptr_t)alias, len, R_RESERVED, cur_dev(), -1, 0, NULL});
     pthread_mutex_unlock(&mu);
-    if (res != CUDA_SUCCESS)
+    if (res != CUDA_SUCCESS) {
         munmap(at, len);
-    else
+        munmap(alias, len);
+    } else {
         *va = (CUdeviceptr)(uintptr_t)at;
+    }
     return res;
 }
 
@@ -582,6 +623,7 @@ static CUresult e_addr_free(CUdeviceptr va, size_t len)
     r = find((uintptr_t)va, 1u << R_RESERVED);
     if (r != NULL && r->base == (uintptr_t)va) {
         munmap((void *)va, len);
+        munmap((void *)r->alias, len);
         drop(r);
     }
     pthread_mutex_unlock(&mu);
@@ -592,18 +634,24 @@ static CUresult e_map(CUdeviceptr va, size_t len, size_t off, CUmemGenericAlloca
                       unsigned long long flags)
 {
     piece_t *pc = (piece_t *)(uintptr_t)h;
+    region_t *rs;
+    uintptr_t alias;
     void *at;
     CUresult res;
 
     pthread_mutex_lock(&mu);
-    if (find((uintptr_t)va, 1u << R_RESERVED) == NULL || off + len > pc->len) {
+    if ((rs = find((uintptr_t)va, 1u << R_RESERVED)) == NULL || off + len > pc->len) {
         pthread_mutex_unlock(&mu);
         return CUDA_ERROR_INVALID_VALUE;
     }
-    at = mmap((void *)va, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, pc->fd, (off_t)off);
+    /* The piece at the same offset of the range's alias; the device view
+     * stays without access. */
+    alias = rs->alias + ((uintptr_t)va - rs->base);
+    at = mmap((void *)alias, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, pc->fd,
+              (off_t)off);
     res = at == MAP_FAILED
               ? CUDA_ERROR_OUT_OF_MEMORY
-              : add((region_t){(uintptr_t)va, len, R_VMM_MAP, pc->dev, -1, pc->id, pc});
+              : add((region_t){(uintptr_t)va, alias, len, R_VMM_MAP, pc->dev, -1, pc->id, pc});
     if (res == CUDA_SUCCESS)
         pc->refs++;
     pthread_mutex_unlock(&mu);
@@ -621,8 +669,8 @@ static CUresult e_unmap(CUdeviceptr va, size_t len)
         return CUDA_ERROR_INVALID_VALUE;
     }
     /* The range stays reserved. */
-    mmap((void *)va, len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1,
-         0);
+    mmap((void *)r->alias, len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE,
+         -1, 0);
     piece_put(r->piece);
     drop(r);
     pthread_mutex_unlock(&mu);
@@ -687,7 +735,8 @@ static CUresult e_import(CUmemGenericAllocationHandle *h, void *os, CUmemAllocat
 
 static CUresult e_memcpy(CUdeviceptr dst, CUdeviceptr src, size_t len)
 {
-    memmove((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, len);
+    memmove(ofccl__emu_host_view((void *)(uintptr_t)dst),
+            ofccl__emu_host_view((const void *)(uintptr_t)src), len);
     return CUDA_SUCCESS;
 }
 

@@ -9,7 +9,9 @@
  * processes of the host map through /proc (CUDA IPC), and virtual memory is
  * pieces of the same kind mapped into a reserved range (cuMemCreate,
  * cuMemMap); the driver's pointer attributes answer from a table of those
- * ranges. A stream is a thread running its operations in order: copies,
+ * ranges. As on a GPU, the host cannot touch device memory: its device
+ * addresses have no access, and only the emulated device reaches the pages,
+ * through a second mapping (ofccl__emu_host_view). A stream is a thread running its operations in order: copies,
  * 64-bit flag waits and writes, events, and ofccl's three kernels (copy,
  * chain, reduce), run on the host with the kernels' arguments and rules
  * (kernels.cu, kernel_args.h). Devices, contexts and memory: emu.c; streams,
@@ -33,6 +35,9 @@ struct CUfunc_st {
 void ofccl__emu_install(struct ofccl__gpu_fns *fn, int ndev);
 /* The device of the calling thread's current context, or -1. */
 int ofccl__emu_current_dev(void);
+/* Where the emulated device reads and writes the memory at device address
+ * `p` (its alias); `p` itself where it is host memory. */
+void *ofccl__emu_host_view(const void *p);
 
 /* emu_stream.c: the stream, event, copy and launch entry points. */
 void ofccl__emu_stream_install(struct ofccl__gpu_fns *fn);

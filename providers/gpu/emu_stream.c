@@ -435,13 +435,16 @@ void ofccl__emu_device_sync(void)
     pthread_mutex_unlock(&all_mu);
 }
 
+/* Every address an operation touches, as the emulated device reaches it. */
+#define VIEW(p) ofccl__emu_host_view((const void *)(p))
+
 static CUresult s_wait_value(CUstream s, CUdeviceptr addr, cuuint64_t v, unsigned int flags)
 {
     op_t op = {.kind = OP_WAIT_VALUE};
 
     if (flags != CU_STREAM_WAIT_VALUE_GEQ)
         return CUDA_ERROR_NOT_SUPPORTED;
-    op.u.flag.addr = (_Atomic uint64_t *)(uintptr_t)addr;
+    op.u.flag.addr = VIEW(addr);
     op.u.flag.v = v;
     return enqueue(s, &op);
 }
@@ -450,7 +453,7 @@ static CUresult s_write_value(CUstream s, CUdeviceptr addr, cuuint64_t v, unsign
 {
     op_t op = {.kind = OP_WRITE_VALUE};
 
-    op.u.flag.addr = (_Atomic uint64_t *)(uintptr_t)addr;
+    op.u.flag.addr = VIEW(addr);
     op.u.flag.v = v;
     return enqueue(s, &op);
 }
@@ -459,8 +462,8 @@ static CUresult s_copy(CUdeviceptr dst, CUdeviceptr src, size_t len, CUstream s)
 {
     op_t op = {.kind = OP_COPY};
 
-    op.u.copy.dst = (void *)(uintptr_t)dst;
-    op.u.copy.src = (const void *)(uintptr_t)src;
+    op.u.copy.dst = VIEW(dst);
+    op.u.copy.src = VIEW(src);
     op.u.copy.len = len;
     return enqueue(s, &op);
 }
@@ -480,6 +483,32 @@ static CUresult s_launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, un
     op.u.k.kernel = f->kernel;
     op.u.k.blocks = gx;
     memcpy(&op.u.k.a, params[0], len);
+    switch (f->kernel) {
+    case OFCCL__GPU_K_COPY:
+        for (int d = 0; d < op.u.k.a.copy.ndst; d++)
+            op.u.k.a.copy.dst[d] = VIEW(op.u.k.a.copy.dst[d]);
+        op.u.k.a.copy.src = VIEW(op.u.k.a.copy.src);
+        op.u.k.a.copy.abort = op.u.k.a.copy.abort ? VIEW(op.u.k.a.copy.abort) : NULL;
+        break;
+    case OFCCL__GPU_K_CHAIN:
+        op.u.k.a.chain.src = VIEW(op.u.k.a.chain.src);
+        op.u.k.a.chain.next = op.u.k.a.chain.next ? VIEW(op.u.k.a.chain.next) : NULL;
+        op.u.k.a.chain.in = op.u.k.a.chain.in ? VIEW(op.u.k.a.chain.in) : NULL;
+        op.u.k.a.chain.out = op.u.k.a.chain.out ? VIEW(op.u.k.a.chain.out) : NULL;
+        op.u.k.a.chain.abort = op.u.k.a.chain.abort ? VIEW(op.u.k.a.chain.abort) : NULL;
+        break;
+    case OFCCL__GPU_K_SIGNAL:
+        for (int i = 0; i < op.u.k.a.signal.n; i++)
+            op.u.k.a.signal.flag[i] = VIEW(op.u.k.a.signal.flag[i]);
+        op.u.k.a.signal.abort = op.u.k.a.signal.abort ? VIEW(op.u.k.a.signal.abort) : NULL;
+        break;
+    default:
+        for (int k = 0; k < op.u.k.a.reduce.nsrc; k++)
+            op.u.k.a.reduce.src[k] = VIEW(op.u.k.a.reduce.src[k]);
+        op.u.k.a.reduce.dst = VIEW(op.u.k.a.reduce.dst);
+        op.u.k.a.reduce.abort = op.u.k.a.reduce.abort ? VIEW(op.u.k.a.reduce.abort) : NULL;
+        break;
+    }
     return enqueue(s, &op);
 }
 

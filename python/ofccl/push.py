@@ -33,7 +33,7 @@ import numpy as np
 
 from . import _lib, buffers
 from .comm import Comm, Request
-from .errors import Busy, InvalidArgument, from_code
+from .errors import Busy, Error, InvalidArgument, from_code
 
 
 class _View:
@@ -361,6 +361,11 @@ class PushPlan:
         if len(self._views):
             raise Busy(f"PushPlan.close: {len(self._views)} view(s) of the plan's receive "
                        "buffers are still alive; delete them (or copy what you keep) first")
+        for r in list(self.comm._pending):  # buckets over but not yet reaped: freed now
+            try:
+                r.test()
+            except Error:
+                pass  # its error is the communicator's too, and no one waits for it
         self._check(_lib.lib().ofccl_push_plan_destroy(self._h), "ofccl_push_plan_destroy")
         self._h = None
 

@@ -15,6 +15,17 @@ extern int dev;           /* this rank's GPU */
 uint8_t byte_of(int rank, size_t i, unsigned salt);
 /* Open the driver and take this rank's GPU; nonzero where there is none. */
 int gpu_up(int rank);
+/* A stream of the test's, held by a wait on a host word until released,
+ * made the communicator's: collectives posted on it cannot complete before
+ * release_stream, whatever the watcher does meanwhile. */
+typedef struct held_stream {
+    ofccl__gpu_stream_t s;
+    _Atomic uint64_t *word;
+    void *dword;
+} held_stream_t;
+int hold_stream(ofccl_comm_t *comm, held_stream_t *h);
+/* Let it go, wait for it, and give the communicator the default stream back. */
+int release_stream(ofccl_comm_t *comm, held_stream_t *h);
 /* Plain device memory (not the pool), and synchronous copies to and from it. */
 void *dmalloc(size_t len);
 int put(void *d, const uint8_t *h, size_t len);

@@ -24,6 +24,7 @@
  * watch-stall-staged); OFCCL_TEST_GPU_EMULATE=N: on N emulated GPUs
  */
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -75,6 +76,35 @@ int get(uint8_t *h, const void *d, size_t len)
 {
     ofccl__err_t e;
     return len ? ofccl__gpu_copy_sync(gpu, dev, h, d, len, &e) : 0;
+}
+
+int hold_stream(ofccl_comm_t *comm, held_stream_t *h)
+{
+    ofccl__err_t e;
+
+    memset(h, 0, sizeof(*h));
+    if (posix_memalign((void **)&h->word, 4096, 4096) != 0)
+        return 1;
+    atomic_store(h->word, 0);
+    if (ofccl__gpu_host_register(gpu, dev, (void *)h->word, 4096, &h->dword, &e) != 0 ||
+        ofccl__gpu_stream_create(gpu, dev, &h->s, &e) != 0 ||
+        ofccl__gpu_wait_flag(gpu, dev, h->s, h->dword, 1, &e) != 0)
+        return 1;
+    return ofccl_comm_set_stream(comm, h->s) != 0;
+}
+
+int release_stream(ofccl_comm_t *comm, held_stream_t *h)
+{
+    ofccl__err_t e;
+    int rc;
+
+    atomic_store(h->word, 1);
+    rc = ofccl__gpu_stream_sync(gpu, dev, h->s, &e);
+    ofccl_comm_set_stream(comm, NULL);
+    ofccl__gpu_stream_destroy(gpu, dev, h->s);
+    ofccl__gpu_host_unregister(gpu, dev, (void *)h->word);
+    free((void *)h->word);
+    return rc;
 }
 
 /* One all-gather into `out` (block bytes of rank r at out + r * block) from

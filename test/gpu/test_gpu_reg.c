@@ -109,15 +109,18 @@ static int vmm_part(int rank, int n, ofccl_comm_t *comm)
     return bad;
 }
 
-/* BUSY while a collective uses it; after, gone, and the memory still works
- * (through the scratch buffer). */
+/* BUSY while a collective uses it (its stream held, so that it surely
+ * does); after, gone, and the memory still works (through the scratch
+ * buffer). */
 static int drop_part(int rank, int n, ofccl_comm_t *comm, char *a, size_t R)
 {
     size_t block = R / (size_t)n;
+    held_stream_t held;
     ofccl_req_t *req;
     int rc, bad = 0;
 
-    if (ofccl_allgather(comm, a + (size_t)rank * block, a, block, OFCCL_U8, &req) != 0)
+    if (hold_stream(comm, &held) != 0 ||
+        ofccl_allgather(comm, a + (size_t)rank * block, a, block, OFCCL_U8, &req) != 0)
         return 1;
     rc = ofccl_gpu_deregister(comm, a);
     if (rc != OFCCL_ERR_BUSY) {
@@ -125,7 +128,7 @@ static int drop_part(int rank, int n, ofccl_comm_t *comm, char *a, size_t R)
                ofccl_strerror(rc));
         bad = 1;
     }
-    if (ofccl_wait(req) != 0)
+    if (release_stream(comm, &held) != 0 || ofccl_wait(req) != 0)
         return 1;
     ofccl_req_free(req);
     if (ofccl_gpu_deregister(comm, a) != 0 || ofccl_gpu_deregister(comm, a + R + 256) != 0) {

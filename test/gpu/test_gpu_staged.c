@@ -16,7 +16,6 @@
  */
 #include <stdio.h>
 #include <stdlib.h>
-#include <stdatomic.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -113,18 +112,14 @@ static int staged_async(int rank, int n, ofccl_comm_t *comm)
     const size_t block = 1 << 20;
     uint8_t *h = malloc(block * (size_t)n);
     char *src = dmalloc(block), *in = dmalloc(block), *out = dmalloc(block * (size_t)n);
-    _Atomic uint64_t *word = NULL;
-    void *dword = NULL;
-    ofccl__gpu_stream_t s = NULL;
+    held_stream_t held;
     ofccl_req_t *req = NULL;
     ofccl__err_t e;
     double t0, posted;
     int done = -1, rc, bad = 0;
 
-    if (h == NULL || src == NULL || in == NULL || out == NULL ||
-        posix_memalign((void **)&word, 4096, 4096) != 0)
+    if (h == NULL || src == NULL || in == NULL || out == NULL)
         return 80;
-    *word = 0;
     for (size_t i = 0; i < block; i++)
         h[i] = byte_of(rank, i, 77);
     put(src, h, block);
@@ -134,10 +129,7 @@ static int staged_async(int rank, int n, ofccl_comm_t *comm)
     /* A first all-gather sets the communicator's GPU state up (collective). */
     if (gather_once(rank, n, comm, 16, OFCCL_U8, 1, 76) != 0)
         return 82;
-    if (ofccl__gpu_host_register(gpu, dev, (void *)word, 4096, &dword, &e) != 0 ||
-        ofccl__gpu_stream_create(gpu, dev, &s, &e) != 0 || ofccl_comm_set_stream(comm, s) != 0 ||
-        ofccl__gpu_wait_flag(gpu, dev, s, dword, 1, &e) != 0 ||
-        ofccl__gpu_copy(gpu, dev, s, in, src, block, &e) != 0)
+    if (hold_stream(comm, &held) != 0 || ofccl__gpu_copy(gpu, dev, held.s, in, src, block, &e) != 0)
         return 81;
     t0 = now_s();
     rc = ofccl_allgather(comm, in, out, block, OFCCL_U8, &req);
@@ -154,8 +146,7 @@ static int staged_async(int rank, int n, ofccl_comm_t *comm)
     usleep(300000); /* every rank has posted behind its held stream */
     if (rc == 0 && ofccl_test(req, &done) == 0 && done)
         bad = printf("rank %d: done while its stream is still held\n", rank) > 0;
-    atomic_store(word, 1);
-    if (ofccl__gpu_stream_sync(gpu, dev, s, &e) != 0 || (rc == 0 && ofccl_wait(req) != 0))
+    if (release_stream(comm, &held) != 0 || (rc == 0 && ofccl_wait(req) != 0))
         bad = printf("rank %d: %s\n", rank, ofccl_comm_last_error(comm)) > 0;
     if (req != NULL)
         ofccl_req_free(req);
@@ -168,13 +159,10 @@ static int staged_async(int rank, int n, ofccl_comm_t *comm)
                 bad = 1;
                 break;
             }
-    ofccl_comm_set_stream(comm, NULL);
-    ofccl__gpu_host_unregister(gpu, dev, (void *)word);
     ofccl__gpu_mem_free(gpu, dev, src);
     ofccl__gpu_mem_free(gpu, dev, in);
     ofccl__gpu_mem_free(gpu, dev, out);
     free(h);
-    free((void *)word);
     return bad;
 }
 

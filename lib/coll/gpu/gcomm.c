@@ -278,10 +278,11 @@ static int setup(ofccl_comm_t *comm, ofccl__gcomm_t *gc)
     if (rc < 0)
         return rc;
     rc = v;
+    if (rc == V_OK) /* before the chain's flags: the pool maps peers' segments only on P2P */
+        gc->path = OFCCL__GPATH_P2P;
     if (rc == V_OK && ((rc = chain_flags(gc)) < 0 || (rc = preload(gc)) < 0))
         return rc;
     if (rc == V_OK) {
-        gc->path = OFCCL__GPATH_P2P;
         snprintf(gc->why, sizeof(gc->why), "GPU peer class: %d GPUs of one host, P2P", comm->size);
     } else {
         snprintf(gc->why, sizeof(gc->why),

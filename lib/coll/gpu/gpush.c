@@ -62,7 +62,7 @@ bool ofccl__gpu_push_busy(const ofccl_push_plan_t *pl)
 
     for (int s = 0; gc != NULL && s < OFCCL__GPU_SLOTS; s++) {
         const ofccl__req_t *r = gc->rq[s].req;
-        if (r != NULL && r->state == OFCCL__REQ_ACTIVE && r->algo == &ofccl__gpu_push &&
+        if (r != NULL && r->state != OFCCL__REQ_FREE && r->algo == &ofccl__gpu_push &&
             gc->rq[s].plan == pl)
             return true;
     }
