@@ -126,6 +126,9 @@ enum ofccl__quirk_flag {
     /* the host's CPU copies every byte, on the rank's own core (kernel sockets, shared memory):
      * the cost model adds a collective's fabric time to its copies and sums (lib/coll/cost.c) */
     OFCCL__Q_CPU_COPIES = 1u << 13,
+    /* ofccl's own transport, no libfabric domain: nothing of libfabric applies
+     * (GPU memory through FI_HMEM, a domain authorization key). */
+    OFCCL__Q_NO_FABRIC = 1u << 14,
 };
 
 typedef struct ofccl__quirk {

@@ -12,7 +12,8 @@
 #include "prov.h"
 
 const ofccl__quirk_t ofccl__quirks[] = {
-    {"local", "local", OFCCL__Q_INTRA_NODE_ONLY | OFCCL__Q_CPU_COPIES | OFCCL__Q_AUTO,
+    {"local", "local",
+     OFCCL__Q_INTRA_NODE_ONLY | OFCCL__Q_CPU_COPIES | OFCCL__Q_AUTO | OFCCL__Q_NO_FABRIC,
      "ofccl's own transport between processes of this host, no libfabric: windows peers write "
      "into are memfd shared memory each peer maps once, so an RMA write is one memcpy by the "
      "initiator, an atomic a CPU atomic, CQ data a shared ring; other registered memory is "

@@ -209,6 +209,15 @@ static void apply_log_config(ofccl__log_t *lg, const ofccl__config_t *cfg)
  * where a libfabric provider carries GPU memory (the job spans hosts, or one
  * is set on one host) and CUDA is loaded in the process already (a host-only
  * program never asks, nor loads CUDA), hmem always, stage never. */
+/* Is `provider` a libfabric provider (its quirk row says whether it is
+ * ofccl's own transport instead)? */
+static bool through_libfabric(const char *provider)
+{
+    int row = ofccl__quirk_find(provider);
+
+    return row < 0 || !(ofccl__quirks[row].flags & OFCCL__Q_NO_FABRIC);
+}
+
 static int want_hmem(ofccl_ctx_t *ctx)
 {
     int how = (int)ofccl__cfg_int(&ctx->cfg, OFCCL__CFG_GPU_FABRIC);
@@ -217,7 +226,7 @@ static int want_hmem(ofccl_ctx_t *ctx)
         return OFCCL__HMEM_NO;
     if (how == 1)
         return OFCCL__HMEM_NEED;
-    return (ctx->boot->nhosts > 1 || strcmp(ctx->provider, "local") != 0) &&
+    return (ctx->boot->nhosts > 1 || through_libfabric(ctx->provider)) &&
                    ofccl__gpu_process(&ctx->log, false) != NULL
                ? OFCCL__HMEM_WANT
                : OFCCL__HMEM_NO;
@@ -232,7 +241,7 @@ static int prov_open(ofccl_ctx_t *ctx, ofccl__prov_params_t *pp, ofccl__err_t *e
     uint8_t key[OFCCL__PROV_JOB_KEY_LEN];
     int rc, how;
 
-    if (secret[0] != '\0' && strcmp(pp->provider, "local") != 0) {
+    if (secret[0] != '\0' && through_libfabric(pp->provider)) {
         rc = ofccl__boot_fabric_key(secret, &ctx->log, key, sizeof(key), e);
         if (rc)
             return rc;

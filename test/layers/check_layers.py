@@ -11,6 +11,8 @@ and of the layers below it (LAYERS). Also checked:
     only when lib/include/ofccl.h declares them (internal: `ofccl__`, or static
     without a prefix);
   - one struct per name: no tag or typedef name is defined twice.
+  - no transport's name in a comparison in lib/core or lib/coll: a transport
+    is an ops table, and what differs between them is data.
 The meson build enforces the include rule too (each layer's static library
 sees only its own include directories and those below); this script names
 file and line, and covers the rules a compiler cannot see. With --symbols it
@@ -226,6 +228,39 @@ def check_names(root, files, problems):
                             % (wheres[0], name, ", ".join(wheres[1:])))
 
 
+CMP_RE = re.compile(r'\bstr(?:n?case)?n?cmp\s*\(([^;]*)\)')
+QUIRK_ROW_RE = re.compile(r'\{"([^"]+)",\s*"([^"]+)"')
+
+
+def transport_names(root):
+    """The names a transport goes by: both columns of the quirk table's rows
+    (providers/quirks.c), or the usual ones where the tree has no table."""
+    path = os.path.join(root, "providers/quirks.c")
+    if not os.path.isfile(path):
+        return {"local", "shm", "tcp", "verbs"}
+    names = set()
+    for prov, alias in QUIRK_ROW_RE.findall(read(root, "providers/quirks.c")):
+        names.update({prov, alias})
+    return names
+
+
+def check_transport_names(root, files, problems):
+    """Nothing above providers/ branches on a transport's name: a transport
+    is an ops table, and what differs is data (the quirk table, the caps)."""
+    names = transport_names(root)
+    for layer, rel in files:
+        if layer not in ("core", "coll"):
+            continue
+        text = strip_code(read(root, rel), literals=False)
+        for lineno, line in enumerate(text.split("\n"), 1):
+            for args in CMP_RE.findall(line):
+                for lit in re.findall(r'"([^"]*)"', args):
+                    if lit in names:
+                        problems.append("%s:%d: compares with transport name \"%s\" (ask the "
+                                        "transport: a quirk flag or a capability)"
+                                        % (rel, lineno, lit))
+
+
 def read(root, rel):
     with open(os.path.join(root, rel), encoding="utf-8", errors="replace") as f:
         return f.read()
@@ -238,6 +273,7 @@ def check(root):
     files = sources(root)
     check_includes(root, files, problems)
     check_names(root, files, problems)
+    check_transport_names(root, files, problems)
     return problems
 
 
@@ -350,6 +386,9 @@ PLANTED = [
     ([("lib/coll/post.c", "\nstatic int ofccl_post_unlocked(void)\n{\n    return 0;\n}\n")],
      ["lib/coll/post.c:2", "ofccl_post_unlocked"]),
     ([("lib/core/pool.c", "\n\n#define OFCCL_MODES 3\n")], ["lib/core/pool.c:3", "OFCCL_MODES"]),
+    ([("lib/core/ctx.c", '#include "core.h"\nint f(const char *p)\n{\n'
+                         '    return strcmp(p, "local") == 0;\n}\n')],
+     ["lib/core/ctx.c:4", "transport name", "local"]),
     ([("lib/coll/push.c", "struct view {\n    int a;\n};\n"),
       ("lib/coll/push_plan.c", "\nstruct view {\n    int b;\n};\n")],
      ["lib/coll/push.c:1", "struct view", "lib/coll/push_plan.c:2"]),
