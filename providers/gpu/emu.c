@@ -354,13 +354,14 @@ static CUresult e_alloc(CUdeviceptr *p, size_t len)
     return CUDA_SUCCESS;
 }
 
-static CUresult e_free(CUdeviceptr p)
+/* Unmap the range of `kind` that starts at p (both its views) and close its
+ * file. */
+static CUresult unmap_at(CUdeviceptr p, int kind)
 {
     region_t *r;
 
-    ofccl__emu_device_sync(); /* as CUDA: the device's work first */
     pthread_mutex_lock(&mu);
-    r = find((uintptr_t)p, 1u << R_ALLOC);
+    r = find((uintptr_t)p, 1u << kind);
     if (r == NULL || r->base != (uintptr_t)p) {
         pthread_mutex_unlock(&mu);
         return CUDA_ERROR_INVALID_VALUE;
@@ -371,6 +372,12 @@ static CUresult e_free(CUdeviceptr p)
     drop(r);
     pthread_mutex_unlock(&mu);
     return CUDA_SUCCESS;
+}
+
+static CUresult e_free(CUdeviceptr p)
+{
+    ofccl__emu_device_sync(); /* as CUDA: the device's work first */
+    return unmap_at(p, R_ALLOC);
 }
 
 static CUresult e_mem_info(size_t *free_bytes, size_t *total)
@@ -496,20 +503,7 @@ static CUresult e_ipc_open(CUdeviceptr *p, CUipcMemHandle h, unsigned int flags)
 
 static CUresult e_ipc_close(CUdeviceptr p)
 {
-    region_t *r;
-
-    pthread_mutex_lock(&mu);
-    r = find((uintptr_t)p, 1u << R_PEER);
-    if (r == NULL || r->base != (uintptr_t)p) {
-        pthread_mutex_unlock(&mu);
-        return CUDA_ERROR_INVALID_VALUE;
-    }
-    munmap((void *)r->base, r->len);
-    munmap((void *)r->alias, r->len);
-    close(r->fd);
-    drop(r);
-    pthread_mutex_unlock(&mu);
-    return CUDA_SUCCESS;
+    return unmap_at(p, R_PEER);
 }
 
 /* Host memory is the device's: registering only records it. */
