@@ -7,7 +7,8 @@
 # transport, the outside-in walk: the first pass runs them; one of each kind
 # stays). Prints the meson summaries and a final "N passed, N failed" line;
 # fails when any test failed or when no test ran.
-# A ThreadSanitizer pass covers the tests that run threads. The first pass also
+# A ThreadSanitizer pass covers the tests that run threads (the GPU path's on
+# the emulated GPU included). The first pass also
 # runs the 'slurm' suite: a private one-node Slurm cluster started and stopped by
 # test/slurm (as root; skipped otherwise) with the multi-rank programs under srun.
 # Set OFCCL_SKIP_SANITIZERS=1 to run only the first pass.
@@ -20,8 +21,8 @@ status=0
 logs=build/meson-logs/testlog.json
 meson test -C build --print-errorlogs --num-processes 2 "$@" || status=$?
 if [ "${OFCCL_SKIP_SANITIZERS:-0}" != 1 ]; then
-    # The GPU code is built and its tests run in the first pass: the
-    # sanitizer builds leave CUDA out.
+    # The GPU code is built and its tests run in the first pass: the ASan
+    # build leaves CUDA out.
     [ -f build-asan/build.ninja ] ||
         meson setup build-asan -Db_sanitize=address,undefined -Db_lundef=false \
             -Dfault_injection=true -Dcuda=disabled >/dev/null
@@ -34,14 +35,17 @@ if [ "${OFCCL_SKIP_SANITIZERS:-0}" != 1 ]; then
         meson test -C build-asan --print-errorlogs --num-processes 2 --suite unit --suite multi \
         --no-suite long "$@" || status=$?
     logs="$logs build-asan/meson-logs/testlog.json"
-    # ThreadSanitizer over what runs threads: the progress thread and a
-    # communicator aborted from another thread while a call blocks.
+    # ThreadSanitizer over what runs threads: the progress thread, a
+    # communicator aborted from another thread while a call blocks, and the
+    # GPU path's watcher and streams on the emulated GPU (where the build
+    # has CUDA's headers; atexit_sleep_ms=0: a rank that exits must go at
+    # once, its peers time its departure).
     [ -f build-tsan/build.ninja ] ||
-        meson setup build-tsan -Db_sanitize=thread -Db_lundef=false -Dcuda=disabled >/dev/null
+        meson setup build-tsan -Db_sanitize=thread -Db_lundef=false >/dev/null
     ninja -C build-tsan >/dev/null
-    TSAN_OPTIONS=halt_on_error=1:report_signal_unsafe=0 \
+    TSAN_OPTIONS=halt_on_error=1:report_signal_unsafe=0:atexit_sleep_ms=0 \
         meson test -C build-tsan --print-errorlogs pool-shm-np2 pool-tcp-np2 pool-local-np2 \
-            fault-shm fault-tcp fault-local ||
+            fault-shm fault-tcp fault-local gpu-emu-threads ||
         status=$?
     logs="$logs build-tsan/meson-logs/testlog.json"
 fi

@@ -40,14 +40,24 @@ static int test_unlocked(ofccl_req_t *req, int *done)
 
 int ofccl_wait(ofccl_req_t *req)
 {
-    if (req == NULL || req->state == OFCCL__REQ_FREE)
+    ofccl_ctx_t *ctx;
+    ofccl__idle_t idle = {0};
+    bool mapped;
+    int state;
+
+    if (req == NULL)
+        return OFCCL_ERR_INVALID_ARG;
+    /* The request's state is read under the lock: a progress thread or the
+     * watcher may be completing it. */
+    ctx = req->comm->ctx;
+    ofccl__ctx_lock(ctx);
+    state = req->state;
+    mapped = ofccl__coll_lockfree_watch(req);
+    ofccl__ctx_unlock(ctx);
+    if (state == OFCCL__REQ_FREE)
         return OFCCL_ERR_INVALID_ARG;
     /* Bounded: every request carries a deadline that progress enforces. One
      * pass per lock hold, so a progress thread can interleave. */
-    bool mapped = ofccl__coll_lockfree_watch(req);
-    ofccl_ctx_t *ctx = req->comm->ctx;
-    ofccl__idle_t idle = {0};
-
     for (unsigned spins = 1;; spins++) {
         /* A mapped eager request is watched without the lock (its marks are
          * atomics; the lock's atomics would stall on our own stores reaching
@@ -56,7 +66,7 @@ int ofccl_wait(ofccl_req_t *req)
         bool full = !mapped || spins % 64 == 0;
         bool landed = mapped && !full && ofccl__eager_all_marked(req);
         if (full || landed) {
-            int state, status;
+            int status;
             ofccl__ctx_lock(ctx);
             if (req->state == OFCCL__REQ_ACTIVE && landed)
                 ofccl__coll_progress_req(req);
