@@ -58,7 +58,8 @@ struct ofccl_ctx {
     int thread_on;
     atomic_int thread_stop;
     pthread_cond_t watch_cv;
-    int (*watch_arm)(struct ofccl_ctx *ctx, ofccl__err_t *e);
+    int watch_idle; /* the watcher sleeps until a stream-ordered request (under the lock) */
+    int (*watch_arm)(struct ofccl_ctx *ctx, bool now, ofccl__err_t *e);
     atomic_int watch_kick;
     uint64_t watch_ns;     /* OFCCL_WATCH_US */
     char caller_cpus[128]; /* the creating thread's binding, kept free for it */
@@ -300,8 +301,10 @@ typedef struct ofccl__idle {
 void ofccl__idle_poll(ofccl_ctx_t *ctx, ofccl__idle_t *st);
 void ofccl__progress_stop(ofccl_ctx_t *ctx);
 /* A stream-ordered request was posted (the caller holds the lock): start the
- * watcher (progress.c) or wake it. 0, or why it cannot run. */
-int ofccl__watch_arm(ofccl_ctx_t *ctx, ofccl__err_t *e);
+ * watcher (progress.c), or wake it where it sleeps for want of one, or
+ * (`now`: a request whose steps the host runs) wherever it sleeps. 0, or why
+ * it cannot run. */
+int ofccl__watch_arm(ofccl_ctx_t *ctx, bool now, ofccl__err_t *e);
 /* Wake the watcher now, from any thread, without the lock (an abort). */
 void ofccl__watch_kick(ofccl_ctx_t *ctx);
 

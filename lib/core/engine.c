@@ -165,7 +165,7 @@ static int stream_start(ofccl__req_t *r)
     /* Its program is on the caller's stream: nothing for the engine to gate. */
     r->stream_ord = r->gated = false;
     /* Nobody polls a stream: something must watch it (progress.c). */
-    if ((rc = ofccl__watch_arm(comm->ctx, &e)) != 0)
+    if ((rc = ofccl__watch_arm(comm->ctx, false, &e)) != 0)
         return ofccl__comm_fail(comm, rc, "%s: %s", ofccl__coll_name(r->coll), e.msg);
     r->start_ns = ofccl__coarse_ns();
     r->deadline_ns = ofccl__comm_deadline(comm, r->start_ns);
@@ -254,7 +254,7 @@ int ofccl__coll_start(ofccl__req_t *r)
      * the mark (req_progress) before it announces or moves anything. */
     if (r->stream_ord) {
         ofccl__err_t e;
-        if ((rc = ofccl__watch_arm(comm->ctx, &e)) != 0)
+        if ((rc = ofccl__watch_arm(comm->ctx, true, &e)) != 0)
             return ofccl__comm_fail(comm, rc, "%s: %s", ofccl__coll_name(r->coll), e.msg);
         if ((rc = ofccl__exec_enter(r)) != 0)
             return rc;
@@ -274,7 +274,7 @@ int ofccl__coll_start(ofccl__req_t *r)
                      "%s #%llu posted, stream-ordered: %s, %zu bytes per rank",
                      ofccl__coll_name(r->coll), (unsigned long long)r->seq, r->algo->name,
                      r->block);
-        return 0; /* the rest once the caller's stream reaches it (open_gate) */
+        return 0; /* the rest once the caller's stream reaches it (req_progress) */
     }
     return begin_moving(r);
 }

@@ -43,9 +43,9 @@ void ofccl__idle_poll(ofccl_ctx_t *ctx, ofccl__idle_t *st)
     nanosleep(&ts, NULL);
 }
 
-int ofccl__watch_arm(ofccl_ctx_t *ctx, ofccl__err_t *e)
+int ofccl__watch_arm(ofccl_ctx_t *ctx, bool now, ofccl__err_t *e)
 {
-    return ctx->watch_arm != NULL ? ctx->watch_arm(ctx, e) : 0;
+    return ctx->watch_arm != NULL ? ctx->watch_arm(ctx, now, e) : 0;
 }
 
 void ofccl__watch_kick(ofccl_ctx_t *ctx)

@@ -109,7 +109,9 @@ static void *watch_main(void *arg)
             /* Nothing to watch: sleep until a stream-ordered request is
              * posted (ofccl__watch_arm) or the context goes. */
             idle = (ofccl__idle_t){0};
+            ctx->watch_idle = 1;
             pthread_cond_wait(&ctx->watch_cv, &ctx->lock);
+            ctx->watch_idle = 0;
             continue;
         }
         atomic_store_explicit(&ctx->watch_kick, 0, memory_order_relaxed);
@@ -134,12 +136,16 @@ static void *watch_main(void *arg)
 
 /* The watcher, started on the first stream-ordered request (lock.c calls
  * this through ctx->watch_arm; the caller holds the lock). */
-static int watch_arm(ofccl_ctx_t *ctx, ofccl__err_t *e)
+static int watch_arm(ofccl_ctx_t *ctx, bool now, ofccl__err_t *e)
 {
     int rc;
 
     if (ctx->thread_on) {
-        pthread_cond_signal(&ctx->watch_cv);
+        /* Woken from its idle sleep, or from its pause between passes for
+         * a request whose steps it runs: a request that only needs watching
+         * is found on its next pass, and its post costs no wake-up. */
+        if (ctx->watch_idle || now)
+            pthread_cond_signal(&ctx->watch_cv);
         return 0;
     }
     atomic_store(&ctx->thread_stop, 0);
