@@ -11,11 +11,11 @@
  * cuMemMap); the driver's pointer attributes answer from a table of those
  * ranges. As on a GPU, the host cannot touch device memory: its device
  * addresses have no access, and only the emulated device reaches the pages,
- * through a second mapping (ofccl__emu_host_view). A stream is a thread running its operations in order: copies,
- * 64-bit flag waits and writes, events, and ofccl's three kernels (copy,
- * chain, reduce), run on the host with the kernels' arguments and rules
- * (kernels.cu, kernel_args.h). Devices, contexts and memory: emu.c; streams,
- * events and kernels: emu_stream.c.
+ * through a second mapping (ofccl__emu_host_view). A stream is a thread running its operations in
+ * order: copies, 64-bit flag waits and writes, events, and ofccl's three kernels (copy, chain,
+ * reduce), run on the host with the kernels' arguments and rules (kernels.cu, kernel_args.h).
+ * Devices, contexts, errors and modules: emu_dev.c; memory: emu.c; streams, events and kernels:
+ * emu_stream.c.
  */
 #ifndef OFCCL_PROVIDERS_GPU_EMU_H
 #define OFCCL_PROVIDERS_GPU_EMU_H
@@ -33,6 +33,9 @@ struct CUfunc_st {
 
 /* emu.c: fill `fn` with the emulated driver of `ndev` devices. */
 void ofccl__emu_install(struct ofccl__gpu_fns *fn, int ndev);
+/* emu_dev.c: the device, context, error and module entry points of
+ * `ndev` devices. */
+void ofccl__emu_dev_install(struct ofccl__gpu_fns *fn, int ndev);
 /* The device of the calling thread's current context, or -1. */
 int ofccl__emu_current_dev(void);
 /* Where the emulated device reads and writes the memory at device address
