@@ -1,13 +1,12 @@
 /*
  * The request engine: a collective is a state machine (post -> progress ->
  * complete) advanced only from counters. Claiming a slot, planning and
- * announcing, the per-request progress loop with its deadline and dead-peer
- * checks, and completion. Algorithms (lib/coll) plug in through
- * ofccl__algo_t; the engine runs what they hand it and never names one.
+ * announcing, the per-request progress loop (its deadline and dead-peer
+ * checks: verdict.c), and completion. Algorithms (lib/coll) plug in through
+ * ofccl__algo_t, and reach their peers through peer_access.c; the engine runs
+ * what they hand it and never names one.
  */
 #include <signal.h>
-#include <stdarg.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -365,41 +364,6 @@ static int signals_owed(const ofccl__req_t *r)
     return 0;
 }
 
-/* The lowest rank the launcher reports gone (dead.c answers) that still
- * owes r a descriptor or data, or -1; *source names the report. Only what
- * rank p still owes r counts (its descriptor, its data), as for a peer
- * whose exit the local transport sees: a rank that ended cleanly after its
- * part (PMIX_EVENT_PROC_TERMINATED) may leave our last completions to it
- * still to be reaped, and must not fail a request that has all it needs. */
-static int dead_owing(const ofccl__req_t *r, const char **source)
-{
-    const ofccl_comm_t *comm = r->comm;
-
-    *source = NULL;
-    if (atomic_load_explicit(&comm->ctx->dead_count, memory_order_acquire) == 0)
-        return -1;
-    for (int p = 0; p < comm->size; p++) {
-        const char *s = p != comm->rank ? ofccl__dead_source(comm, p) : NULL;
-        if (s != NULL && ofccl__coll_owes(r, p)) {
-            *source = s;
-            return p;
-        }
-    }
-    return -1;
-}
-
-/* A peer known gone (a notice, the transport) that r still needs something
- * from, or -1. */
-static int gone_owed(const ofccl__req_t *r)
-{
-    const ofccl_comm_t *comm = r->comm;
-
-    for (int p = 0; comm->ngone > 0 && p < comm->size; p++)
-        if (ofccl__comm_gone(comm, p) && ofccl__coll_owes(r, p))
-            return p;
-    return -1;
-}
-
 /* After a mismatch the peers are alive and wait for our descriptors: deliver
  * them (within a second) before the request completes, so that each peer finds
  * the difference itself and names it rather than timing out or seeing this
@@ -504,72 +468,8 @@ static int req_progress(ofccl__req_t *r, bool check_clock)
     }
     /* Deadlines are seconds and a dead peer is polled per millisecond: a
      * clock read on every pass of a spinning wait would be most of its cost. */
-    if (check_clock && r->status == 0) {
-        char cause[320] = "", who[OFCCL__ERRMSG_LEN / 2];
-        const char *reported = NULL;
-        int pid = -1, told_gone = -1, told = 0, gone, culprit = ofccl__notice_culprit(comm);
-        bool named = false; /* cause says why `gone` is gone */
-        /* The launcher's word first: first-hand, and every rank hears it. */
-        gone = dead_owing(r, &reported);
-        /* Then a peer's notice, where it concerns this collective: it is
-         * about this one or an earlier one, or about a rank this one still
-         * needs something from. */
-        bool concerns = gone < 0 && culprit >= 0 &&
-                        ofccl__notice_concerns(
-                            comm, r->seq, culprit != comm->rank && ofccl__coll_owes(r, culprit));
-        if (concerns)
-            told = ofccl__notice_cause(comm, &told_gone, cause, sizeof(cause));
-        /* A mismatch notice in its grace (notice.c): the difference, not a
-         * peer that left after it failed, is the cause. */
-        bool hold = concerns && !told;
-        if (gone < 0 && !hold)
-            gone = told                    ? told_gone
-                   : comm->ctx->peer_watch ? ofccl__ep_peer_gone(comm->ep, &pid)
-                                           : -1;
-        /* A peer that exited owing this request nothing finished its part
-         * and left: the others may still be on their way (a same-host peer
-         * leaves before data from other hosts has come). */
-        if (!told && !reported && gone >= 0 && !ofccl__coll_owes(r, gone))
-            gone = -1;
-        /* Then peers known gone otherwise (another notice, the transport). */
-        if (!told && !hold && gone < 0 && (gone = gone_owed(r)) >= 0) {
-            ofccl__dead_gone_name(comm, gone, cause, sizeof(cause) - 2);
-            strcat(cause, "; ");
-            named = true;
-        }
-        /* A gone peer's writes, if any, were read above: what is still
-         * missing will never come, so it fails now rather than at the deadline. */
-        if (told || gone >= 0 || ofccl__coarse_ns() > r->deadline_ns) {
-            if (reported != NULL) {
-                ofccl__dead_name(comm, gone, reported, cause, sizeof(cause) - 2);
-                strcat(cause, "; ");
-            } else if (gone >= 0 && !told && !named) {
-                snprintf(cause, sizeof(cause), "rank %d (pid %d) has exited; ", gone, pid);
-            }
-            /* A peer's exit is the cause: what the others still owe is on its way. */
-            ofccl__coll_waiting_for(r, gone, who, sizeof(who));
-            /* Tell the others first: they would blame this rank's departure
-             * (not needed when the launcher told everyone). */
-            if (reported == NULL)
-                ofccl__notice_send(comm, r->seq,
-                                   gone >= 0 ? OFCCL__NOTICE_EXITED : OFCCL__NOTICE_SILENT,
-                                   gone >= 0 ? gone
-                                   : told    ? culprit
-                                             : ofccl__coll_first_owing(r),
-                                   -1);
-            ofccl__coll_fail(r,
-                             told == OFCCL__NOTICE_MISMATCH ? OFCCL_ERR_MISMATCH
-                             : told == OFCCL__NOTICE_SILENT ? OFCCL_ERR_TIMEOUT
-                             : gone >= 0 && ofccl__comm_gone(comm, gone) == OFCCL__GONE_SILENT
-                                 ? OFCCL_ERR_TIMEOUT
-                             : gone >= 0 ? OFCCL_ERR_REMOTE_ERROR
-                                         : OFCCL_ERR_TIMEOUT,
-                             "%snot complete after %llu ms; waiting for %s", cause,
-                             (unsigned long long)((ofccl__coarse_ns() - r->start_ns) / 1000000),
-                             who);
-            ofccl__coll_dump_history(r);
-        }
-    }
+    if (check_clock && r->status == 0)
+        ofccl__coll_check_failed(r);
     /* Failed first on a peer's mismatch notice (read when an op to a peer
      * that left after it failed): the descriptors and eager headers that
      * landed here stay readable, and may show this rank the field itself
@@ -620,84 +520,6 @@ bool ofccl__coll_lockfree_watch(const ofccl__req_t *r)
 {
     return r->state == OFCCL__REQ_ACTIVE && r->algo != NULL &&
            (r->algo->flags & OFCCL__ALGO_EAGER) && r->comm->peer_ctrl_at != NULL;
-}
-
-int ofccl__coll_map_peer(ofccl__req_t *r, int p, uint64_t off, size_t len, const void **at)
-{
-    ofccl__err_t e;
-    void *ptr = NULL;
-    int rc = ofccl__ep_peer_map(r->comm->ep, p, &r->peer_rk[p], r->peer_off[p] + off, len,
-                                OFCCL__ACC_REMOTE_READ, &ptr, &e);
-
-    if (rc)
-        return ofccl__coll_fail(r, rc, "rank %d on %s: its buffer cannot be read in place: %s", p,
-                                ofccl__comm_host(r->comm, p), e.msg);
-    *at = ptr;
-    return 0;
-}
-
-static int map_second(ofccl__req_t *r, int p, unsigned access, char **at, ofccl__err_t *e)
-{
-    const ofccl_comm_t *comm = r->comm;
-    const uint64_t *d = (const uint64_t *)&comm->ctrl[ofccl__ctrl_desc_in(comm->size, r->slot, p)];
-    ofccl__rkey_t rk = {d[12], d[13], d[14]};
-    void *ptr = NULL;
-    int rc;
-
-    *at = NULL;
-    if (rk.len == 0)
-        return 0;
-    rc = ofccl__ep_peer_map(comm->ep, p, &rk, d[15], r->block, access, &ptr, e);
-    *at = ptr;
-    return rc;
-}
-
-int ofccl__coll_map_peer_out(ofccl__req_t *r, int p, char **at)
-{
-    ofccl__err_t e;
-    int rc = map_second(r, p, OFCCL__ACC_REMOTE_WRITE, at, &e);
-
-    if (rc)
-        return ofccl__coll_fail(r, rc, "rank %d on %s: its output cannot be written in place: %s",
-                                p, ofccl__comm_host(r->comm, p), e.msg);
-    return 0;
-}
-
-int ofccl__coll_map_peer_src(ofccl__req_t *r, int p, char **at)
-{
-    ofccl__err_t e;
-    int rc = map_second(r, p, OFCCL__ACC_REMOTE_READ, at, &e);
-
-    if (rc)
-        OFCCL__DEBUG(&r->comm->ctx->log, OFCCL__SUB_COLL,
-                     "rank %d: %s #%llu: rank %d's source is gone (its collective ended): %s",
-                     r->comm->rank, ofccl__coll_name(r->coll), (unsigned long long)r->seq, p,
-                     e.msg);
-    return rc;
-}
-
-bool ofccl__coll_peer_out_announced(const ofccl__req_t *r, int p)
-{
-    const ofccl_comm_t *comm = r->comm;
-
-    return comm->ctrl[ofccl__ctrl_desc_in(comm->size, r->slot, p) + 14] != 0;
-}
-
-_Atomic uint64_t *ofccl__coll_share_word(const ofccl__req_t *r, int owner, bool through)
-{
-    const ofccl_comm_t *comm = r->comm;
-    size_t w =
-        through ? ofccl__ctrl_through(comm->size, r->slot) : ofccl__ctrl_claim(comm->size, r->slot);
-
-    return owner == comm->rank ? &comm->ctrl[w] : &comm->peer_ctrl_at[owner][w];
-}
-
-_Atomic uint64_t *ofccl__coll_take_word(const ofccl__req_t *r, int owner, int from)
-{
-    const ofccl_comm_t *comm = r->comm;
-    size_t w = ofccl__ctrl_take(comm->size, r->slot, from);
-
-    return owner == comm->rank ? &comm->ctrl[w] : &comm->peer_ctrl_at[owner][w];
 }
 
 bool ofccl__coll_uses(const ofccl_comm_t *comm, const void *algo_state, bool unfreed)

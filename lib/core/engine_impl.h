@@ -1,6 +1,7 @@
 /*
  * Private to lib/core: the engine's state in a communicator and what its files
- * (engine.c, desc.c, wop.c, eager_slots.c, ctrl.c, report.c, layout.c) share.
+ * (engine.c, verdict.c, peer_access.c, desc.c, wop.c, eager_slots.c, ctrl.c,
+ * report.c, layout.c) share.
  */
 #ifndef OFCCL_CORE_ENGINE_IMPL_H
 #define OFCCL_CORE_ENGINE_IMPL_H
@@ -128,6 +129,12 @@ void ofccl__coll_dump_history(const ofccl__req_t *stuck);
 int ofccl__coll_first_owing(const ofccl__req_t *r);
 /* Does rank p still owe request r a descriptor or data? */
 bool ofccl__coll_owes(const ofccl__req_t *r, int p);
+
+/* ---- failures from outside (verdict.c) ----
+ * Fail r where a peer it needs is gone (the launcher's word, a peer's notice,
+ * the pid watch, the transport) or its deadline passed, naming the cause and
+ * the ranks it waits for, and tell the others. Called with the clock checks. */
+void ofccl__coll_check_failed(ofccl__req_t *r);
 
 /* ---- the engine in a communicator (engine.c), for comm.c, wait.c, progress.c ---- */
 int ofccl__coll_init(ofccl_comm_t *comm);
