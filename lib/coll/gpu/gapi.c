@@ -19,8 +19,8 @@ int ofccl__gpu_route(ofccl_comm_t *comm, const char *what, int coll, const void 
                      void *recvbuf, size_t count, ofccl_dtype_t dtype, ofccl_redop_t op, int root,
                      size_t block, ofccl_req_t **req, int *rc)
 {
-    int ks = sendbuf != NULL ? ofccl__gpu_kind_of(comm, sendbuf) : -1;
-    int kr = recvbuf != NULL ? ofccl__gpu_kind_of(comm, recvbuf) : -1;
+    int ks = ofccl__mem_kind_of(sendbuf);
+    int kr = ofccl__mem_kind_of(recvbuf);
     ofccl__gcomm_t *gc;
     ofccl__gwhere_t where;
     ofccl__req_t *r;
@@ -106,7 +106,7 @@ int ofccl__gpu_refuse(ofccl_comm_t *comm, const char *what, const char *role,
         return 0; /* CUDA not in this process: no pointer is GPU memory */
     for (int i = 0; i < n; i++) {
         const void *p = *(const void *const *)(base + (size_t)i * stride);
-        int k = p != NULL ? ofccl__gpu_kind_of(comm, p) : -1;
+        int k = ofccl__mem_kind_of(p);
         if (k >= 0)
             return ofccl__comm_fail(comm, OFCCL_ERR_NOT_SUPPORTED,
                                     "%s: %s %d is memory of GPU %d: this call takes host memory "

@@ -109,7 +109,7 @@ static int on_this_gpu(ofccl_comm_t *comm, const char *what, int coll, const ofc
     for (int t = 0; t < ntensors; t++) {
         for (int k = 0; k < 2; k++) {
             const void *p = used(comm, coll, &tensors[t], k);
-            int kind = p != NULL ? ofccl__gpu_kind_of(comm, p) : gc->dev;
+            int kind = p != NULL ? ofccl__mem_kind_of(p) : gc->dev;
             if (kind != gc->dev)
                 return ofccl__comm_fail(comm, OFCCL_ERR_INVALID_ARG,
                                         "%s: tensor %d's %s is %s %d, this communicator's GPU is "
@@ -166,7 +166,7 @@ int ofccl__gpu_route_bucket(ofccl_comm_t *comm, const char *what, int coll,
     for (int t = 0; t < ntensors && gpu_ptr == NULL; t++)
         for (int k = 0; k < 2 && gpu_ptr == NULL; k++) {
             const void *p = used(comm, coll, &tensors[t], k);
-            gpu_ptr = p != NULL && ofccl__gpu_kind_of(comm, p) >= 0 ? p : NULL;
+            gpu_ptr = p != NULL && ofccl__mem_kind_of(p) >= 0 ? p : NULL;
         }
     if (gpu_ptr == NULL)
         return 0;

@@ -53,13 +53,6 @@ ofccl__gcomm_t *ofccl__gcomm_of(const ofccl_comm_t *comm)
     return comm->gpu;
 }
 
-int ofccl__gpu_kind_of(ofccl_comm_t *comm, const void *p)
-{
-    ofccl__gpu_t *g = ofccl__gpu_process(&comm->ctx->log, false);
-
-    return g != NULL ? ofccl__gpu_ptr_kind(g, p, NULL, NULL) : -1;
-}
-
 int ofccl__gcomm_agree(ofccl_comm_t *comm, int mine, int about, int *first, int *who, int *whose)
 {
     uint8_t rec[REC2] = {0}, *all = malloc(REC2 * (size_t)comm->size);

@@ -173,8 +173,6 @@ int ofccl__ghmem(ofccl__gcomm_t *gc, int coll, const void *sendbuf, void *recvbu
                  ofccl_dtype_t dtype, int root, size_t block, ofccl_req_t **req);
 /* Tear down (communicator destroy): streams, registrations, mappings, pool. */
 void ofccl__gcomm_free(ofccl_comm_t *comm);
-/* The memory kind of a caller's pointer: -1 host, else its device. */
-int ofccl__gpu_kind_of(ofccl_comm_t *comm, const void *p);
 /* The communicator's GPU state if it has one (no setup), else NULL. */
 ofccl__gcomm_t *ofccl__gcomm_of(const ofccl_comm_t *comm);
 

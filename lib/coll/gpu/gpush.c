@@ -86,7 +86,7 @@ static int check_args(ofccl_push_plan_t *pl, ofccl__gcomm_t *gc, int k, void *co
         int kind;
         if (ofccl__push_shard(pl, t, pl->me_send, &s0) == 0 || (used != NULL && used[t] <= s0))
             continue; /* nothing of this tensor moves from here */
-        kind = shards[t] != NULL ? ofccl__gpu_kind_of(comm, shards[t]) : -1;
+        kind = ofccl__mem_kind_of(shards[t]);
         if (kind != gc->dev)
             return ofccl__comm_fail(comm, OFCCL_ERR_INVALID_ARG,
                                     "ofccl_push_bucket: shards[%d] is %s, not memory of this "
