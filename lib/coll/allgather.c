@@ -1,6 +1,7 @@
 /*
- * ofccl_allgather: check the arguments, resolve the memory (registered, pool
- * or staged), choose the algorithm and start the request.
+ * ofccl_allgather and ofccl_bucket_allgather: check the arguments and post
+ * (post.c); for the host engine, resolve the memory (registered, pool or
+ * staged), choose the algorithm and start the request.
  */
 #include <stdio.h>
 #include <string.h>
@@ -35,9 +36,8 @@ int ofccl__post_allgather(ofccl__req_t *r)
     /* Device memory the transport does not take runs staged in host memory:
      * the own block goes in on the caller's stream, the result out at the
      * end, and the algorithm works on host memory between. */
-    if (!ofccl__exec_io_on_host(r) &&
-        (r->bucket || ofccl__mem_find(comm, r->recvbuf, total) == NULL))
-        ofccl__exec_staged(r);
+    if ((rc = ofccl__resolve_device(r, r->recvbuf, total)) != 0)
+        return rc;
     r->algo = ofccl__choose(comm, OFCCL__AG, r->block, r->bucket, ofccl__mem_flags(r));
     if (r->algo->flags & OFCCL__ALGO_EAGER) /* straight into the peers' control regions */
         return ofccl__coll_start(r);
@@ -101,9 +101,6 @@ static int allgather_unlocked(ofccl_comm_t *comm, const void *sendbuf, void *rec
     int rc =
         ofccl__check_args(comm, "ofccl_allgather", sendbuf, recvbuf, count, dtype, req, &block);
 
-    if (rc == 0 && ofccl__gpu_route(comm, "ofccl_allgather", OFCCL__AG, sendbuf, recvbuf, count,
-                                    dtype, (ofccl_redop_t){OFCCL_OP_SUM, 1}, -1, block, req, &rc))
-        return rc;
     if (rc == 0)
         rc = ofccl__check_room(comm, "ofccl_allgather", "sendbuf", sendbuf, block);
     if (rc == 0)
@@ -121,10 +118,28 @@ static int allgather_unlocked(ofccl_comm_t *comm, const void *sendbuf, void *rec
                        (ofccl_redop_t){OFCCL_OP_SUM, 1}, block, req);
 }
 
+static int bucket_allgather_unlocked(ofccl_comm_t *comm, const ofccl_tensor_t *tensors, int n,
+                                     ofccl_dtype_t dtype, ofccl_req_t **req)
+{
+    if (comm == NULL)
+        return OFCCL_ERR_INVALID_ARG;
+    if (req == NULL)
+        return ofccl__comm_fail(comm, OFCCL_ERR_INVALID_ARG, "ofccl_bucket_allgather: req is NULL");
+    return ofccl__post_bucket(comm, "ofccl_bucket_allgather", OFCCL__AG, tensors, n, dtype, -1,
+                              (ofccl_redop_t){OFCCL_OP_SUM, 1.0}, req);
+}
+
 /* Public entry points: the same calls under the context lock (lock.c). */
 int ofccl_allgather(ofccl_comm_t *comm, const void *sendbuf, void *recvbuf, size_t count,
                     ofccl_dtype_t dtype, ofccl_req_t **req)
 {
     OFCCL__CHECK_HANDLE(comm);
     OFCCL__LOCKED(comm->ctx, allgather_unlocked(comm, sendbuf, recvbuf, count, dtype, req));
+}
+
+int ofccl_bucket_allgather(ofccl_comm_t *comm, const ofccl_tensor_t *tensors, int n,
+                           ofccl_dtype_t dtype, ofccl_req_t **req)
+{
+    OFCCL__CHECK_HANDLE(comm);
+    OFCCL__LOCKED(comm->ctx, bucket_allgather_unlocked(comm, tensors, n, dtype, req));
 }

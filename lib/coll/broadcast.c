@@ -85,9 +85,8 @@ int ofccl__post_broadcast(ofccl__req_t *r)
     int rc;
 
     /* Device memory the transport does not take runs staged in host memory. */
-    if (!ofccl__exec_io_on_host(r) &&
-        (r->bucket || ofccl__mem_find(comm, r->recvbuf, r->block) == NULL))
-        ofccl__exec_staged(r);
+    if ((rc = ofccl__resolve_device(r, r->recvbuf, r->block)) != 0)
+        return rc;
     r->algo = ofccl__choose(comm, OFCCL__BC, r->block, r->bucket, ofccl__mem_flags(r));
     r->sendbuf = r->recvbuf;
     if (r->algo->flags & OFCCL__ALGO_EAGER) /* straight into the peers' control regions */
@@ -117,68 +116,20 @@ static int broadcast_locked(ofccl_comm_t *comm, void *buf, size_t count, ofccl_d
 
     if (rc == 0)
         rc = check_root(comm, "ofccl_broadcast", root);
-    if (rc == 0 && ofccl__gpu_route(comm, "ofccl_broadcast", OFCCL__BC, NULL, buf, count, dtype,
-                                    (ofccl_redop_t){OFCCL_OP_SUM, 1}, root, block, req, &rc))
-        return rc;
     return rc != 0 ? rc : ofccl__post_bc(comm, buf, count, dtype, root, block, req);
-}
-
-int ofccl__post_bc(ofccl_comm_t *comm, void *buf, size_t count, ofccl_dtype_t dtype, int root,
-                   size_t block, ofccl_req_t **req)
-{
-    ofccl__req_t *r;
-    int rc = ofccl__check_room(comm, "ofccl_broadcast", "buf", buf, block);
-
-    if (rc == 0)
-        rc = ofccl__coll_begin(comm, OFCCL__BC, &r);
-    if (rc)
-        return rc;
-    r->sendbuf = r->recvbuf = buf;
-    r->count = count;
-    r->dtype = dtype;
-    r->esize = ofccl_dtype_size(dtype);
-    r->block = block;
-    r->root = root;
-    r->op = (ofccl_redop_t){OFCCL_OP_SUM, 1};
-    rc = ofccl__exec_choose(r, ofccl__mem_kind_of(buf), OFCCL__MEM_HOST);
-    if (rc == 0 && comm->size == 1)
-        ofccl__coll_done_now(r, 0); /* the root's buffer is the result */
-    else if (rc != 0 || (rc = ofccl__post_broadcast(r)) != 0) {
-        r->state = OFCCL__REQ_FREE;
-        return rc;
-    }
-    *req = r;
-    return 0;
 }
 
 static int bucket_broadcast_locked(ofccl_comm_t *comm, const ofccl_tensor_t *tensors, int n,
                                    ofccl_dtype_t dtype, int root, ofccl_req_t **req)
 {
-    ofccl__req_t *r;
     int rc;
 
     if (req == NULL)
         return ofccl__comm_fail(comm, OFCCL_ERR_INVALID_ARG, "ofccl_bucket_broadcast: req is NULL");
     if ((rc = check_root(comm, "ofccl_bucket_broadcast", root)) != 0)
         return rc;
-    if (ofccl__gpu_route_bucket(comm, "ofccl_bucket_broadcast", OFCCL__BC, tensors, n, dtype, root,
-                                (ofccl_redop_t){OFCCL_OP_SUM, 1}, req, &rc))
-        return rc;
-    if ((rc = ofccl__coll_begin(comm, OFCCL__BC, &r)) != 0)
-        return rc;
-    r->root = root;
-    r->op = (ofccl_redop_t){OFCCL_OP_SUM, 1};
-    rc = ofccl__bucket_setup(comm, "ofccl_bucket_broadcast", tensors, n, dtype, r);
-    if (rc == 0 && comm->size == 1)
-        ofccl__coll_done_now(r, 0);
-    else if (rc == 0)
-        rc = ofccl__post_broadcast(r);
-    if (rc) {
-        r->state = OFCCL__REQ_FREE;
-        return rc;
-    }
-    *req = r;
-    return 0;
+    return ofccl__post_bucket(comm, "ofccl_bucket_broadcast", OFCCL__BC, tensors, n, dtype, root,
+                              (ofccl_redop_t){OFCCL_OP_SUM, 1}, req);
 }
 
 /* Public entry points: the same calls under the context lock (lock.c). */

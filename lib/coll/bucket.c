@@ -252,78 +252,29 @@ static int one_rank(ofccl__req_t *r)
     return 0;
 }
 
-static int bucket_allgather_unlocked(ofccl_comm_t *comm, const ofccl_tensor_t *tensors, int n,
-                                     ofccl_dtype_t dtype, ofccl_req_t **req)
+int ofccl__post_bucket(ofccl_comm_t *comm, const char *what, int coll,
+                       const ofccl_tensor_t *tensors, int ntensors, ofccl_dtype_t dtype, int root,
+                       ofccl_redop_t op, ofccl_req_t **req)
 {
+    ofccl__gwhere_t where;
     ofccl__req_t *r;
-    int rc;
+    int peer = ofccl__gpu_admit_bucket(comm, what, coll, tensors, ntensors, dtype, &where);
+    int rc = peer < 0 ? peer : ofccl__coll_begin(comm, coll, &r);
 
-    if (comm == NULL)
-        return OFCCL_ERR_INVALID_ARG;
-    if (req == NULL)
-        return ofccl__comm_fail(comm, OFCCL_ERR_INVALID_ARG, "ofccl_bucket_allgather: req is NULL");
-    if (ofccl__gpu_route_bucket(comm, "ofccl_bucket_allgather", OFCCL__AG, tensors, n, dtype, -1,
-                                (ofccl_redop_t){OFCCL_OP_SUM, 1}, req, &rc))
-        return rc;
-    rc = ofccl__coll_begin(comm, OFCCL__AG, &r);
     if (rc)
         return rc;
-    rc = ofccl__bucket_setup(comm, "ofccl_bucket_allgather", tensors, n, dtype, r);
-    if (rc == 0) {
-        r->op = (ofccl_redop_t){OFCCL_OP_SUM, 1.0};
-        rc = comm->size == 1 ? one_rank(r) : ofccl__post_allgather(r);
-    }
-    if (rc) {
-        r->state = OFCCL__REQ_FREE;
-        return rc;
-    }
-    *req = r;
-    return 0;
-}
-
-static int bucket_reduce_scatter_unlocked(ofccl_comm_t *comm, const ofccl_tensor_t *tensors, int n,
-                                          ofccl_dtype_t dtype, ofccl_redop_t op, ofccl_req_t **req)
-{
-    ofccl__req_t *r;
-    int rc;
-
-    if (comm == NULL)
-        return OFCCL_ERR_INVALID_ARG;
-    if (req == NULL)
-        return ofccl__comm_fail(comm, OFCCL_ERR_INVALID_ARG,
-                                "ofccl_bucket_reduce_scatter: req is NULL");
-    if ((rc = ofccl__check_redop(comm, "ofccl_bucket_reduce_scatter", dtype, op)) != 0)
-        return rc;
-    if (ofccl__gpu_route_bucket(comm, "ofccl_bucket_reduce_scatter", OFCCL__RS, tensors, n, dtype,
-                                -1, op, req, &rc))
-        return rc;
-    rc = ofccl__coll_begin(comm, OFCCL__RS, &r);
+    r->root = root;
+    r->op = op;
+    rc = ofccl__bucket_setup(comm, what, tensors, ntensors, dtype, r);
+    if (rc == 0 && peer)
+        rc = ofccl__post_peer_class(r, &where);
+    else if (rc == 0)
+        rc = comm->size == 1     ? one_rank(r)
+             : coll == OFCCL__AG ? ofccl__post_allgather(r)
+             : coll == OFCCL__RS ? ofccl__post_reduce_scatter(r)
+                                 : ofccl__post_broadcast(r);
     if (rc)
-        return rc;
-    rc = ofccl__bucket_setup(comm, "ofccl_bucket_reduce_scatter", tensors, n, dtype, r);
-    if (rc == 0) {
-        r->op = op;
-        rc = comm->size == 1 ? one_rank(r) : ofccl__post_reduce_scatter(r);
-    }
-    if (rc) {
-        r->state = OFCCL__REQ_FREE;
-        return rc;
-    }
+        return ofccl__post_failed(r, rc);
     *req = r;
     return 0;
-}
-
-/* Public entry points: the same calls under the context lock (lock.c). */
-int ofccl_bucket_allgather(ofccl_comm_t *comm, const ofccl_tensor_t *tensors, int n,
-                           ofccl_dtype_t dtype, ofccl_req_t **req)
-{
-    OFCCL__CHECK_HANDLE(comm);
-    OFCCL__LOCKED(comm->ctx, bucket_allgather_unlocked(comm, tensors, n, dtype, req));
-}
-
-int ofccl_bucket_reduce_scatter(ofccl_comm_t *comm, const ofccl_tensor_t *tensors, int n,
-                                ofccl_dtype_t dtype, ofccl_redop_t op, ofccl_req_t **req)
-{
-    OFCCL__CHECK_HANDLE(comm);
-    OFCCL__LOCKED(comm->ctx, bucket_reduce_scatter_unlocked(comm, tensors, n, dtype, op, req));
 }

@@ -54,13 +54,36 @@ extern const ofccl__algo_t ofccl__bc_eager, ofccl__bc_direct, ofccl__bc_chain, o
 /* Broadcast across hosts (broadcast/hier.c): slices along rails from the
  * root's host, then within each host; only where ofccl__ag_hier_fits. */
 extern const ofccl__algo_t ofccl__bc_hier;
+/* The GPU peer class's stream programs (gpu/gcoll.c, grs.c, gpush.c): no
+ * descriptors or units; start enqueues the whole collective on the caller's
+ * stream, progress polls its end and the peers' published arguments, unwind
+ * releases this rank's stream (OFCCL__ALGO_STREAM). */
+extern const ofccl__algo_t ofccl__gpu_ag, ofccl__gpu_bc, ofccl__gpu_rs, ofccl__gpu_push;
 
-/* A collective whose buffers the driver says are GPU memory (gpu/gapi.c):
- * posted there (1, its result in *rc: the GPU peer class, or staged through
- * host memory), or 0 for host memory, where the caller goes on. */
-int ofccl__gpu_route(ofccl_comm_t *comm, const char *what, int coll, const void *sendbuf,
-                     void *recvbuf, size_t count, ofccl_dtype_t dtype, ofccl_redop_t op, int root,
-                     size_t block, ofccl_req_t **req, int *rc);
+/* Where the GPU peer class put a collective's buffer: a pool or registration
+ * segment its peers map and the offset in it, or the scratch, and then
+ * `stage`, the caller's buffer, copied to at the end. */
+struct ofccl__gseg;
+typedef struct ofccl__gwhere {
+    struct ofccl__gseg *seg;
+    size_t off;
+    void *stage;
+} ofccl__gwhere_t;
+/* Before a collective's slot is claimed (gpu/gapi.c): where a buffer is GPU
+ * memory, the arguments' checks for it, the communicator's GPU state set up
+ * (collective: the first GPU call), and whether the GPU peer class serves
+ * the collective: 1 with its buffer placed in *where (the pool may grow:
+ * collective), 0 where the host engine takes it (host memory, or device
+ * memory through the transport or staged), or an error. */
+int ofccl__gpu_admit(ofccl_comm_t *comm, const char *what, int coll, const void *sendbuf,
+                     void *recvbuf, size_t block, ofccl__gwhere_t *where);
+/* The same for a bucket, whose tensors are all GPU memory or none. */
+int ofccl__gpu_admit_bucket(ofccl_comm_t *comm, const char *what, int coll,
+                            const ofccl_tensor_t *tensors, int ntensors, ofccl_dtype_t dtype,
+                            ofccl__gwhere_t *where);
+/* A request the peer class serves, its slot claimed and its algorithm
+ * chosen: its GPU state, for the buffer `where` (a bucket's flat buffer). */
+void ofccl__gpu_place(ofccl__req_t *r, const ofccl__gwhere_t *where);
 /* 0, or OFCCL_ERR_NOT_SUPPORTED where one of n pointers (NULLs skipped) is GPU
  * memory: the bucketed reduce-scatter and the weight push take host memory
  * only (gpu/gapi.c). `what` names the call, `role` the pointers ("tensor", "shard"). */
@@ -71,7 +94,12 @@ int ofccl__gpu_refuse(ofccl_comm_t *comm, const char *what, const char *role,
  * device memory (a transport that takes it: direct only), and the caller's
  * buffers are device memory (staged: nothing reads or writes them in place
  * but the io copies, so no eager path and no in-place variant). */
-enum ofccl__mem_flag { OFCCL__MEM_ALGO_DEVICE = 1u << 0, OFCCL__MEM_CALLER_DEVICE = 1u << 1 };
+enum ofccl__mem_flag {
+    OFCCL__MEM_ALGO_DEVICE = 1u << 0,
+    OFCCL__MEM_CALLER_DEVICE = 1u << 1,
+    /* the GPU peer class serves the buffers (one host, P2P; gpu/gapi.c) */
+    OFCCL__MEM_PEER_CLASS = 1u << 2,
+};
 static inline unsigned ofccl__mem_flags(const ofccl__req_t *r)
 {
     return (ofccl__exec_on_host(r) ? 0 : OFCCL__MEM_ALGO_DEVICE) |
@@ -144,6 +172,19 @@ bool ofccl__overlaps(const void *a, size_t alen, const void *b, size_t blen);
 const char *ofccl__dtype_name(ofccl_dtype_t dtype);
 /* One rank: the collective is a local copy or a local reduction. */
 int ofccl__post_local(ofccl__req_t *r);
+/* Where the algorithm runs on device memory at `buf` (len bytes, the
+ * buffer the peers write into): in place where it is registered with the
+ * transport already, or where every rank's transport takes this GPU's
+ * memory (comm->dev_reg; registered then for the request alone); otherwise,
+ * and for buckets, staged in host memory. r->drain is set for in place. 0,
+ * or an error (a registration that failed). Host memory: nothing to do. */
+int ofccl__resolve_device(ofccl__req_t *r, void *buf, size_t len);
+/* A request the GPU peer class serves (ofccl__gpu_admit said so, `where`):
+ * its algorithm chosen, its GPU state placed, and started. */
+int ofccl__post_peer_class(ofccl__req_t *r, const ofccl__gwhere_t *where);
+/* A request that failed at post: its slot back, and its own registration;
+ * returns rc. */
+int ofccl__post_failed(ofccl__req_t *r, int rc);
 int ofccl__post_allgather(ofccl__req_t *r);
 /* Claim a slot, fill in the arguments and post (all-gather or reduce-scatter);
  * the slot is released on failure. */
@@ -179,12 +220,12 @@ void ofccl__bucket_copy_in(ofccl__req_t *r, void *area);
  * rank q's shard (it starts at q times the slot). */
 size_t ofccl__bucket_chunk(size_t count, int n);
 size_t ofccl__bucket_shard(size_t count, int n, int q);
-/* Buckets of GPU tensors (gpu/gbucket.c): 1 when the tensors are GPU memory
- * (*rc the result: posted on the GPU peer class, or why not), 0 for host
- * memory, where the caller goes on. */
-int ofccl__gpu_route_bucket(ofccl_comm_t *comm, const char *what, int coll,
-                            const ofccl_tensor_t *tensors, int ntensors, ofccl_dtype_t dtype,
-                            int root, ofccl_redop_t op, ofccl_req_t **req, int *rc);
+/* Claim a slot for a bucket of `ntensors` and post it (all-gather,
+ * reduce-scatter, broadcast from `root`): on the GPU peer class where it
+ * serves the tensors, else the host engine through staging. */
+int ofccl__post_bucket(ofccl_comm_t *comm, const char *what, int coll,
+                       const ofccl_tensor_t *tensors, int ntensors, ofccl_dtype_t dtype, int root,
+                       ofccl_redop_t op, ofccl_req_t **req);
 
 /* Windows (window.c): a region registered on every rank of a communicator,
  * its keys exchanged once by an all-gather over the communicator (collective;

@@ -1,7 +1,12 @@
 /*
  * What the collective entry points share: argument checks (every one names
- * the call and the argument), the one-rank case, and claiming, filling and
- * posting a request whose memory the collective then resolves.
+ * the call and the argument), the one-rank case, and the posting step:
+ * whether the GPU peer class serves the buffers (asked before a slot is
+ * claimed, since placing them may grow its pool, a collective), claiming
+ * and filling the request, and handing it to the peer class's stream
+ * program or to the host engine, which runs on the memory in place or
+ * staged (ofccl__resolve_device). The entry points never ask a buffer's
+ * memory kind (test/layers/check_layers.py).
  */
 #include <math.h>
 #include <stdio.h>
@@ -96,12 +101,49 @@ int ofccl__post_local(ofccl__req_t *r)
     return rc;
 }
 
+int ofccl__resolve_device(ofccl__req_t *r, void *buf, size_t len)
+{
+    ofccl_comm_t *comm = r->comm;
+    int rc;
+
+    if (ofccl__exec_io_on_host(r))
+        return 0;
+    if (!r->bucket && comm->dev_reg && len > 0 && ofccl__mem_find(comm, buf, len) == NULL &&
+        (rc = ofccl__mem_call_register(r, buf, len)) != 0)
+        return rc;
+    if (r->bucket || len == 0 || ofccl__mem_find(comm, buf, len) == NULL) {
+        ofccl__exec_staged(r);
+        return 0;
+    }
+    r->drain = true;
+    comm->ctx->stats.hmem_bytes += len;
+    return 0;
+}
+
+int ofccl__post_failed(ofccl__req_t *r, int rc)
+{
+    r->state = OFCCL__REQ_FREE;
+    ofccl__mem_call_release(r);
+    return rc;
+}
+
+int ofccl__post_peer_class(ofccl__req_t *r, const ofccl__gwhere_t *where)
+{
+    r->algo = ofccl__choose(r->comm, r->coll, r->block, r->bucket, OFCCL__MEM_PEER_CLASS);
+    ofccl__gpu_place(r, where);
+    return ofccl__coll_start(r);
+}
+
 /* Claim a slot, fill in the arguments and post; the slot is released on failure. */
 int ofccl__post(ofccl_comm_t *comm, int coll, const void *sendbuf, void *recvbuf, size_t count,
                 ofccl_dtype_t dtype, ofccl_redop_t op, size_t block, ofccl_req_t **req)
 {
+    ofccl__gwhere_t where;
     ofccl__req_t *r;
-    int rc = ofccl__coll_begin(comm, coll, &r);
+    int peer =
+        ofccl__gpu_admit(comm, coll == OFCCL__AG ? "ofccl_allgather" : "ofccl_reduce_scatter", coll,
+                         sendbuf, recvbuf, block, &where);
+    int rc = peer < 0 ? peer : ofccl__coll_begin(comm, coll, &r);
 
     if (rc)
         return rc;
@@ -112,15 +154,47 @@ int ofccl__post(ofccl_comm_t *comm, int coll, const void *sendbuf, void *recvbuf
     r->esize = ofccl_dtype_size(dtype);
     r->block = block;
     r->op = op;
-    rc = ofccl__exec_choose(r, ofccl__mem_kind_of(sendbuf), ofccl__mem_kind_of(recvbuf));
-    if (rc == 0 && comm->size == 1)
-        rc = ofccl__post_local(r);
-    else if (rc == 0)
-        rc = coll == OFCCL__AG ? ofccl__post_allgather(r) : ofccl__post_reduce_scatter(r);
-    if (rc) {
-        r->state = OFCCL__REQ_FREE;
+    if (peer)
+        rc = ofccl__post_peer_class(r, &where);
+    else if ((rc = ofccl__exec_choose(r, ofccl__mem_kind_of(sendbuf),
+                                      ofccl__mem_kind_of(recvbuf))) == 0)
+        rc = comm->size == 1     ? ofccl__post_local(r)
+             : coll == OFCCL__AG ? ofccl__post_allgather(r)
+                                 : ofccl__post_reduce_scatter(r);
+    if (rc)
+        return ofccl__post_failed(r, rc);
+    *req = r;
+    return 0;
+}
+
+int ofccl__post_bc(ofccl_comm_t *comm, void *buf, size_t count, ofccl_dtype_t dtype, int root,
+                   size_t block, ofccl_req_t **req)
+{
+    ofccl__gwhere_t where;
+    ofccl__req_t *r;
+    int peer = ofccl__gpu_admit(comm, "ofccl_broadcast", OFCCL__BC, NULL, buf, block, &where);
+    int rc = peer < 0 ? peer : ofccl__check_room(comm, "ofccl_broadcast", "buf", buf, block);
+
+    if (rc == 0)
+        rc = ofccl__coll_begin(comm, OFCCL__BC, &r);
+    if (rc)
         return rc;
-    }
+    r->sendbuf = r->recvbuf = buf;
+    r->count = count;
+    r->dtype = dtype;
+    r->esize = ofccl_dtype_size(dtype);
+    r->block = block;
+    r->root = root;
+    r->op = (ofccl_redop_t){OFCCL_OP_SUM, 1};
+    if (peer)
+        rc = ofccl__post_peer_class(r, &where);
+    else if ((rc = ofccl__exec_choose(r, ofccl__mem_kind_of(buf), OFCCL__MEM_HOST)) == 0 &&
+             comm->size == 1)
+        ofccl__coll_done_now(r, 0); /* the root's buffer is the result */
+    else if (rc == 0)
+        rc = ofccl__post_broadcast(r);
+    if (rc)
+        return ofccl__post_failed(r, rc);
     *req = r;
     return 0;
 }

@@ -1,5 +1,6 @@
 /*
- * ofccl_reduce_scatter: check the arguments, resolve the memory (peers write
+ * ofccl_reduce_scatter and ofccl_bucket_reduce_scatter: check the arguments
+ * and post (post.c); for the host engine, resolve the memory (peers write
  * into staging, or read the source in place where their memory maps), choose
  * the algorithm and start the request.
  */
@@ -165,9 +166,6 @@ static int reduce_scatter_unlocked(ofccl_comm_t *comm, const void *sendbuf, void
 
     if (rc == 0)
         rc = ofccl__check_redop(comm, "ofccl_reduce_scatter", dtype, op);
-    if (rc == 0 && ofccl__gpu_route(comm, "ofccl_reduce_scatter", OFCCL__RS, sendbuf, recvbuf,
-                                    recvcount, dtype, op, -1, block, req, &rc))
-        return rc;
     if (rc == 0)
         rc = ofccl__check_room(comm, "ofccl_reduce_scatter", "sendbuf", sendbuf,
                                block * (size_t)comm->size);
@@ -184,10 +182,33 @@ static int reduce_scatter_unlocked(ofccl_comm_t *comm, const void *sendbuf, void
     return ofccl__post(comm, OFCCL__RS, sendbuf, recvbuf, recvcount, dtype, op, block, req);
 }
 
+static int bucket_reduce_scatter_unlocked(ofccl_comm_t *comm, const ofccl_tensor_t *tensors, int n,
+                                          ofccl_dtype_t dtype, ofccl_redop_t op, ofccl_req_t **req)
+{
+    int rc;
+
+    if (comm == NULL)
+        return OFCCL_ERR_INVALID_ARG;
+    if (req == NULL)
+        return ofccl__comm_fail(comm, OFCCL_ERR_INVALID_ARG,
+                                "ofccl_bucket_reduce_scatter: req is NULL");
+    if ((rc = ofccl__check_redop(comm, "ofccl_bucket_reduce_scatter", dtype, op)) != 0)
+        return rc;
+    return ofccl__post_bucket(comm, "ofccl_bucket_reduce_scatter", OFCCL__RS, tensors, n, dtype, -1,
+                              op, req);
+}
+
 int ofccl_reduce_scatter(ofccl_comm_t *comm, const void *sendbuf, void *recvbuf, size_t recvcount,
                          ofccl_dtype_t dtype, ofccl_redop_t op, ofccl_req_t **req)
 {
     OFCCL__CHECK_HANDLE(comm);
     OFCCL__LOCKED(comm->ctx,
                   reduce_scatter_unlocked(comm, sendbuf, recvbuf, recvcount, dtype, op, req));
+}
+
+int ofccl_bucket_reduce_scatter(ofccl_comm_t *comm, const ofccl_tensor_t *tensors, int n,
+                                ofccl_dtype_t dtype, ofccl_redop_t op, ofccl_req_t **req)
+{
+    OFCCL__CHECK_HANDLE(comm);
+    OFCCL__LOCKED(comm->ctx, bucket_reduce_scatter_unlocked(comm, tensors, n, dtype, op, req));
 }

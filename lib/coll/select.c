@@ -8,7 +8,8 @@
  * broadcast direct, chain and hier. What the memory and the provider allow
  * then decides the variant of direct: where peers' memory maps, a
  * reduce-scatter reads its peers' blocks in place and a broadcast's
- * receivers read the root's buffer at once (pull).
+ * receivers read the root's buffer at once (pull). Device memory the GPU
+ * peer class serves (one host, P2P) takes its stream programs.
  */
 #include "coll.h"
 #include "cost.h"
@@ -119,6 +120,11 @@ const ofccl__algo_t *ofccl__choose(ofccl_comm_t *comm, int coll, size_t block, i
     int forced = (int)ofccl__cfg_int(&comm->ctx->cfg, id), cand;
     bool eager = !bucket && !(mem & OFCCL__MEM_CALLER_DEVICE) && ofccl__eager_possible(comm, block);
 
+    /* Device memory the GPU peer class serves: its stream programs. */
+    if (mem & OFCCL__MEM_PEER_CLASS)
+        return coll == OFCCL__AG   ? &ofccl__gpu_ag
+               : coll == OFCCL__RS ? &ofccl__gpu_rs
+                                   : &ofccl__gpu_bc;
     /* Device memory (a transport that takes it, FI_HMEM): direct only. Never
      * eager (the CPU copies its words); and nothing is forwarded, since a
      * provider may signal a write into device memory before its device copy

@@ -110,8 +110,9 @@ static void req_reset(ofccl__req_t *r)
     /* Host memory until the entry point learns its buffers' kinds. */
     r->exec = r->io = &r->comm->ctx->execs.ex[0];
     r->exec_busy = r->io_busy = false;
-    r->stream_ord = r->gated = false;
+    r->stream_ord = r->gated = r->drain = false;
     r->mark = 0;
+    r->call_mem = NULL;
     r->word = NULL;
     r->arrived = 0;
     r->reduced = 0;
@@ -312,6 +313,8 @@ static int begin_moving(ofccl__req_t *r)
  * then is its staging released. Called again from progress until then. */
 static void complete(ofccl__req_t *r)
 {
+    int rc = 0;
+
     if (!r->finishing) {
         r->finishing = 1;
         ofccl__ctx_moved(r->comm->ctx);
@@ -333,6 +336,12 @@ static void complete(ofccl__req_t *r)
         r->state = OFCCL__REQ_DONE;
         return;
     }
+    /* The transport's own device copies into this rank's memory first. */
+    if (r->drain && (rc = ofccl__exec_drain(r)) == 0)
+        return;
+    if (rc < 0 && r->status == 0)
+        r->status = ofccl__comm_fail(r->comm, rc, "%s: waiting for the transport's device copies",
+                                     ofccl__coll_name(r->coll));
     if (r->status != 0 && r->algo != NULL && r->algo->unwind != NULL)
         r->algo->unwind(r);
     if (r->stream_ord) /* the caller's stream goes on: host stores alone */
@@ -344,6 +353,10 @@ static void complete(ofccl__req_t *r)
         r->staging_idx = -1;
     }
     r->state = OFCCL__REQ_DONE;
+    if (r->call_mem != NULL) {
+        r->src = r->dst = ofccl__mem_ref(NULL, NULL);
+        ofccl__mem_call_release(r);
+    }
 }
 
 /* Not complete while a delivered write's signal (atomic path) is not posted yet,

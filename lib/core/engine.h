@@ -197,6 +197,9 @@ struct ofccl_req {
      * where peers may read this rank's block or write its output. */
     ofccl__mem_ref_t win2;
     int staging_idx; /* staging set held, -1 if none */
+    /* A registration made for this request alone (device memory the
+     * transport takes), dropped when it completes. */
+    ofccl_mem_t *call_mem;
     /* Run when the request completes successfully, before its staging is
      * released: copying staged results out (set by lib/coll). */
     void (*finish)(ofccl__req_t *r);
@@ -275,6 +278,10 @@ struct ofccl_req {
      * word (lent by the io executor) holds word_v, which the engine stores
      * when the request completes or fails. */
     bool stream_ord, gated;
+    /* The transport wrote into this rank's device memory itself: its device
+     * copies may still run on the legacy stream after it signalled them, so
+     * the end waits for a mark there (the same `mark`) before the word. */
+    bool drain;
     uint64_t mark;
     ofccl_stream_t stream;
     _Atomic uint64_t *word;

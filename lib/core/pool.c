@@ -398,6 +398,31 @@ const ofccl__mr_t *ofccl__mem_find(ofccl_comm_t *comm, const void *ptr, size_t l
     return NULL;
 }
 
+int ofccl__mem_call_register(ofccl__req_t *r, void *ptr, size_t len)
+{
+    ofccl_comm_t *comm = r->comm;
+    int rc = mem_register_unlocked(comm->ctx, ptr, len, &r->call_mem);
+
+    if (rc == 0 && ofccl__mem_find(comm, ptr, len) == NULL)
+        rc = OFCCL_ERR_NOT_SUPPORTED;
+    if (rc != 0) {
+        ofccl__mem_call_release(r);
+        return ofccl__comm_fail(comm, rc,
+                                "%s: registering %zu bytes of GPU %d's memory with the "
+                                "transport: %s",
+                                ofccl__coll_name(r->coll), len, ofccl__mem_kind_of(ptr),
+                                comm->err.msg[0] ? comm->err.msg : comm->ctx->err.msg);
+    }
+    return 0;
+}
+
+void ofccl__mem_call_release(ofccl__req_t *r)
+{
+    if (r->call_mem != NULL)
+        (void)mem_deregister_unlocked(r->call_mem); /* r is not active: never BUSY for it */
+    r->call_mem = NULL;
+}
+
 size_t ofccl__mem_known_room(const ofccl_comm_t *comm, const void *ptr)
 {
     const char *p = ptr;

@@ -62,6 +62,12 @@ const ofccl__mr_t *ofccl__mem_find(ofccl_comm_t *comm, const void *ptr, size_t l
 /* Bytes from `ptr` to the end of the pool buffer or registered range holding
  * it (the caller's buffer cannot be larger); SIZE_MAX when ofccl does not know. */
 size_t ofccl__mem_known_room(const ofccl_comm_t *comm, const void *ptr);
+/* Register [ptr, ptr+len) for request r alone (r->call_mem; through the
+ * cache, so a range already registered costs nothing), and on r's
+ * communicator's endpoint. 0, or an error naming the collective. */
+int ofccl__mem_call_register(ofccl__req_t *r, void *ptr, size_t len);
+/* Drop r's own registration, if any (r no longer active). */
+void ofccl__mem_call_release(ofccl__req_t *r);
 /* The communicator is going away: drop its registrations from the cache. */
 void ofccl__memreg_forget_comm(ofccl_comm_t *comm);
 

@@ -13,6 +13,9 @@ and of the layers below it (LAYERS). Also checked:
   - one struct per name: no tag or typedef name is defined twice.
   - no transport's name in a comparison in lib/core or lib/coll: a transport
     is an ops table, and what differs between them is data.
+  - the collectives' entry points (ENTRY_POINTS) never ask a buffer's memory
+    kind nor call the GPU peer class: the posting step (lib/coll/post.c) and
+    the chooser do, for every kind alike.
 The meson build enforces the include rule too (each layer's static library
 sees only its own include directories and those below); this script names
 file and line, and covers the rules a compiler cannot see. With --symbols it
@@ -262,6 +265,26 @@ def check_transport_names(root, files, problems):
                                         % (rel, lineno, lit))
 
 
+# Files of the collectives' entry points, and the calls that would make one
+# branch on the memory kind.
+ENTRY_POINTS = ["lib/coll/allgather.c", "lib/coll/reduce_scatter.c", "lib/coll/broadcast.c"]
+KIND_CALL_RE = re.compile(r"\b(ofccl__mem_kind_of|ofccl__gpu_\w+)\s*\(")
+
+
+def check_entry_points(root, files, problems):
+    """An entry point checks arguments and posts; which memory its buffers
+    are, and who serves them, is the posting step's and the chooser's."""
+    for layer, rel in files:
+        if rel not in ENTRY_POINTS:
+            continue
+        text = strip_code(read(root, rel))
+        for lineno, line in enumerate(text.split("\n"), 1):
+            for name in KIND_CALL_RE.findall(line):
+                problems.append("%s:%d: an entry point calls %s (the memory kind is the "
+                                "posting step's and the chooser's, lib/coll/post.c)"
+                                % (rel, lineno, name))
+
+
 def read(root, rel):
     with open(os.path.join(root, rel), encoding="utf-8", errors="replace") as f:
         return f.read()
@@ -275,6 +298,7 @@ def check(root):
     check_includes(root, files, problems)
     check_names(root, files, problems)
     check_transport_names(root, files, problems)
+    check_entry_points(root, files, problems)
     return problems
 
 
@@ -393,6 +417,9 @@ PLANTED = [
     ([("lib/coll/push.c", "struct view {\n    int a;\n};\n"),
       ("lib/coll/push_plan.c", "\nstruct view {\n    int b;\n};\n")],
      ["lib/coll/push.c:1", "struct view", "lib/coll/push_plan.c:2"]),
+    ([("lib/coll/allgather.c", '#include "coll.h"\nint f(const void *p)\n{\n'
+                               '    return ofccl__mem_kind_of(p) >= 0;\n}\n')],
+     ["lib/coll/allgather.c:4", "entry point", "ofccl__mem_kind_of"]),
 ]
 
 

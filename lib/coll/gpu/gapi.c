@@ -1,11 +1,12 @@
 /*
  * GPU memory in the public API: the symmetric pool (ofccl_gpu_buffer_alloc),
- * the caller's own memory registered (ofccl_gpu_register), and the routing of a collective whose
- * buffers the driver says are GPU memory: to the GPU peer class where it fits (all-gather,
- * reduce-scatter, broadcast), across hosts through the fabric as GPU memory
- * where every rank's transport takes it (ghmem.c: all-gather, broadcast),
- * else to the host engine, which stages it through host memory inside the
- * request (lib/coll/allgather.c and its twins).
+ * the caller's own memory registered (ofccl_gpu_register), and the admission
+ * of a collective whose buffers the driver says are GPU memory, as the
+ * posting step asks it (lib/coll/post.c): the GPU peer class where it fits
+ * (all-gather, reduce-scatter, broadcast), else the host engine, which moves
+ * it through the transport as GPU memory where every rank's transport takes
+ * it (FI_HMEM, ghmem.c's agreement: all-gather, broadcast) and otherwise
+ * stages it through host memory inside the request (ofccl__resolve_device).
  */
 #include <stdio.h>
 #include <string.h>
@@ -15,53 +16,32 @@
 
 #define NOTE_STAGED 7 /* ofccl__comm_note_once bit: staging said once */
 
-int ofccl__gpu_route(ofccl_comm_t *comm, const char *what, int coll, const void *sendbuf,
-                     void *recvbuf, size_t count, ofccl_dtype_t dtype, ofccl_redop_t op, int root,
-                     size_t block, ofccl_req_t **req, int *rc)
+int ofccl__gpu_admit(ofccl_comm_t *comm, const char *what, int coll, const void *sendbuf,
+                     void *recvbuf, size_t block, ofccl__gwhere_t *where)
 {
     int ks = ofccl__mem_kind_of(sendbuf);
     int kr = ofccl__mem_kind_of(recvbuf);
     ofccl__gcomm_t *gc;
-    ofccl__gwhere_t where;
-    ofccl__req_t *r;
-    size_t out;
+    int rc;
 
     if (ks < 0 && kr < 0)
         return 0;
-    if (ks != kr && sendbuf != NULL && recvbuf != NULL) {
-        *rc = ofccl__comm_fail(comm, OFCCL_ERR_INVALID_ARG,
-                               "%s: sendbuf is %s%d, recvbuf %s%d: both must be host memory or "
-                               "both memory of this rank's GPU",
-                               what, ks < 0 ? "host memory" : "on GPU ", ks < 0 ? 0 : ks,
-                               kr < 0 ? "host memory" : "on GPU ", kr < 0 ? 0 : kr);
-        return 1;
-    }
-    if ((*rc = ofccl__gcomm_get(comm, &gc)) != 0)
-        return 1;
-    if (kr != gc->dev && ks != gc->dev) {
-        *rc = ofccl__comm_fail(comm, OFCCL_ERR_INVALID_ARG,
-                               "%s: the buffers are on GPU %d, this communicator's GPU is %d (the "
-                               "current device at its first GPU call)",
-                               what, kr >= 0 ? kr : ks, gc->dev);
-        return 1;
-    }
-    if (coll == OFCCL__RS && recvbuf != (const char *)sendbuf + (size_t)comm->rank * block &&
-        ofccl__overlaps(sendbuf, block * (size_t)comm->size, recvbuf, block)) {
-        *rc = ofccl__comm_fail(comm, OFCCL_ERR_INVALID_ARG,
-                               "%s: recvbuf overlaps sendbuf but is not this rank's block (in "
-                               "place means recvbuf == sendbuf + rank * recvcount)",
-                               what);
-        return 1;
-    }
-    if (gc->hmem && coll != OFCCL__RS) {
-        if (ofccl__comm_note_once(comm, NOTE_STAGED))
-            OFCCL__INFO(&comm->ctx->log, OFCCL__SUB_COLL, "rank %d: communicator %u: %s",
-                        comm->rank, comm->id, gc->why);
-        *rc = ofccl__ghmem(gc, coll, sendbuf, recvbuf, count, dtype, root, block, req);
-        return 1;
-    }
-    /* Not the peer class: the host engine, staging the GPU memory through
-     * host memory inside the request (stream-ordered, returning at once). */
+    if (ks != kr && sendbuf != NULL && recvbuf != NULL)
+        return ofccl__comm_fail(comm, OFCCL_ERR_INVALID_ARG,
+                                "%s: sendbuf is %s%d, recvbuf %s%d: both must be host memory or "
+                                "both memory of this rank's GPU",
+                                what, ks < 0 ? "host memory" : "on GPU ", ks < 0 ? 0 : ks,
+                                kr < 0 ? "host memory" : "on GPU ", kr < 0 ? 0 : kr);
+    if ((rc = ofccl__gcomm_get(comm, &gc)) != 0)
+        return rc;
+    if (kr != gc->dev && ks != gc->dev)
+        return ofccl__comm_fail(comm, OFCCL_ERR_INVALID_ARG,
+                                "%s: the buffers are on GPU %d, this communicator's GPU is %d (the "
+                                "current device at its first GPU call)",
+                                what, kr >= 0 ? kr : ks, gc->dev);
+    /* Not the peer class: the host engine, on the GPU memory itself where
+     * the transport takes it (FI_HMEM, comm->dev_reg), else staged through
+     * host memory inside the request; stream-ordered, returning at once. */
     if (gc->path != OFCCL__GPATH_P2P || comm->size == 1 ||
         (coll == OFCCL__RS && comm->size > OFCCL__GPU_REDUCE_SRCS)) {
         if (gc->path != OFCCL__GPATH_P2P && ofccl__comm_note_once(comm, NOTE_STAGED))
@@ -71,30 +51,27 @@ int ofccl__gpu_route(ofccl_comm_t *comm, const char *what, int coll, const void 
     }
     /* Where the peers reach this rank's memory: the output it writes into
      * (all-gather, broadcast), the input they read (reduce-scatter). */
-    out = coll != OFCCL__BC ? block * (size_t)comm->size : block;
-    if ((*rc = ofccl__gpu_locate(gc, coll == OFCCL__RS ? (void *)sendbuf : recvbuf, out, &where)) !=
-            0 ||
-        (*rc = ofccl__coll_begin(comm, coll, &r)) != 0)
-        return 1;
-    r->sendbuf = coll == OFCCL__BC ? recvbuf : sendbuf;
-    r->recvbuf = recvbuf;
-    r->count = count;
-    r->dtype = dtype;
-    r->esize = ofccl_dtype_size(dtype);
-    r->block = block;
-    r->op = op;
-    r->root = root;
-    r->algo = coll == OFCCL__AG   ? &ofccl__gpu_ag
-              : coll == OFCCL__RS ? &ofccl__gpu_rs
-                                  : &ofccl__gpu_bc;
-    ofccl__gpu_prepare(r, gc, &where);
-    *rc = ofccl__coll_start(r);
-    if (*rc) {
-        r->state = OFCCL__REQ_FREE;
-        return 1;
+    rc = ofccl__gpu_locate(gc, coll == OFCCL__RS ? (void *)sendbuf : recvbuf,
+                           coll != OFCCL__BC ? block * (size_t)comm->size : block, where);
+    return rc != 0 ? rc : 1;
+}
+
+void ofccl__gpu_place(ofccl__req_t *r, const ofccl__gwhere_t *where)
+{
+    ofccl__gcomm_t *gc = r->comm->gpu;
+
+    if (r->bucket) {
+        /* all-gather: this rank's region into the flat buffer; reduce-scatter:
+         * the flat buffer into this rank's region (in place); broadcast: the
+         * flat buffer. Packed and unpacked on the stream, not by the host. */
+        char *flat = where->seg->peer[r->comm->rank] + where->off;
+        char *mine = flat + (r->coll != OFCCL__BC ? (size_t)r->comm->rank * r->block : 0);
+        r->sendbuf = r->coll == OFCCL__RS ? flat : mine;
+        r->recvbuf = r->coll == OFCCL__AG ? flat : mine;
+        r->finish = NULL;
     }
-    *req = r;
-    return 1;
+    ofccl__gpu_prepare(r, gc, where);
+    gc->rq[r->slot].bucket = r->bucket != 0;
 }
 
 int ofccl__gpu_refuse(ofccl_comm_t *comm, const char *what, const char *role,

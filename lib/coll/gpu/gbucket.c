@@ -123,41 +123,14 @@ static int on_this_gpu(ofccl_comm_t *comm, const char *what, int coll, const ofc
     return 0;
 }
 
-/* One rank: each shard is its whole tensor, copied on the stream (a
- * reduce-scatter's through the reduction kernel: a pre-multiplied sum
- * scales it). */
-static int one_rank(ofccl__gcomm_t *gc, ofccl__req_t *r)
-{
-    ofccl__err_t e = {0};
-    int rc = 0;
-
-    for (int t = 0; rc == 0 && t < r->ntensors && r->coll == OFCCL__AG; t++)
-        rc = ofccl__gq_copy(gc, r->tensors[t].t.full, r->tensors[t].t.shard,
-                            r->tensors[t].t.count * r->esize, &e);
-    for (int t = 0; rc == 0 && t < r->ntensors && r->coll == OFCCL__RS; t++) {
-        const void *src = r->tensors[t].t.full;
-        rc = ofccl__gpu_reduce_kernel(gc->g, gc->dev, gc->comm->stream, r->tensors[t].t.shard, &src,
-                                      1, r->tensors[t].t.count, (int)r->dtype, (int)r->op.kind,
-                                      r->op.scalar, r->op.kind == OFCCL_OP_AVG ? 1 : 0,
-                                      ofccl__gq_reduce_sms(gc), NULL, &e);
-    }
-    if (rc == 0)
-        rc = ofccl__gpu_stream_sync(gc->g, gc->dev, gc->comm->stream, &e);
-    if (rc)
-        return ofccl__comm_fail(r->comm, rc, "GPU bucket on one rank: %s", e.msg);
-    ofccl__coll_done_now(r, 0);
-    return 0;
-}
-
-int ofccl__gpu_route_bucket(ofccl_comm_t *comm, const char *what, int coll,
+int ofccl__gpu_admit_bucket(ofccl_comm_t *comm, const char *what, int coll,
                             const ofccl_tensor_t *tensors, int ntensors, ofccl_dtype_t dtype,
-                            int root, ofccl_redop_t op, ofccl_req_t **req, int *rc)
+                            ofccl__gwhere_t *where)
 {
     const void *gpu_ptr = NULL;
     size_t region;
     ofccl__gcomm_t *gc;
-    ofccl__gwhere_t where = {0};
-    ofccl__req_t *r;
+    int rc;
 
     if (ofccl__gpu_process(&comm->ctx->log, false) == NULL || tensors == NULL)
         return 0;
@@ -170,50 +143,18 @@ int ofccl__gpu_route_bucket(ofccl_comm_t *comm, const char *what, int coll,
         }
     if (gpu_ptr == NULL)
         return 0;
-    if ((*rc = ofccl__gcomm_get(comm, &gc)) != 0 ||
-        (*rc = on_this_gpu(comm, what, coll, gc, tensors, ntensors)) != 0)
-        return 1;
+    if ((rc = ofccl__gcomm_get(comm, &gc)) != 0 ||
+        (rc = on_this_gpu(comm, what, coll, gc, tensors, ntensors)) != 0)
+        return rc;
     /* Not the peer class: the host engine stages the bucket (bucket.c). */
     if (gc->path != OFCCL__GPATH_P2P || comm->size == 1 ||
         (coll == OFCCL__RS && comm->size > OFCCL__GPU_REDUCE_SRCS))
         return 0;
+    /* The flat buffer is the scratch, which may grow (collective). */
     region = region_bytes(comm, coll, tensors, ntensors, ofccl_dtype_size(dtype));
-    /* The scratch may grow (collective): before the request's slot. */
-    if (comm->size > 1 &&
-        (*rc = ofccl__gpu_locate(
-             gc, NULL,
-             OFCCL__MAX(coll != OFCCL__BC ? region * (size_t)comm->size : region, (size_t)1),
-             &where)) != 0)
-        return 1;
-    if ((*rc = ofccl__coll_begin(comm, coll, &r)) != 0)
-        return 1;
-    r->root = root;
-    r->op = op;
-    if ((*rc = ofccl__bucket_setup(comm, what, tensors, ntensors, dtype, r)) == 0) {
-        r->finish = NULL; /* unpacked on the stream, not by the host */
-        if (comm->size == 1) {
-            *rc = one_rank(gc, r);
-        } else {
-            where.stage = NULL;
-            char *flat = where.seg->peer[comm->rank] + where.off;
-            char *mine = flat + (coll != OFCCL__BC ? (size_t)comm->rank * r->block : 0);
-            /* all-gather: this rank's region into the flat buffer; reduce-scatter:
-             * the flat buffer into this rank's region (in place); broadcast:
-             * the flat buffer */
-            r->sendbuf = coll == OFCCL__RS ? flat : mine;
-            r->recvbuf = coll == OFCCL__AG ? flat : mine;
-            r->algo = coll == OFCCL__AG   ? &ofccl__gpu_ag
-                      : coll == OFCCL__RS ? &ofccl__gpu_rs
-                                          : &ofccl__gpu_bc;
-            ofccl__gpu_prepare(r, gc, &where);
-            gc->rq[r->slot].bucket = true;
-            *rc = ofccl__coll_start(r);
-        }
-    }
-    if (*rc) {
-        r->state = OFCCL__REQ_FREE;
-        return 1;
-    }
-    *req = r;
-    return 1;
+    rc = ofccl__gpu_locate(
+        gc, NULL, OFCCL__MAX(coll != OFCCL__BC ? region * (size_t)comm->size : region, (size_t)1),
+        where);
+    where->stage = NULL; /* unpacked on the stream, not copied out */
+    return rc != 0 ? rc : 1;
 }

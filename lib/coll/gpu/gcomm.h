@@ -148,7 +148,7 @@ typedef struct ofccl__gcomm {
     ofccl__gseg_t *dflags_seg;
     size_t dflags_off;
     /* across hosts, where every rank's transport takes its GPU memory
-     * (FI_HMEM): the host engine on the caller's GPU buffers (ghmem.c) */
+     * (FI_HMEM): the host engine on the caller's GPU buffers (comm->dev_reg) */
     bool hmem;
 } ofccl__gcomm_t;
 
@@ -167,10 +167,6 @@ int ofccl__gcomm_agree(ofccl_comm_t *comm, int mine, int about, int *first, int 
 /* ghmem.c: after the path is decided, whether GPU memory to other hosts
  * goes through the fabric as GPU memory (gc->hmem; collective). */
 int ofccl__ghmem_setup(ofccl__gcomm_t *gc);
-/* An all-gather or broadcast on the caller's GPU buffers through the host
- * engine, every transfer RMA from and into device memory (gc->hmem). */
-int ofccl__ghmem(ofccl__gcomm_t *gc, int coll, const void *sendbuf, void *recvbuf, size_t count,
-                 ofccl_dtype_t dtype, int root, size_t block, ofccl_req_t **req);
 /* Tear down (communicator destroy): streams, registrations, mappings, pool. */
 void ofccl__gcomm_free(ofccl_comm_t *comm);
 /* The communicator's GPU state if it has one (no setup), else NULL. */
@@ -211,18 +207,8 @@ static inline int ofccl__gq_reduce_sms(const ofccl__gcomm_t *gc)
 }
 /* The per-peer copy-engine streams and the fork event, made on first use. */
 int ofccl__gq_ce_streams(ofccl__gcomm_t *gc, ofccl__err_t *e);
-/* The request's algorithm: no descriptors or units; start enqueues the whole
- * collective on the stream, progress polls its end and the peers' published
- * arguments, abort releases this rank's stream (OFCCL__ALGO_STREAM). */
-extern const ofccl__algo_t ofccl__gpu_ag, ofccl__gpu_bc, ofccl__gpu_rs, ofccl__gpu_push;
-/* Where an output of `bytes` at `out` lands: its pool segment and offset, or
- * the scratch buffer (then `stage` is `out`, copied to at the end). May grow
- * the pool (collective): before the request's slot is claimed. */
-typedef struct ofccl__gwhere {
-    ofccl__gseg_t *seg;
-    size_t off;
-    void *stage;
-} ofccl__gwhere_t;
+/* Where an output of `bytes` at `out` lands (ofccl__gwhere_t, coll.h). May
+ * grow the pool (collective): before the request's slot is claimed. */
 int ofccl__gpu_locate(ofccl__gcomm_t *gc, void *out, size_t bytes, ofccl__gwhere_t *w);
 /* Fill the request's GPU state (its slot claimed). */
 void ofccl__gpu_prepare(ofccl__req_t *r, ofccl__gcomm_t *gc, const ofccl__gwhere_t *w);

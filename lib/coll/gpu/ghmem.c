@@ -1,26 +1,25 @@
 /*
- * GPU memory through the fabric provider, registered as GPU memory, where
- * the GPU peer class does not serve (peers on other hosts, a libfabric
- * provider on one host): libfabric's FI_HMEM, asked for when the context is
- * made (OFCCL_GPU_FABRIC, lib/core/ctx.c) and found where the provider has
- * an FI_HMEM entry and its libfabric was built with CUDA (Debian's has none:
+ * Whether GPU memory that the GPU peer class does not serve (peers on other
+ * hosts, a libfabric provider on one host) goes through the fabric provider
+ * as GPU memory: libfabric's FI_HMEM, asked for when the context is made
+ * (OFCCL_GPU_FABRIC, lib/core/ctx.c) and found where the provider has an
+ * FI_HMEM entry and its libfabric was built with CUDA (Debian's has none:
  * there this path is said unavailable once, and the host engine stages).
  *
- * Where every rank can register its GPU's memory with its transport, an
- * all-gather or a broadcast runs the host engine on the caller's GPU buffers
- * themselves: the output is registered for the call (ofccl_mem_register,
- * kind cuda:N from the driver), the all-gather's own block is copied to its
- * place on the caller's stream first, and every transfer is an RMA from and
- * into device memory. The device's executor (providers/gpu/exec.c) is
- * registered once, at setup, for what the host engine copies itself (its
- * staging, should a registration fail). The algorithm is direct (select.c): never eager (its
- * words are CPU copies), and nothing is forwarded, since a provider may
- * signal a write into device memory before its device copy has landed. The
- * call first waits for the caller's stream (the inputs are ready), and
- * before it returns, with the collective complete as a staged one, for the
- * provider's device copies into this rank's memory. A reduce-scatter stays
- * staged: its sums would need the peers' blocks landed in device memory,
- * which this path does not plan.
+ * Each rank checks at the communicator's first GPU call that its GPU's
+ * memory registers with its transport and that its GPU's executor can be
+ * made, and the ranks agree (comm->dev_reg). Then the host engine runs an
+ * all-gather or a broadcast on the caller's GPU buffers themselves, as any
+ * stream-ordered request (lib/coll/post.c, ofccl__resolve_device): the
+ * output is registered for the request, the all-gather's own block copied
+ * to its place on the caller's stream, the request gated on that stream,
+ * every transfer an RMA from and into device memory (the direct algorithm:
+ * never eager, whose words are CPU copies, and nothing forwarded, since a
+ * provider may signal a write into device memory before its device copy has
+ * landed), and the caller's stream released once the provider's device
+ * copies into this rank's memory are done (r->drain). A reduce-scatter
+ * stays staged: its sums would need the peers' blocks landed in device
+ * memory, which this path does not plan.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -90,7 +89,7 @@ int ofccl__ghmem_setup(ofccl__gcomm_t *gc)
     mine = probe(gc, why, sizeof(why)) == 0 ? 0 : 1;
     if ((rc = ofccl__gcomm_agree(comm, mine, comm->rank, &first, &who, &whose)) != 0)
         return rc;
-    gc->hmem = first == 0;
+    gc->hmem = comm->dev_reg = first == 0;
     if (gc->hmem) {
         /* made by probe(): the device's executor, for what the host engine
          * copies itself (its staging, should a registration fail) */
@@ -117,64 +116,4 @@ int ofccl__ghmem_setup(ofccl__gcomm_t *gc)
                                 who, who == comm->rank ? ": " : " (its log says why)",
                                 who == comm->rank ? why : "");
     return 0;
-}
-
-/* Register the caller's buffer for this call: released at its end. */
-static int reg(ofccl__gcomm_t *gc, const void *p, size_t len, ofccl_mem_t **m)
-{
-    ofccl_comm_t *comm = gc->comm;
-    int rc;
-
-    *m = NULL;
-    if (len == 0)
-        return 0;
-    rc = ofccl_mem_register(comm->ctx, (void *)p, len, m);
-    if (rc != 0)
-        return ofccl__comm_fail(comm, rc, "registering GPU memory with the fabric: %s",
-                                comm->ctx->err.msg);
-    return 0;
-}
-
-int ofccl__ghmem(ofccl__gcomm_t *gc, int coll, const void *sendbuf, void *recvbuf, size_t count,
-                 ofccl_dtype_t dtype, int root, size_t block, ofccl_req_t **req)
-{
-    ofccl_comm_t *comm = gc->comm;
-    size_t out = coll == OFCCL__AG ? block * (size_t)comm->size : block;
-    char *own = (char *)recvbuf + (size_t)comm->rank * block;
-    ofccl_mem_t *m_out = NULL;
-    ofccl__err_t e = {0};
-    ofccl_req_t *r = NULL;
-    int rc;
-
-    /* The all-gather's own block goes to its place first, on the caller's
-     * stream: every block is then sent from where it lies in the output,
-     * complete, and the host engine copies nothing. */
-    if (coll == OFCCL__AG && (rc = ofccl__gq_copy(gc, own, sendbuf, block, &e)) != 0)
-        return ofccl__comm_fail(comm, rc, "all-gather: this rank's block: %s", e.msg);
-    /* The inputs are ready once the caller's stream has reached this call. */
-    if ((rc = ofccl__gpu_stream_sync(gc->g, gc->dev, gc->comm->stream, &e)) != 0)
-        return ofccl__comm_fail(comm, rc, "waiting for the caller's stream: %s", e.msg);
-    if ((rc = reg(gc, recvbuf, out, &m_out)) != 0)
-        return rc;
-    if (coll == OFCCL__AG)
-        rc = ofccl__post(comm, OFCCL__AG, own, recvbuf, count, dtype,
-                         (ofccl_redop_t){OFCCL_OP_SUM, 1}, block, &r);
-    else
-        rc = ofccl__post_bc(comm, recvbuf, count, dtype, root, block, &r);
-    if (rc == 0)
-        (void)ofccl_wait(r); /* its status stays in the request, the caller's to read */
-    /* The provider's device copies into this rank's memory may still run on
-     * the legacy stream after it signalled them (shm's CUDA IPC copies are
-     * asynchronous): they are done before the call returns. */
-    if (rc == 0 && (rc = ofccl__gpu_stream_sync(gc->g, gc->dev, NULL, &e)) != 0) {
-        ofccl_req_free(r);
-        rc = ofccl__comm_fail(comm, rc, "waiting for the provider's device copies: %s", e.msg);
-    }
-    if (m_out != NULL)
-        ofccl_mem_deregister(m_out);
-    if (rc == 0) {
-        comm->ctx->stats.hmem_bytes += out;
-        *req = r;
-    }
-    return rc;
 }
