@@ -199,8 +199,8 @@ enum {
 };
 int ofccl__post_reduce_scatter(ofccl__req_t *r);
 int ofccl__post_broadcast(ofccl__req_t *r);
-/* A broadcast of checked arguments on the host engine (no GPU routing): the
- * request, as ofccl_broadcast's. */
+/* Post a broadcast of checked arguments (the posting step, as ofccl__post):
+ * the request, as ofccl_broadcast's. */
 int ofccl__post_bc(ofccl_comm_t *comm, void *buf, size_t count, ofccl_dtype_t dtype, int root,
                    size_t block, ofccl_req_t **req);
 /* An all-gather of `bytes` per rank, waited for (creating objects over a
