@@ -244,6 +244,47 @@ int ofccl__desc_check(const uint64_t d[OFCCL__DESC_WORDS], const ofccl__desc_exp
     return 0;
 }
 
+void ofccl__args_words(const ofccl__req_t *r, uint64_t w[OFCCL__ARGS_WORDS])
+{
+    w[0] = ofccl__fingerprint(r);
+    w[1] = r->count;
+    w[2] = ofccl__scalar_bits(r);
+    w[3] = r->bucket ? r->layout_hash : 0;
+    w[4] = r->bucket ? (uint64_t)r->ntensors : 0;
+}
+
+int ofccl__args_check(ofccl__req_t *r, int from, const uint64_t w[OFCCL__ARGS_WORDS])
+{
+    uint64_t mine[OFCCL__ARGS_WORDS], d[OFCCL__DESC_WORDS] = {0};
+    ofccl__desc_expect_t x;
+    char why[256];
+    int rc, field;
+
+    ofccl__args_words(r, mine);
+    x = (ofccl__desc_expect_t){.seq = r->seq,
+                               .fingerprint = mine[0],
+                               .count = mine[1],
+                               .from = from,
+                               .me = r->comm->rank,
+                               .scalar_bits = mine[2],
+                               .bucket = r->bucket,
+                               .layout_hash = mine[3],
+                               .ntensors = mine[4]};
+    /* As a descriptor of an empty region (nothing of it is used). */
+    d[0] = r->seq;
+    d[1] = w[0];
+    d[2] = w[1];
+    d[7] = (uint64_t)from;
+    d[8] = w[2];
+    d[9] = w[3];
+    d[10] = w[4];
+    rc = ofccl__desc_check(d, &x, why, sizeof(why), &field);
+    if (rc == 0)
+        return 0;
+    ofccl__notice_mismatch(r->comm, r->seq, from, field);
+    return ofccl__coll_fail(r, OFCCL_ERR_MISMATCH, "%s", why);
+}
+
 /* Whether p's descriptor for r has landed, counted once (cqdata flag, atomic
  * counter) so that the next call waits for its next one. */
 static bool desc_in(ofccl__req_t *r, int p)

@@ -376,6 +376,16 @@ typedef struct ofccl__desc_expect {
  * offset, rank, premul scalar bits, layout hash, tensors, layout offset}. */
 int ofccl__desc_check(const uint64_t d[OFCCL__DESC_WORDS], const ofccl__desc_expect_t *x, char *why,
                       size_t len, int *field);
+/* Stream programs (OFCCL__ALGO_STREAM) send no descriptors: each rank
+ * publishes its request's arguments where its peers read them (a region of
+ * the algorithm's own), and each checks its peers' as descriptors are
+ * checked, named alike. ofccl__args_words: r's words {fingerprint, count,
+ * premul scalar bits, layout hash, tensors}; ofccl__args_check: rank
+ * `from`'s words for the same collective against r's: 0, or the request
+ * failed with OFCCL_ERR_MISMATCH naming the argument (the other ranks told). */
+#define OFCCL__ARGS_WORDS 5
+void ofccl__args_words(const ofccl__req_t *r, uint64_t w[OFCCL__ARGS_WORDS]);
+int ofccl__args_check(ofccl__req_t *r, int from, const uint64_t w[OFCCL__ARGS_WORDS]);
 /* The same for an eager header (x->need unused). */
 int ofccl__eager_check(const uint64_t h[OFCCL__EAGER_WORDS], const ofccl__desc_expect_t *x,
                        char *why, size_t len, int *field);

@@ -28,34 +28,12 @@
 #include "gcomm.h"
 #include "util.h"
 
-enum fp_field {
-    FP_SEQ,
-    FP_COLL,
-    FP_BYTES,
-    FP_SEG,
-    FP_OFF,
-    FP_ROOT,
-    FP_DTYPE,
-    FP_LAYOUT,
-    FP_OP,
-    FP_SCALAR,
-    FP_WORDS
-};
+/* A request's published words in its slot of the flag region: its sequence
+ * number + 1 (written last: the rest is in), the engine's argument words
+ * (ofccl__args_words), and where its buffer is (pool segment or
+ * registration number, and offset), which must match too. */
+enum { FP_SEQ, FP_ARGS, FP_SEG = FP_ARGS + OFCCL__ARGS_WORDS, FP_OFF, FP_WORDS };
 _Static_assert((int)FP_WORDS == (int)OFCCL__GF_FP_WORDS, "a slot's published words");
-
-/* The reduction's words: its kind, and its scalar's bits (premul sum). */
-static uint64_t fp_op(const ofccl__req_t *r, bool scalar)
-{
-    uint64_t bits = 0;
-
-    if (r->coll != OFCCL__RS)
-        return 0;
-    if (!scalar)
-        return (uint64_t)r->op.kind + 1;
-    if (r->op.kind == OFCCL_OP_PREMUL_SUM)
-        memcpy(&bits, &r->op.scalar, sizeof(bits));
-    return bits;
-}
 
 static ofccl__gcomm_t *gc_of(const ofccl__req_t *r)
 {
@@ -87,68 +65,47 @@ static void fp_publish(ofccl__req_t *r, const struct ofccl__grq *q)
 {
     ofccl__gcomm_t *gc = gc_of(r);
     _Atomic uint64_t *w = &gc->fh[r->comm->rank][ofccl__gf_fp(r->comm->size, r->slot)];
-    uint64_t v[FP_WORDS] = {v_of(r),
-                            (uint64_t)r->coll,
-                            r->block,
-                            q->serial,
-                            q->off,
-                            (uint64_t)(int64_t)q->root,
-                            (uint64_t)r->dtype,
-                            q->bucket                ? r->layout_hash ^ (uint64_t)r->ntensors
-                            : r->coll == OFCCL__PUSH ? r->tag
-                                                     : 0,
-                            fp_op(r, false),
-                            fp_op(r, true)};
+    uint64_t v[FP_WORDS] = {v_of(r)};
 
+    ofccl__args_words(r, &v[FP_ARGS]);
+    v[FP_SEG] = q->serial;
+    v[FP_OFF] = q->off;
     for (int i = FP_WORDS - 1; i >= 0; i--) /* the sequence last: it says the rest is in */
         atomic_store_explicit(&w[i], v[i],
                               i == FP_SEQ ? memory_order_release : memory_order_relaxed);
 }
 
-/* A peer's published arguments for this collective that differ from ours. */
+/* Every peer's published arguments for this collective against ours: the
+ * engine's check (named as a descriptor's), then where the buffer is. */
 static int fp_check(ofccl__req_t *r)
 {
-    static const char *const names[FP_WORDS] = {"",
-                                                "operation",
-                                                "count",
-                                                "buffer (pool segment or registration number)",
-                                                "buffer (offset in it)",
-                                                "root",
-                                                "dtype",
-                                                "bucket layout",
-                                                "reduction (sum 1, avg 2, premul sum 3)",
-                                                "premul scalar (its bits)"};
     ofccl__gcomm_t *gc = gc_of(r);
     const ofccl_comm_t *comm = r->comm;
     const _Atomic uint64_t *mine = &gc->fh[comm->rank][ofccl__gf_fp(comm->size, r->slot)];
 
     for (int p = 0; p < comm->size; p++) {
         const _Atomic uint64_t *w = &gc->fh[p][ofccl__gf_fp(comm->size, r->slot)];
+        uint64_t v[FP_WORDS];
+        int rc;
+
         if (p == comm->rank || atomic_load_explicit(&w[FP_SEQ], memory_order_acquire) != v_of(r))
             continue;
-        for (int f = FP_COLL; f < FP_WORDS; f++) {
-            uint64_t a = atomic_load_explicit(&w[f], memory_order_relaxed);
+        for (int f = FP_ARGS; f < FP_WORDS; f++)
+            v[f] = atomic_load_explicit(&w[f], memory_order_relaxed);
+        if ((rc = ofccl__args_check(r, p, &v[FP_ARGS])) != 0)
+            return rc;
+        for (int f = FP_SEG; f < FP_WORDS; f++) {
             uint64_t b = atomic_load_explicit(&mine[f], memory_order_relaxed);
-            if (a == b)
+            if (v[f] == b)
                 continue;
-            ofccl__notice_mismatch(r->comm, r->seq, p,
-                                   f == FP_COLL     ? OFCCL__FIELD_OPERATION
-                                   : f == FP_BYTES  ? OFCCL__FIELD_COUNT
-                                   : f == FP_ROOT   ? OFCCL__FIELD_ROOT
-                                   : f == FP_DTYPE  ? OFCCL__FIELD_DTYPE
-                                   : f == FP_LAYOUT ? OFCCL__FIELD_LAYOUT
-                                   : f == FP_OP     ? OFCCL__FIELD_REDOP
-                                   : f == FP_SCALAR ? OFCCL__FIELD_SCALAR
-                                                    : OFCCL__FIELD_NONE);
+            ofccl__notice_mismatch(r->comm, r->seq, p, OFCCL__FIELD_NONE);
             return ofccl__coll_fail(
                 r, OFCCL_ERR_MISMATCH,
-                "rank %d posted it on the GPU with %s %llu, rank %d with %llu%s", p, names[f],
-                (unsigned long long)a, comm->rank, (unsigned long long)b,
-                f == FP_OFF || f == FP_SEG
-                    ? " (every rank passes a GPU pool buffer at the same offset, or memory at the "
-                      "same offset of its own registration made at the same point, or every "
-                      "rank other memory)"
-                    : "");
+                "rank %d posted it on the GPU with buffer (%s) %llu, rank %d with %llu (every "
+                "rank passes a GPU pool buffer at the same offset, or memory at the same offset "
+                "of its own registration made at the same point, or every rank other memory)",
+                p, f == FP_SEG ? "pool segment or registration number" : "offset in it",
+                (unsigned long long)v[f], comm->rank, (unsigned long long)b);
         }
     }
     return 0;

@@ -29,7 +29,7 @@
 enum {
     OFCCL__GF_ABORT = 0,     /* nonzero: this rank gave up; its kernel copies nothing more */
     OFCCL__GF_HDR = 8,       /* then READY[n], DONE[n], SENT[n], FP[SLOTS][FP_WORDS] */
-    OFCCL__GF_FP_WORDS = 10, /* a request's published arguments (gcoll.c) */
+    OFCCL__GF_FP_WORDS = 8, /* a request's published arguments (gcoll.c) */
 };
 static inline size_t ofccl__gf_ready(int from)
 {
