@@ -6,7 +6,17 @@
 # Python parts). Runs the C gpu suite at 2 and all GPUs, the Python GPU tests,
 # ofccl_perf-style GPU figures (copy kernel and copy engines), the ceilings,
 # and the side-by-side benchmark against NCCL; logs go to OUT_DIR.
-# Usage: perf/gpu_run.sh BUNDLE OUT_DIR [parts...]  (parts: c py perf ceiling bench; all when none)
+# On a machine of one GPU the ranks share it (OFCCL_TEST_GPU_SHARED=1, 2 and 4
+# ranks) under MPS, started here and stopped at the end, so that their kernels
+# run together. Parts for one GPU:
+#   watch     test_gpu's failure scenarios at 3 ranks (the detection times)
+#   hosts     two simulated hosts (OFCCL_HOST_ID, tcp): gpu_perf staged against
+#             host memory, and gpu_overlap.py (post time, overlap with a
+#             matmul, per-call cost)
+#   hmem      test_gpu hmem / hmem-need with a CUDA-enabled libfabric that the
+#             bundle carries in BUNDLE/cudafab (FI_HMEM through shm)
+# Usage: perf/gpu_run.sh BUNDLE OUT_DIR [parts...]
+#   (parts: c py perf ceiling bench watch hosts hmem; all of the first five when none)
 set -u
 b=$(cd "$1" && pwd) out=$2
 shift 2
@@ -15,12 +25,52 @@ mkdir -p "$out"
 export LD_LIBRARY_PATH="$b/lib" OFCCL_LIBRARY="$b/lib/libofccl.so.0" OFCCL_LOG_LEVEL=warn
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 n=$(nvidia-smi -L | wc -l)
+if [ "$n" -lt 2 ]; then
+    export OFCCL_TEST_GPU_SHARED=1
+    nvidia-cuda-mps-control -d 2>/dev/null && trap 'echo quit | nvidia-cuda-mps-control' EXIT
+    n=4
+fi
 has() { case " $parts " in *" $1 "*) return 0 ;; esac; return 1; }
 if has c; then
     for np in 2 "$n"; do
         timeout 400 "$b/bin/test_gpu" "$np" >"$out/test_gpu_np$np.txt" 2>&1
         echo "test_gpu np$np: exit $? ($(grep -c 'passed$' "$out/test_gpu_np$np.txt") scenarios passed)"
         grep -E "FAILED|rank [0-9]+ (killed|exited)|STILL" "$out/test_gpu_np$np.txt" | head -5
+    done
+fi
+if has watch; then
+    timeout 300 "$b/bin/test_gpu" 3 watch-kill-ag watch-kill-rs watch-kill-bc watch-kill-bucket \
+        watch-kill-push watch-exit-ag watch-exit-rs watch-exit-bc watch-exit-bucket \
+        watch-exit-push watch-stall watch-abort watch-kill-staged watch-stall-staged \
+        >"$out/watch_np3.txt" 2>&1
+    echo "test_gpu watch-*: exit $? ($(grep -c 'passed, 0 failed' "$out/watch_np3.txt") passed)"
+    grep -E "stream released after" "$out/watch_np3.txt" | cut -c1-100
+fi
+if has hosts; then
+    for m in plain host; do
+        timeout 120 "$b/bin/gpu_perf" -n 2 -H 2 -m $m -b 1M -e 256M -i 5 >"$out/gpu_perf_H2_$m.txt" 2>&1
+        tail -10 "$out/gpu_perf_H2_$m.txt"
+    done
+    for np in 2 4; do
+        PYTHONPATH="$(pwd)/python" PYTHONUNBUFFERED=1 timeout 200 python3 perf/gpu_overlap.py \
+            --ranks $np --hosts 2 --size 64M --json "$out/overlap_np$np.json" \
+            >"$out/overlap_np$np.txt" 2>&1
+        echo "gpu_overlap --ranks $np --hosts 2: exit $?"; tail -6 "$out/overlap_np$np.txt"
+    done
+fi
+if has hmem && [ -f "$b/cudafab/libfabric.so.1" ]; then
+    # the CUDA-enabled libfabric dlopens libcudart.so and libcuda.so.1 by those names
+    cl=$(mktemp -d)
+    for l in libcudart libcuda; do
+        f=$(find /usr/lib/x86_64-linux-gnu /usr/local /usr/lib/python3* -name "$l.so*" 2>/dev/null | head -1)
+        [ -n "$f" ] && ln -sf "$f" "$cl/$l.so" && ln -sf "$f" "$cl/$l.so.1"
+    done
+    for np in 2 4; do
+        LD_LIBRARY_PATH="$b/cudafab:$cl:$b/lib" FI_PROVIDER_PATH="$b/cudafab/libfabric" \
+            OFCCL_TEST_HMEM=1 timeout 200 "$b/bin/test_gpu" $np hmem hmem-need \
+            >"$out/hmem_np$np.txt" 2>&1
+        echo "test_gpu hmem np$np (FI_HMEM): exit $?"
+        grep -E "GPU memory|behind a held|FAILED" "$out/hmem_np$np.txt" | cut -c1-160 | head -8
     done
 fi
 if has py; then
