@@ -223,7 +223,7 @@ int ofccl__bucket_setup(ofccl_comm_t *comm, const char *what, const ofccl_tensor
  * one-source reduction) done here. The request completes before the call
  * returns and runs no algorithm: r->algo is cleared so that nothing mistakes
  * the slot's previous algorithm for this request's (wait.c). */
-static int one_rank(ofccl__req_t *r)
+int ofccl__bucket_one_rank(ofccl__req_t *r)
 {
     int rc = 0, t;
 
@@ -249,32 +249,5 @@ static int one_rank(ofccl__req_t *r)
                                 "full)",
                                 t - 1);
     ofccl__coll_done_now(r, 0);
-    return 0;
-}
-
-int ofccl__post_bucket(ofccl_comm_t *comm, const char *what, int coll,
-                       const ofccl_tensor_t *tensors, int ntensors, ofccl_dtype_t dtype, int root,
-                       ofccl_redop_t op, ofccl_req_t **req)
-{
-    ofccl__gwhere_t where;
-    ofccl__req_t *r;
-    int peer = ofccl__gpu_admit_bucket(comm, what, coll, tensors, ntensors, dtype, &where);
-    int rc = peer < 0 ? peer : ofccl__coll_begin(comm, coll, &r);
-
-    if (rc)
-        return rc;
-    r->root = root;
-    r->op = op;
-    rc = ofccl__bucket_setup(comm, what, tensors, ntensors, dtype, r);
-    if (rc == 0 && peer)
-        rc = ofccl__post_peer_class(r, &where);
-    else if (rc == 0)
-        rc = comm->size == 1     ? one_rank(r)
-             : coll == OFCCL__AG ? ofccl__post_allgather(r)
-             : coll == OFCCL__RS ? ofccl__post_reduce_scatter(r)
-                                 : ofccl__post_broadcast(r);
-    if (rc)
-        return ofccl__post_failed(r, rc);
-    *req = r;
     return 0;
 }

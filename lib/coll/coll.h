@@ -94,12 +94,7 @@ int ofccl__gpu_refuse(ofccl_comm_t *comm, const char *what, const char *role,
  * device memory (a transport that takes it: direct only), and the caller's
  * buffers are device memory (staged: nothing reads or writes them in place
  * but the io copies, so no eager path and no in-place variant). */
-enum ofccl__mem_flag {
-    OFCCL__MEM_ALGO_DEVICE = 1u << 0,
-    OFCCL__MEM_CALLER_DEVICE = 1u << 1,
-    /* the GPU peer class serves the buffers (one host, P2P; gpu/gapi.c) */
-    OFCCL__MEM_PEER_CLASS = 1u << 2,
-};
+enum ofccl__mem_flag { OFCCL__MEM_ALGO_DEVICE = 1u << 0, OFCCL__MEM_CALLER_DEVICE = 1u << 1 };
 static inline unsigned ofccl__mem_flags(const ofccl__req_t *r)
 {
     return (ofccl__exec_on_host(r) ? 0 : OFCCL__MEM_ALGO_DEVICE) |
@@ -179,17 +174,36 @@ int ofccl__post_local(ofccl__req_t *r);
  * and for buckets, staged in host memory. r->drain is set for in place. 0,
  * or an error (a registration that failed). Host memory: nothing to do. */
 int ofccl__resolve_device(ofccl__req_t *r, void *buf, size_t len);
-/* A request the GPU peer class serves (ofccl__gpu_admit said so, `where`):
- * its algorithm chosen, its GPU state placed, and started. */
-int ofccl__post_peer_class(ofccl__req_t *r, const ofccl__gwhere_t *where);
+
+/* ---- posting on the host engine (host_post.c) ---- */
+/* Claim the next slot and fill in a collective's arguments (a broadcast's
+ * buffer is recvbuf; root -1 for the others). */
+int ofccl__coll_claim(ofccl_comm_t *comm, int coll, const void *sendbuf, void *recvbuf,
+                      size_t count, ofccl_dtype_t dtype, ofccl_redop_t op, int root, size_t block,
+                      ofccl__req_t **out);
+/* A claimed request on the host engine: its executors chosen by its
+ * buffers' kinds, then done at once on one rank, or the collective's own
+ * posting. 0, or an error (the caller gives the slot back). */
+int ofccl__post_host(ofccl__req_t *r);
 /* A request that failed at post: its slot back, and its own registration;
  * returns rc. */
 int ofccl__post_failed(ofccl__req_t *r, int rc);
+/* Every rank's `mine` (with `about`, a rank it concerns), collectively: the
+ * first nonzero one in rank order in *first (0: none), its rank in *who and
+ * its `about` in *whose. 0, or the exchange's error. */
+int ofccl__agree(ofccl_comm_t *comm, int mine, int about, int *first, int *who, int *whose);
 int ofccl__post_allgather(ofccl__req_t *r);
-/* Claim a slot, fill in the arguments and post (all-gather or reduce-scatter);
- * the slot is released on failure. */
-int ofccl__post(ofccl_comm_t *comm, int coll, const void *sendbuf, void *recvbuf, size_t count,
-                ofccl_dtype_t dtype, ofccl_redop_t op, size_t block, ofccl_req_t **req);
+
+/* ---- the posting step (post.c) ---- */
+/* Post a collective of checked arguments (`what` names the call; a
+ * broadcast's buffer is recvbuf): to the GPU peer class where it serves the
+ * buffers, else the host engine. The slot is released on failure. */
+int ofccl__post(ofccl_comm_t *comm, const char *what, int coll, const void *sendbuf, void *recvbuf,
+                size_t count, ofccl_dtype_t dtype, ofccl_redop_t op, int root, size_t block,
+                ofccl_req_t **req);
+/* A request the GPU peer class serves (ofccl__gpu_admit said so, `where`):
+ * its stream program, its GPU state placed, and started. */
+int ofccl__post_peer_class(ofccl__req_t *r, const ofccl__gwhere_t *where);
 /* ofccl__comm_note_once bits. */
 enum {
     OFCCL__NOTE_PULL_STAGED = 0,
@@ -199,10 +213,6 @@ enum {
 };
 int ofccl__post_reduce_scatter(ofccl__req_t *r);
 int ofccl__post_broadcast(ofccl__req_t *r);
-/* Post a broadcast of checked arguments (the posting step, as ofccl__post):
- * the request, as ofccl_broadcast's. */
-int ofccl__post_bc(ofccl_comm_t *comm, void *buf, size_t count, ofccl_dtype_t dtype, int root,
-                   size_t block, ofccl_req_t **req);
 /* An all-gather of `bytes` per rank, waited for (creating objects over a
  * communicator's fabric); the communicator's last error says why it failed. */
 int ofccl__allgather_blocking(ofccl_comm_t *comm, const void *in, void *out, size_t bytes);
@@ -215,6 +225,9 @@ size_t ofccl__bucket_extra(const ofccl__req_t *r);
 /* Validate a bucket's tensors and size its flat buffer; the request keeps a copy. */
 int ofccl__bucket_setup(ofccl_comm_t *comm, const char *what, const ofccl_tensor_t *tensors,
                         int ntensors, ofccl_dtype_t dtype, ofccl__req_t *r);
+/* One rank: each shard is its whole tensor, so the collective is a copy (or
+ * a one-source reduction) done at post; the request completes at once. */
+int ofccl__bucket_one_rank(ofccl__req_t *r);
 void ofccl__bucket_copy_in(ofccl__req_t *r, void *area);
 /* Tensor `count`'s slot in every rank's region (elements), and the length of
  * rank q's shard (it starts at q times the slot). */

@@ -277,13 +277,15 @@ static void size_text(size_t b, char *buf, size_t len)
         snprintf(buf, len, "%zu", b);
 }
 
-void ofccl__cost_describe(const ofccl_comm_t *comm, char *buf, size_t len)
+void ofccl__cost_describe(const ofccl_comm_t *comm, const unsigned valid[3], char *buf, size_t len)
 {
     static const int colls[] = {OFCCL__AG, OFCCL__RS, OFCCL__BC};
     static const char *const names[] = {"all-gather", "reduce-scatter", "broadcast"};
     const ofccl__link_t *l = comm->link;
+    ofccl__cost_topo_t t;
     size_t used;
 
+    ofccl__cost_topo_of(comm, &t);
     used = (size_t)snprintf(buf, len,
                             "cost model: local %.1f us %.2f GB/s (%s), fabric %.1f us %.2f GB/s "
                             "(%s), %d full-rate streams; auto beyond the eager size picks",
@@ -294,7 +296,7 @@ void ofccl__cost_describe(const ofccl_comm_t *comm, char *buf, size_t len)
         int last = -1;
         used += (size_t)snprintf(buf + used, len - used, "%s %s", k ? ";" : "", names[k]);
         for (size_t b = 1024; b <= (1u << 30) && used < len; b *= 2) {
-            int c = ofccl__choose_model(comm, colls[k], b);
+            int c = ofccl__cost_pick(&t, colls[k], b, valid[k]);
             char at[16];
             if (c == last)
                 continue;

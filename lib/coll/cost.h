@@ -54,8 +54,9 @@ const char *ofccl__cost_cand_name(int cand);
 unsigned ofccl__choose_valid(const ofccl_comm_t *comm, int coll);
 int ofccl__choose_model(const ofccl_comm_t *comm, int coll, size_t bytes);
 /* One line for logs and ofccl_info: the agreed link constants and, per
- * collective, the candidate the model picks from 1 KiB to 1 GiB ("direct,
- * ring from 256K"). */
-void ofccl__cost_describe(const ofccl_comm_t *comm, char *buf, size_t len);
+ * collective (all-gather, reduce-scatter, broadcast: `valid`, as
+ * ofccl__choose_valid says), the candidate the model picks from 1 KiB to
+ * 1 GiB ("direct, ring from 256K"). */
+void ofccl__cost_describe(const ofccl_comm_t *comm, const unsigned valid[3], char *buf, size_t len);
 
 #endif

@@ -94,13 +94,6 @@ static ofccl__mem_kind_t shards_kind(const ofccl_push_plan_t *pl, int k, void *c
     return OFCCL__MEM_HOST;
 }
 
-void ofccl__push_set_used(ofccl_push_plan_t *pl, int slot, int k, const size_t *used)
-{
-    for (int t = pl->first[k]; t < pl->first[k + 1]; t++)
-        pl->used[(size_t)slot * (size_t)pl->ntensors + (size_t)t] =
-            used != NULL ? OFCCL__MIN(used[t], pl->counts[t]) : SIZE_MAX;
-}
-
 static int push_bucket_locked(ofccl_push_plan_t *pl, int k, void *const *shards, const size_t *used,
                               void *buf, size_t len, ofccl_req_t **req)
 {

@@ -8,8 +8,9 @@
  * broadcast direct, chain and hier. What the memory and the provider allow
  * then decides the variant of direct: where peers' memory maps, a
  * reduce-scatter reads its peers' blocks in place and a broadcast's
- * receivers read the root's buffer at once (pull). Device memory the GPU
- * peer class serves (one host, P2P) takes its stream programs.
+ * receivers read the root's buffer at once (pull). This is the host
+ * engine's chooser: device memory the GPU peer class serves takes its
+ * stream programs (post.c).
  */
 #include "coll.h"
 #include "cost.h"
@@ -119,12 +120,6 @@ const ofccl__algo_t *ofccl__choose(ofccl_comm_t *comm, int coll, size_t block, i
                                  : OFCCL__CFG_ALGO_BC;
     int forced = (int)ofccl__cfg_int(&comm->ctx->cfg, id), cand;
     bool eager = !bucket && !(mem & OFCCL__MEM_CALLER_DEVICE) && ofccl__eager_possible(comm, block);
-
-    /* Device memory the GPU peer class serves: its stream programs. */
-    if (mem & OFCCL__MEM_PEER_CLASS)
-        return coll == OFCCL__AG   ? &ofccl__gpu_ag
-               : coll == OFCCL__RS ? &ofccl__gpu_rs
-                                   : &ofccl__gpu_bc;
     /* Device memory (a transport that takes it, FI_HMEM): direct only. Never
      * eager (the CPU copies its words); and nothing is forwarded, since a
      * provider may signal a write into device memory before its device copy
@@ -153,7 +148,10 @@ const ofccl__algo_t *ofccl__choose(ofccl_comm_t *comm, int coll, size_t block, i
         return eager_of(coll);
     if (forced == 0 && ofccl__comm_note_once(comm, OFCCL__NOTE_COST)) {
         char why[600];
-        ofccl__cost_describe(comm, why, sizeof(why));
+        unsigned valid[3] = {ofccl__choose_valid(comm, OFCCL__AG),
+                             ofccl__choose_valid(comm, OFCCL__RS),
+                             ofccl__choose_valid(comm, OFCCL__BC)};
+        ofccl__cost_describe(comm, valid, why, sizeof(why));
         OFCCL__INFO(&comm->ctx->log, OFCCL__SUB_COLL, "rank %d: communicator of %d ranks: %s",
                     comm->rank, comm->size, why);
     }

@@ -126,7 +126,9 @@ static void print_cost(const ofccl_comm_t *comm)
             printf("  %s\n", ofccl__cost_cand_name(ofccl__choose_model(comm, colls[i], sizes[k])));
         }
     }
-    ofccl__cost_describe(comm, line, sizeof(line));
+    unsigned valid[3] = {ofccl__choose_valid(comm, OFCCL__AG), ofccl__choose_valid(comm, OFCCL__RS),
+                         ofccl__choose_valid(comm, OFCCL__BC)};
+    ofccl__cost_describe(comm, valid, line, sizeof(line));
     printf("  %s\n", line);
 }
 

@@ -14,8 +14,8 @@ and of the layers below it (LAYERS). Also checked:
   - no transport's name in a comparison in lib/core or lib/coll: a transport
     is an ops table, and what differs between them is data.
   - the collectives' entry points (ENTRY_POINTS) never ask a buffer's memory
-    kind nor call the GPU peer class: the posting step (lib/coll/post.c) and
-    the chooser do, for every kind alike.
+    kind nor call the GPU peer class: the posting step (lib/coll/post.c) does,
+    for every kind alike.
 The meson build enforces the include rule too (each layer's static library
 sees only its own include directories and those below); this script names
 file and line, and covers the rules a compiler cannot see. With --symbols it
@@ -24,7 +24,9 @@ uses a symbol another layer defines, unless that layer is below it (a
 declaration written by hand, or a header included by a relative path, passes
 the include rule but not this one); inside lib/core it also reports a file
 that calls a file on its own tier or above (CORE_TIERS), and a file no tier
-names, so that no two files of lib/core call each other in a loop.
+names, so that no two files of lib/core call each other in a loop; in
+lib/base and lib/coll (ACYCLIC_LAYERS) it reports any loop of calls among
+files.
 
 Usage: check_layers.py [SOURCE_ROOT]   check a tree (default: this checkout)
        check_layers.py --symbols LAYER LIB [LAYER LIB ...]
@@ -267,7 +269,7 @@ def check_transport_names(root, files, problems):
 
 # Files of the collectives' entry points, and the calls that would make one
 # branch on the memory kind.
-ENTRY_POINTS = ["lib/coll/allgather.c", "lib/coll/reduce_scatter.c", "lib/coll/broadcast.c"]
+ENTRY_POINTS = ["lib/coll/calls.c"]
 KIND_CALL_RE = re.compile(r"\b(ofccl__mem_kind_of|ofccl__gpu_\w+)\s*\(")
 
 
@@ -281,7 +283,7 @@ def check_entry_points(root, files, problems):
         for lineno, line in enumerate(text.split("\n"), 1):
             for name in KIND_CALL_RE.findall(line):
                 problems.append("%s:%d: an entry point calls %s (the memory kind is the "
-                                "posting step's and the chooser's, lib/coll/post.c)"
+                                "posting step's, lib/coll/post.c)"
                                 % (rel, lineno, name))
 
 
@@ -335,6 +337,58 @@ def check_symbols(layers):
                     problems.append("%s (layer %s) uses %s, defined by layer %s; %s may use "
                                     "only %s" % (obj, layer, sym, other, layer,
                                                  ", ".join(sorted(allowed[layer]))))
+    return problems
+
+
+# Layers of lib/ whose files may not call each other in a loop (lib/core has
+# its tiers, which say more).
+ACYCLIC_LAYERS = ["base", "coll"]
+
+
+def check_no_cycles(layer, objs):
+    """objs: a layer's {object: (defined, undefined)}. No loop of calls among
+    its files: each loop (a strongly connected set) is reported once, with
+    one call of each file into the next."""
+    owner = {sym: obj for obj, (defs, _) in objs.items() for sym in defs}
+    calls = {obj: {} for obj in objs}
+    for obj, (_, undefs) in objs.items():
+        for sym in sorted(undefs):
+            other = owner.get(sym)
+            if other is not None and other != obj:
+                calls[obj].setdefault(other, sym)
+    index, low, stack, on, loops = {}, {}, [], set(), []
+
+    def visit(v):  # Tarjan's strongly connected components
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(calls[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                loops.append(sorted(comp))
+
+    for v in sorted(calls):
+        if v not in index:
+            visit(v)
+    problems = []
+    for comp in loops:
+        inside = set(comp)
+        edges = ["%s -> %s (%s)" % (a, b, calls[a][b]) for a in comp for b in sorted(calls[a])
+                 if b in inside]
+        problems.append("layer %s: files that call each other in a loop: %s; calls: %s"
+                        % (layer, ", ".join(comp), "; ".join(edges)))
     return problems
 
 
@@ -417,9 +471,9 @@ PLANTED = [
     ([("lib/coll/push.c", "struct view {\n    int a;\n};\n"),
       ("lib/coll/push_plan.c", "\nstruct view {\n    int b;\n};\n")],
      ["lib/coll/push.c:1", "struct view", "lib/coll/push_plan.c:2"]),
-    ([("lib/coll/allgather.c", '#include "coll.h"\nint f(const void *p)\n{\n'
-                               '    return ofccl__mem_kind_of(p) >= 0;\n}\n')],
-     ["lib/coll/allgather.c:4", "entry point", "ofccl__mem_kind_of"]),
+    ([("lib/coll/calls.c", '#include "coll.h"\nint f(const void *p)\n{\n'
+                           '    return ofccl__mem_kind_of(p) >= 0;\n}\n')],
+     ["lib/coll/calls.c:4", "entry point", "ofccl__mem_kind_of"]),
 ]
 
 
@@ -494,7 +548,25 @@ def self_check():
             print("self-check: lib/core tiers, %s: want %s, got:\n  %s"
                   % (plant and plant[0], words or "nothing", "\n  ".join(got) or "(nothing)"))
             failed += 1
-    total = 1 + len(PLANTED) + len(sym_cases) + len(core_cases)
+    # A layer's files in a loop: three files calling around, and a clean chain.
+    chain = {"calls.c.o": ({"ofccl_allgather"}, {"ofccl__post"}),
+             "post.c.o": ({"ofccl__post"}, {"ofccl__post_allgather"}),
+             "allgather.c.o": ({"ofccl__post_allgather"}, {"ofccl__choose"}),
+             "select.c.o": ({"ofccl__choose"}, set())}
+    loop_cases = [(None, []),
+                  (("select.c.o", ({"ofccl__choose"}, {"ofccl__post"})),
+                   ["layer coll", "allgather.c.o, post.c.o, select.c.o",
+                    "select.c.o -> post.c.o (ofccl__post)"])]
+    for plant, words in loop_cases:
+        objs = dict(chain)
+        if plant:
+            objs[plant[0]] = plant[1]
+        got = check_no_cycles("coll", objs)
+        if (len(got) != 1 or not all(w in got[0] for w in words)) if words else got:
+            print("self-check: loops, %s: want %s, got:\n  %s"
+                  % (plant and plant[0], words or "nothing", "\n  ".join(got) or "(nothing)"))
+            failed += 1
+    total = 1 + len(PLANTED) + len(sym_cases) + len(core_cases) + len(loop_cases)
     print("self-check: %d of %d cases right" % (total - failed, total))
     return 1 if failed else 0
 
@@ -507,6 +579,9 @@ def main(argv):
         problems = check_symbols(layers)
         if "core" in layers:
             problems += check_core_tiers(layers["core"])
+        for layer in ACYCLIC_LAYERS:
+            if layer in layers:
+                problems += check_no_cycles(layer, layers[layer])
         for p in problems:
             print(p)
         nobj = sum(len(o) for o in layers.values())

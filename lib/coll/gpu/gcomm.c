@@ -14,7 +14,6 @@
 #include "util.h"
 
 #define REC1 48 /* rc, device, bus id[32] */
-#define REC2 16 /* verdict, the rank it concerns */
 #define REC3 32 /* rc, base, key, len */
 
 enum verdict {
@@ -51,26 +50,6 @@ static const char *verdict_text(int v)
 ofccl__gcomm_t *ofccl__gcomm_of(const ofccl_comm_t *comm)
 {
     return comm->gpu;
-}
-
-int ofccl__gcomm_agree(ofccl_comm_t *comm, int mine, int about, int *first, int *who, int *whose)
-{
-    uint8_t rec[REC2] = {0}, *all = malloc(REC2 * (size_t)comm->size);
-    int rc;
-
-    *first = 0;
-    if (all == NULL)
-        return ofccl__comm_fail(comm, OFCCL_ERR_NO_MEMORY, "GPU setup: no memory");
-    ofccl__put_le64(rec, (uint64_t)(int64_t)mine);
-    ofccl__put_le64(rec + 8, (uint64_t)(int64_t)about);
-    rc = ofccl__allgather_blocking(comm, rec, all, REC2);
-    for (int r = 0; rc == 0 && r < comm->size && *first == 0; r++) {
-        *first = (int)(int64_t)ofccl__get_le64(all + REC2 * (size_t)r);
-        *who = r;
-        *whose = (int)(int64_t)ofccl__get_le64(all + REC2 * (size_t)r + 8);
-    }
-    free(all);
-    return rc;
 }
 
 /* Where the GPU peer class fits here: round 1 every rank's GPU, then each
@@ -261,10 +240,10 @@ static int setup(ofccl_comm_t *comm, ofccl__gcomm_t *gc)
     }
     v = local_verdict(comm, gc, all, &about);
     free(all);
-    rc = ofccl__gcomm_agree(comm, v, about, &v, &who, &whose);
+    rc = ofccl__agree(comm, v, about, &v, &who, &whose);
     if (rc == 0 && v == V_OK) {
         v = flag_regions(comm, gc) == 0 ? V_OK : V_REGION;
-        rc = ofccl__gcomm_agree(comm, v, comm->rank, &v, &who, &whose);
+        rc = ofccl__agree(comm, v, comm->rank, &v, &who, &whose);
         if (rc != 0 || v != V_OK)
             regions_free(comm, gc);
     }

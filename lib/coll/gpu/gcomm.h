@@ -27,8 +27,8 @@
 
 /* Words of a rank's flag region (n = communicator size). */
 enum {
-    OFCCL__GF_ABORT = 0,     /* nonzero: this rank gave up; its kernel copies nothing more */
-    OFCCL__GF_HDR = 8,       /* then READY[n], DONE[n], SENT[n], FP[SLOTS][FP_WORDS] */
+    OFCCL__GF_ABORT = 0,    /* nonzero: this rank gave up; its kernel copies nothing more */
+    OFCCL__GF_HDR = 8,      /* then READY[n], DONE[n], SENT[n], FP[SLOTS][FP_WORDS] */
     OFCCL__GF_FP_WORDS = 8, /* a request's published arguments (gcoll.c) */
 };
 static inline size_t ofccl__gf_ready(int from)
@@ -138,6 +138,9 @@ typedef struct ofccl__gcomm {
         bool released;   /* the abort values are written */
         bool bucket;     /* r->tensors packed in before, unpacked after (gbucket.c) */
         const struct ofccl_push_plan *plan; /* a weight push bucket's plan (gpush.c) */
+        /* Whom this rank writes to and is written by, where the program
+         * says (the weight push's plan); NULL: every program's rule (gq.c). */
+        void (*roles)(const ofccl__req_t *r, int p, bool *to_p, bool *from_p);
         ofccl__req_t *req;
     } rq[OFCCL__GPU_SLOTS];
     ofccl__gpu_event_t last; /* the previous collective's end: the next one waits for it */
@@ -160,10 +163,6 @@ typedef struct ofccl__gcomm {
 int ofccl__gcomm_get(ofccl_comm_t *comm, ofccl__gcomm_t **out);
 /* The same without the setup (no exchange): for settings made before it. */
 int ofccl__gcomm_lazy(ofccl_comm_t *comm, ofccl__gcomm_t **out);
-/* Every rank's `mine` (with `about`, a rank it concerns), collectively: the
- * first nonzero one in rank order in *first (0: none), its rank in *who and
- * its `about` in *whose. 0, or the exchange's error. */
-int ofccl__gcomm_agree(ofccl_comm_t *comm, int mine, int about, int *first, int *who, int *whose);
 /* ghmem.c: after the path is decided, whether GPU memory to other hosts
  * goes through the fabric as GPU memory (gc->hmem; collective). */
 int ofccl__ghmem_setup(ofccl__gcomm_t *gc);
@@ -172,7 +171,7 @@ void ofccl__gcomm_free(ofccl_comm_t *comm);
 /* The communicator's GPU state if it has one (no setup), else NULL. */
 ofccl__gcomm_t *ofccl__gcomm_of(const ofccl_comm_t *comm);
 
-/* ---- gcoll.c: the stream programs, as engine requests ---- */
+/* ---- gq.c: what the stream programs share, as engine requests ---- */
 /* The flags' value for a request (its sequence + 1, the same on every rank),
  * and the device address of word `word` of rank `rank`'s flag region. */
 static inline uint64_t ofccl__gq_v(const ofccl__req_t *r)
@@ -183,6 +182,15 @@ static inline void *ofccl__gq_flag(const ofccl__gcomm_t *gc, int rank, size_t wo
 {
     return gc->fd[rank] + word * sizeof(uint64_t);
 }
+/* A request's communicator GPU state, and its slot's. */
+static inline ofccl__gcomm_t *ofccl__gq_gc(const ofccl__req_t *r)
+{
+    return r->comm->gpu;
+}
+static inline struct ofccl__grq *ofccl__gq_rq(const ofccl__req_t *r)
+{
+    return &r->comm->gpu->rq[r->slot];
+}
 /* What every stream program begins with (the arguments published, the
  * previous collective waited for, a bucket packed) and ends with (a bucket
  * unpacked or a scratch output copied out, the end event); READY to the
@@ -191,6 +199,30 @@ int ofccl__gq_begin(ofccl__req_t *r, ofccl__err_t *e);
 int ofccl__gq_end(ofccl__req_t *r, size_t bytes, ofccl__err_t *e);
 int ofccl__gq_say_ready(ofccl__req_t *r, const int *to, int n, ofccl__err_t *e);
 int ofccl__gq_wait_done(ofccl__req_t *r, const int *from, int n, ofccl__err_t *e);
+/* The engine's hooks of a stream program (ofccl__algo_t): its end and its
+ * peers' arguments polled; what this rank still waits for from p (NULL:
+ * nothing); whether p reached the collective; the stream released after a
+ * failure (host stores only); `stream` made to wait for the end. */
+int ofccl__gq_progress(ofccl__req_t *r);
+const char *ofccl__gq_waits_on(const ofccl__req_t *r, int p);
+bool ofccl__gq_reached(const ofccl__req_t *r, int p);
+void ofccl__gq_unwind(ofccl__req_t *r);
+int ofccl__gq_stream_wait(ofccl__req_t *r, ofccl_stream_t stream);
+/* A stream program's algorithm table, `st` its start. */
+#define OFCCL__GPU_ALGO(var, kind, st)                                                             \
+    const ofccl__algo_t var = {                                                                    \
+        .size = sizeof(ofccl__algo_t),                                                             \
+        .name = "gpu",                                                                             \
+        .coll = kind,                                                                              \
+        .wire_id = OFCCL__WIRE_GPU,                                                                \
+        .flags = OFCCL__ALGO_STREAM,                                                               \
+        .start = st,                                                                               \
+        .progress = ofccl__gq_progress,                                                            \
+        .waits_on = ofccl__gq_waits_on,                                                            \
+        .reached = ofccl__gq_reached,                                                              \
+        .unwind = ofccl__gq_unwind,                                                                \
+        .stream_wait = ofccl__gq_stream_wait,                                                      \
+    }
 /* A copy on the communicator's stream (a copy engine): nothing for no bytes
  * or onto itself. */
 static inline int ofccl__gq_copy(const ofccl__gcomm_t *gc, void *dst, const void *src, size_t len,

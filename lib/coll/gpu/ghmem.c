@@ -87,7 +87,7 @@ int ofccl__ghmem_setup(ofccl__gcomm_t *gc)
     if (how == 2)
         return 0;
     mine = probe(gc, why, sizeof(why)) == 0 ? 0 : 1;
-    if ((rc = ofccl__gcomm_agree(comm, mine, comm->rank, &first, &who, &whose)) != 0)
+    if ((rc = ofccl__agree(comm, mine, comm->rank, &first, &who, &whose)) != 0)
         return rc;
     gc->hmem = comm->dev_reg = first == 0;
     if (gc->hmem) {

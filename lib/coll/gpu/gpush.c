@@ -133,6 +133,7 @@ int ofccl__gpu_push_bucket(ofccl_push_plan_t *pl, int k, void *const *shards, co
     ofccl__gpu_prepare(r, gc, &where);
     gc->rq[r->slot].ce = true; /* the copy engines always; their READY waits stay */
     gc->rq[r->slot].plan = pl;
+    gc->rq[r->slot].roles = ofccl__gpush_roles;
     if ((rc = ofccl__coll_start(r)) != 0) {
         r->state = OFCCL__REQ_FREE;
         return rc;
@@ -229,3 +230,5 @@ int ofccl__gpush_start(ofccl__req_t *r)
     free(others);
     return rc ? ofccl__coll_fail(r, rc, "enqueuing it on the GPU stream: %s", e.msg) : 0;
 }
+
+OFCCL__GPU_ALGO(ofccl__gpu_push, OFCCL__PUSH, ofccl__gpush_start);

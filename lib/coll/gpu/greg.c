@@ -253,7 +253,7 @@ int ofccl__greg_add(ofccl__gcomm_t *gc, void *ptr, size_t bytes)
     if (local == 0)
         local = map_peers(gc, s, sh, &culprit, &e);
     /* Every rank's verdict after mapping: the first that failed. */
-    if ((rc = ofccl__gcomm_agree(comm, local, culprit, &first, &bad, &whose)) != 0 || first != 0) {
+    if ((rc = ofccl__agree(comm, local, culprit, &first, &bad, &whose)) != 0 || first != 0) {
         bad = rc != 0 ? comm->rank : bad;
         rc = bad == comm->rank ? ofccl__comm_fail(comm, rc != 0 ? rc : first,
                                                   "ofccl_gpu_register on rank %d (GPU %d): "

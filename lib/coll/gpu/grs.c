@@ -71,3 +71,5 @@ int ofccl__grs_start(ofccl__req_t *r)
         return ofccl__coll_fail(r, rc, "enqueuing it on the GPU stream: %s", e.msg);
     return 0;
 }
+
+OFCCL__GPU_ALGO(ofccl__gpu_rs, OFCCL__RS, ofccl__grs_start);
