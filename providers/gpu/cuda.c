@@ -13,7 +13,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "emu.h"
 #include "gpu_impl.h"
 #include "util.h"
 
@@ -92,7 +91,9 @@ static const struct {
 
 static pthread_mutex_t open_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct ofccl__gpu *the_gpu; /* one per process, refcounted */
-static int emulated;               /* devices of the emulated driver (emu.h), 0: the real one */
+/* A stand-in driver's (ofccl__gpu_use_driver), and its devices; NULL: libcuda */
+static void (*stand_in)(struct ofccl__gpu_fns *fn, int ndev);
+static int stand_in_devs;
 
 bool ofccl__gpu_built(void)
 {
@@ -113,15 +114,17 @@ int ofccl__gpu_cufail(const ofccl__gpu_t *g, ofccl__err_t *e, int res, const cha
                        text ? text : "?");
 }
 
-int ofccl__gpu_emulate(int ndev)
+int ofccl__gpu_use_driver(void (*install)(struct ofccl__gpu_fns *fn, int ndev), int ndev)
 {
     int rc = 0;
 
     pthread_mutex_lock(&open_lock);
-    if (the_gpu != NULL || ofccl__gpu_fn.cuInit != NULL || ndev < 1)
+    if (the_gpu != NULL || ofccl__gpu_fn.cuInit != NULL || ndev < 1 || install == NULL) {
         rc = OFCCL_ERR_STATE;
-    else
-        emulated = ndev;
+    } else {
+        stand_in = install;
+        stand_in_devs = ndev;
+    }
     pthread_mutex_unlock(&open_lock);
     return rc;
 }
@@ -130,15 +133,15 @@ static int load(ofccl__gpu_t *g, ofccl__err_t *e)
 {
     int n = 0, res;
 
-    if (emulated > 0)
-        ofccl__emu_install(&ofccl__gpu_fn, emulated);
+    if (stand_in != NULL)
+        stand_in(&ofccl__gpu_fn, stand_in_devs);
     else
         g->dl = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (g->dl == NULL && emulated == 0)
+    if (g->dl == NULL && stand_in == NULL)
         return ofccl__fail(g->log, OFCCL__SUB_PROV, e, OFCCL_ERR_NOT_SUPPORTED,
                            "no GPU: the CUDA driver library (libcuda.so.1) is not here (%s)",
                            dlerror());
-    for (size_t i = 0; i < OFCCL__ARRAY_LEN(syms) && emulated == 0; i++) {
+    for (size_t i = 0; i < OFCCL__ARRAY_LEN(syms) && stand_in == NULL; i++) {
         *syms[i].slot = dlsym(g->dl, syms[i].name);
         if (*syms[i].slot == NULL)
             return ofccl__fail(g->log, OFCCL__SUB_PROV, e, OFCCL_ERR_NOT_SUPPORTED,
@@ -226,7 +229,7 @@ ofccl__gpu_t *ofccl__gpu_process(const ofccl__log_t *log, bool load)
     static int tried;
     ofccl__err_t e = {0};
 
-    if (!load && !tried && !emulated) {
+    if (!load && !tried && stand_in == NULL) {
         void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
         if (h == NULL)
             return NULL;

@@ -58,10 +58,13 @@ void ofccl__gpu_close(ofccl__gpu_t *g);
 ofccl__gpu_t *ofccl__gpu_process(const ofccl__log_t *log, bool load);
 /* Compiled in (nvcc was found at build time)? */
 bool ofccl__gpu_built(void);
-/* Tests: make the driver this process opens the emulated one (emu.h:
- * `ndev` devices in host memory, streams as threads), before anything opens
- * the driver. 0, STATE once a driver is open, NOT_SUPPORTED without CUDA. */
-int ofccl__gpu_emulate(int ndev);
+/* Tests: the driver this process opens is a stand-in (the emulated GPU of
+ * test/gpu/emu: `ndev` devices in host memory, streams as threads), whose
+ * `install` fills the driver table (gpu_impl.h) instead of libcuda; before
+ * anything opens the driver. 0, STATE once a driver is open, NOT_SUPPORTED
+ * without CUDA. */
+struct ofccl__gpu_fns;
+int ofccl__gpu_use_driver(void (*install)(struct ofccl__gpu_fns *fn, int ndev), int ndev);
 int ofccl__gpu_device_count(const ofccl__gpu_t *g);
 int ofccl__gpu_device_info(ofccl__gpu_t *g, int dev, ofccl__gpu_dev_info_t *info, ofccl__err_t *e);
 /* The driver's version as "13.0". */

@@ -2,7 +2,7 @@
  * Private to providers/gpu/ (with CUDA): the by-value argument blocks of
  * ofccl's kernels, laid out as kernels.cu declares them (struct
  * ofccl_copy_args, ofccl_chain_args, ofccl_reduce_args, ofccl_signal_args). kernel.c fills them
- * for a launch; the emulated device (emu_stream.c) reads them back.
+ * for a launch; the emulated device (test/gpu/emu/emu_stream.c) reads them back.
  */
 #ifndef OFCCL_PROVIDERS_GPU_KERNEL_ARGS_H
 #define OFCCL_PROVIDERS_GPU_KERNEL_ARGS_H

@@ -24,8 +24,9 @@ void ofccl__gpu_close(ofccl__gpu_t *g)
     (void)g;
 }
 
-int ofccl__gpu_emulate(int ndev)
+int ofccl__gpu_use_driver(void (*install)(struct ofccl__gpu_fns *fn, int ndev), int ndev)
 {
+    (void)install;
     (void)ndev;
     return OFCCL_ERR_NOT_SUPPORTED;
 }

@@ -150,9 +150,6 @@ typedef struct ofccl__gcomm {
     char *dflags;
     ofccl__gseg_t *dflags_seg;
     size_t dflags_off;
-    /* across hosts, where every rank's transport takes its GPU memory
-     * (FI_HMEM): the host engine on the caller's GPU buffers (comm->dev_reg) */
-    bool hmem;
 } ofccl__gcomm_t;
 
 /* ---- gcomm.c ---- */
@@ -164,7 +161,7 @@ int ofccl__gcomm_get(ofccl_comm_t *comm, ofccl__gcomm_t **out);
 /* The same without the setup (no exchange): for settings made before it. */
 int ofccl__gcomm_lazy(ofccl_comm_t *comm, ofccl__gcomm_t **out);
 /* ghmem.c: after the path is decided, whether GPU memory to other hosts
- * goes through the fabric as GPU memory (gc->hmem; collective). */
+ * goes through the fabric as GPU memory (comm->dev_reg; collective). */
 int ofccl__ghmem_setup(ofccl__gcomm_t *gc);
 /* Tear down (communicator destroy): streams, registrations, mappings, pool. */
 void ofccl__gcomm_free(ofccl_comm_t *comm);

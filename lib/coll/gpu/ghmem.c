@@ -89,8 +89,8 @@ int ofccl__ghmem_setup(ofccl__gcomm_t *gc)
     mine = probe(gc, why, sizeof(why)) == 0 ? 0 : 1;
     if ((rc = ofccl__agree(comm, mine, comm->rank, &first, &who, &whose)) != 0)
         return rc;
-    gc->hmem = comm->dev_reg = first == 0;
-    if (gc->hmem) {
+    comm->dev_reg = first == 0;
+    if (comm->dev_reg) {
         /* made by probe(): the device's executor, for what the host engine
          * copies itself (its staging, should a registration fail) */
         ofccl__err_t e = {0};

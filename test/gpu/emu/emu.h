@@ -1,9 +1,10 @@
 /*
- * Private to providers/gpu/ (with CUDA): the emulated device, a CUDA driver
- * in host memory behind the same entry points (struct ofccl__gpu_fns), so
- * that everything above the driver table (cuda.c, ops.c, kernel.c, share.c,
- * exec.c and every GPU algorithm) runs unchanged on a machine without a GPU.
- * Tests turn it on with ofccl__gpu_emulate before the driver is opened.
+ * The emulated device, a test double of the CUDA driver: host memory behind
+ * the same entry points (struct ofccl__gpu_fns, providers/gpu/gpu_impl.h),
+ * so that everything above the driver table (cuda.c, ops.c, kernel.c,
+ * share.c, exec.c and every GPU algorithm) runs unchanged on a machine
+ * without a GPU. test_gpu installs it with ofccl__gpu_use_driver before the
+ * driver is opened; the library carries none of it.
  *
  * Device memory is shared memory (a memfd per allocation) that other
  * processes of the host map through /proc (CUDA IPC), and virtual memory is
@@ -22,7 +23,7 @@
 
 #include <cuda.h>
 
-#include "gpu_impl.h"
+#include "gpu/gpu_impl.h"
 
 #define OFCCL__EMU_MEM ((size_t)16 << 30) /* each emulated device's memory */
 
