@@ -3,8 +3,9 @@
  * a bucketed all-gather of tensors of uneven sizes (empty, smaller than the
  * ranks, not a multiple of them, megabytes), f32 and bf16, some in place
  * (the shard inside the full tensor) and some not; and a bucketed broadcast
- * of the same tensors from every root. Every full tensor is checked byte for
- * byte against the reference each rank computes itself.
+ * of the same tensors from every root; then the same on a communicator of
+ * one rank (the host engine's copies on the stream). Every full tensor is
+ * checked byte for byte against the reference each rank computes itself.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -128,9 +129,23 @@ int gpu_bucket(int rank, ofccl_ctx_t *ctx, ofccl_comm_t *comm)
         bad |= !bad && gather(rank, n, comm, OFCCL_BF16, 5 + rep);
         bad |= !bad && bcast(rank, n, comm, 9 + rep);
     }
+    /* A communicator of this rank alone: no peer class, the host engine's
+     * one-rank copies on the communicator's stream, done at post. */
+    if (!bad) {
+        ofccl_comm_t *one;
+        ofccl__err_t e;
+        if (ofccl_comm_split(comm, rank, 0, &one) != 0)
+            return 81;
+        bad |= gather(0, 1, one, OFCCL_F32, 21);
+        bad |= !bad && gather(0, 1, one, OFCCL_BF16, 22);
+        bad |= !bad && bcast(0, 1, one, 23);
+        bad |= ofccl__gpu_stream_sync(gpu, dev, NULL, &e) != 0;
+        if (ofccl_comm_destroy(one) != 0)
+            return 82;
+    }
     if (!bad)
-        printf("rank %d: bucketed all-gather (f32, bf16) and broadcast from every root: every "
-               "byte right\n",
+        printf("rank %d: bucketed all-gather (f32, bf16) and broadcast from every root, and on a "
+               "communicator of one rank: every byte right\n",
                rank);
     return bad ? 80 : 0;
 }
