@@ -8,7 +8,9 @@
  */
 #include <cuda.h>
 #include <dlfcn.h>
+#include <link.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -222,6 +224,50 @@ void ofccl__gpu_close(ofccl__gpu_t *g)
     pthread_mutex_unlock(&open_lock);
 }
 
+/* Has anything in the process loaded the CUDA driver? Asked of the loader
+ * with no system call (a dlopen with RTLD_NOLOAD searches the library path,
+ * ten system calls, each time it finds nothing): the loader counts the
+ * objects it ever loaded (dlpi_adds), and the list of objects is walked only
+ * when that count moved since the last walk that found no driver. */
+struct cuda_scan {
+    unsigned long long seen, adds;
+    bool first, found;
+};
+
+static _Atomic unsigned long long scanned_adds = ~0ull;
+
+static int scan_object(struct dl_phdr_info *info, size_t size, void *arg)
+{
+    struct cuda_scan *s = arg;
+    const char *name = info->dlpi_name != NULL ? info->dlpi_name : "";
+    const char *base = strrchr(name, '/');
+
+    if (s->first) {
+        s->first = false;
+        if (size < offsetof(struct dl_phdr_info, dlpi_adds) + sizeof(info->dlpi_adds))
+            s->adds = ~0ull; /* no count from this loader: walk every time */
+        else
+            s->adds = info->dlpi_adds;
+        if (s->adds != ~0ull && s->adds == s->seen)
+            return 1; /* nothing loaded since: still no driver */
+    }
+    base = base != NULL ? base + 1 : name;
+    s->found = strncmp(base, "libcuda.so", 10) == 0;
+    return s->found;
+}
+
+static bool driver_maybe_loaded(unsigned long long *adds)
+{
+    struct cuda_scan s = {.seen = atomic_load_explicit(&scanned_adds, memory_order_relaxed),
+                          .first = true};
+
+    dl_iterate_phdr(scan_object, &s);
+    if (!s.found && s.adds != ~0ull)
+        atomic_store_explicit(&scanned_adds, s.adds, memory_order_relaxed);
+    *adds = s.adds;
+    return s.found;
+}
+
 ofccl__gpu_t *ofccl__gpu_process(const ofccl__log_t *log, bool load)
 {
     static pthread_mutex_t once_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -230,9 +276,15 @@ ofccl__gpu_t *ofccl__gpu_process(const ofccl__log_t *log, bool load)
     ofccl__err_t e = {0};
 
     if (!load && !tried && stand_in == NULL) {
-        void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
-        if (h == NULL)
+        unsigned long long adds;
+        if (!driver_maybe_loaded(&adds))
             return NULL;
+        void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+        if (h == NULL) { /* a libcuda.so* that is not the driver's: not again until more loads */
+            if (adds != ~0ull)
+                atomic_store_explicit(&scanned_adds, adds, memory_order_relaxed);
+            return NULL;
+        }
         dlclose(h);
     }
     pthread_mutex_lock(&once_lock);
