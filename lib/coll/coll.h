@@ -69,14 +69,15 @@ typedef struct ofccl__gwhere {
     size_t off;
     void *stage;
 } ofccl__gwhere_t;
-/* Before a collective's slot is claimed (gpu/gapi.c): where a buffer is GPU
- * memory, the arguments' checks for it, the communicator's GPU state set up
+/* Before a collective's slot is claimed (gpu/gapi.c), for buffers of which
+ * one is GPU memory (`kinds`: sendbuf's and recvbuf's, ofccl__mem_kind_of):
+ * the arguments' checks for it, the communicator's GPU state set up
  * (collective: the first GPU call), and whether the GPU peer class serves
  * the collective: 1 with its buffer placed in *where (the pool may grow:
- * collective), 0 where the host engine takes it (host memory, or device
- * memory through the transport or staged), or an error. */
+ * collective), 0 where the host engine takes it (device memory through the
+ * transport or staged), or an error. */
 int ofccl__gpu_admit(ofccl_comm_t *comm, const char *what, int coll, const void *sendbuf,
-                     void *recvbuf, size_t block, ofccl__gwhere_t *where);
+                     void *recvbuf, const int kinds[2], size_t block, ofccl__gwhere_t *where);
 /* The same for a bucket, whose tensors are all GPU memory or none. */
 int ofccl__gpu_admit_bucket(ofccl_comm_t *comm, const char *what, int coll,
                             const ofccl_tensor_t *tensors, int ntensors, ofccl_dtype_t dtype,
@@ -182,9 +183,10 @@ int ofccl__coll_claim(ofccl_comm_t *comm, int coll, const void *sendbuf, void *r
                       size_t count, ofccl_dtype_t dtype, ofccl_redop_t op, int root, size_t block,
                       ofccl__req_t **out);
 /* A claimed request on the host engine: its executors chosen by its
- * buffers' kinds, then done at once on one rank, or the collective's own
- * posting. 0, or an error (the caller gives the slot back). */
-int ofccl__post_host(ofccl__req_t *r);
+ * buffers' kinds (`kinds`: sendbuf's and recvbuf's, ofccl__mem_kind_of),
+ * then done at once on one rank, or the collective's own posting. 0, or an
+ * error (the caller gives the slot back). */
+int ofccl__post_host(ofccl__req_t *r, const int kinds[2]);
 /* A request that failed at post: its slot back, and its own registration;
  * returns rc. */
 int ofccl__post_failed(ofccl__req_t *r, int rc);

@@ -51,10 +51,9 @@ int ofccl__post_local(ofccl__req_t *r)
     return rc;
 }
 
-int ofccl__post_host(ofccl__req_t *r)
+int ofccl__post_host(ofccl__req_t *r, const int kinds[2])
 {
-    int rc = ofccl__exec_choose(r, ofccl__mem_kind_of(r->coll == OFCCL__BC ? NULL : r->sendbuf),
-                                ofccl__mem_kind_of(r->recvbuf));
+    int rc = ofccl__exec_choose(r, kinds[0], kinds[1]);
 
     if (rc == 0 && r->comm->size == 1 && r->coll == OFCCL__BC)
         ofccl__coll_done_now(r, 0); /* the root's buffer is the result */
@@ -80,7 +79,9 @@ int ofccl__allgather_blocking(ofccl_comm_t *comm, const void *in, void *out, siz
     int rc = ofccl__coll_claim(comm, OFCCL__AG, in, out, bytes, OFCCL_U8,
                                (ofccl_redop_t){OFCCL_OP_SUM, 1}, -1, bytes, &r);
 
-    if (rc == 0 && (rc = ofccl__post_host(r)) != 0)
+    /* Setup records: host memory, always. */
+    if (rc == 0 &&
+        (rc = ofccl__post_host(r, (const int[2]){OFCCL__MEM_HOST, OFCCL__MEM_HOST})) != 0)
         return ofccl__post_failed(r, rc);
     if (rc == 0) {
         req = r;

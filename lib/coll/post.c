@@ -26,16 +26,21 @@ int ofccl__post(ofccl_comm_t *comm, const char *what, int coll, const void *send
                 size_t count, ofccl_dtype_t dtype, ofccl_redop_t op, int root, size_t block,
                 ofccl_req_t **req)
 {
+    /* Each buffer's kind asked once (a broadcast's only buffer is recvbuf). */
+    const int kinds[2] = {ofccl__mem_kind_of(coll == OFCCL__BC ? NULL : sendbuf),
+                          ofccl__mem_kind_of(recvbuf)};
     ofccl__gwhere_t where;
     ofccl__req_t *r;
-    int peer = ofccl__gpu_admit(comm, what, coll, sendbuf, recvbuf, block, &where);
+    int peer = kinds[0] < 0 && kinds[1] < 0
+                   ? 0
+                   : ofccl__gpu_admit(comm, what, coll, sendbuf, recvbuf, kinds, block, &where);
     int rc = peer < 0 ? peer
                       : ofccl__coll_claim(comm, coll, sendbuf, recvbuf, count, dtype, op, root,
                                           block, &r);
 
     if (rc)
         return rc;
-    rc = peer ? ofccl__post_peer_class(r, &where) : ofccl__post_host(r);
+    rc = peer ? ofccl__post_peer_class(r, &where) : ofccl__post_host(r, kinds);
     if (rc)
         return ofccl__post_failed(r, rc);
     *req = r;

@@ -224,17 +224,24 @@ void ofccl__gpu_close(ofccl__gpu_t *g)
     pthread_mutex_unlock(&open_lock);
 }
 
-/* Has anything in the process loaded the CUDA driver? Asked of the loader
- * with no system call (a dlopen with RTLD_NOLOAD searches the library path,
- * ten system calls, each time it finds nothing): the loader counts the
- * objects it ever loaded (dlpi_adds), and the list of objects is walked only
- * when that count moved since the last walk that found no driver. */
+/* Has anything in the process loaded the CUDA driver? Every collective asks
+ * about its buffers, so the answer "no" must cost next to nothing. A dlopen
+ * with RTLD_NOLOAD searches the library path each time it finds nothing (ten
+ * system calls), and even the loader's list (dl_iterate_phdr) takes its lock.
+ * So the loader is asked at most once a millisecond (the coarse clock):
+ * device memory exists only once the driver is loaded, initialized and has
+ * allocated, hundreds of milliseconds after it was loaded, so no device
+ * pointer can be taken for host memory. When asked, the loader's count of
+ * the objects it ever loaded (dlpi_adds) says whether anything was loaded
+ * since the last look; only then is its list walked for a libcuda.so*. */
+#define LOOK_EVERY_NS 1000000ull
 struct cuda_scan {
     unsigned long long seen, adds;
     bool first, found;
 };
 
 static _Atomic unsigned long long scanned_adds = ~0ull;
+static _Atomic uint64_t look_after_ns; /* no look before then: the last found no driver */
 
 static int scan_object(struct dl_phdr_info *info, size_t size, void *arg)
 {
@@ -260,10 +267,16 @@ static bool driver_maybe_loaded(unsigned long long *adds)
 {
     struct cuda_scan s = {.seen = atomic_load_explicit(&scanned_adds, memory_order_relaxed),
                           .first = true};
+    uint64_t now = ofccl__coarse_ns();
 
+    *adds = ~0ull;
+    if (now < atomic_load_explicit(&look_after_ns, memory_order_relaxed))
+        return false;
     dl_iterate_phdr(scan_object, &s);
     if (!s.found && s.adds != ~0ull)
         atomic_store_explicit(&scanned_adds, s.adds, memory_order_relaxed);
+    if (!s.found)
+        atomic_store_explicit(&look_after_ns, now + LOOK_EVERY_NS, memory_order_relaxed);
     *adds = s.adds;
     return s.found;
 }

@@ -7,11 +7,14 @@
  * an 8-byte all-gather take milliseconds). dlopen is wrapped
  * (-Wl,--wrap=dlopen) and counted. A library loaded later makes the oracle
  * look again, once; a stand-in named libcuda.so.1 (built beside this test)
- * is seen as the driver being there, and asked for it once.
+ * is seen as the driver being there within the oracle's millisecond, and
+ * asked for it once.
  */
 #include <dlfcn.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cu.h"
 #include "prov.h"
@@ -68,6 +71,9 @@ static void test_stand_in_driver_is_asked_once(void)
     snprintf(path, sizeof(path), "%s/libcuda.so.1", dir);
     h = __real_dlopen(path, RTLD_NOW | RTLD_LOCAL);
     CU_ASSERT_PTR_NOT_NULL_FATAL(h);
+    /* The loader is asked at most once a millisecond: a driver is seen
+     * within one (long before it could have allocated device memory). */
+    nanosleep(&(struct timespec){0, 5000000}, NULL);
     /* The oracle sees a libcuda.so.1 loaded and opens it as the driver; the
      * stand-in has no entry points, so the answer stays host, and the
      * driver is not looked for again. */

@@ -17,10 +17,9 @@
 #define NOTE_STAGED 7 /* ofccl__comm_note_once bit: staging said once */
 
 int ofccl__gpu_admit(ofccl_comm_t *comm, const char *what, int coll, const void *sendbuf,
-                     void *recvbuf, size_t block, ofccl__gwhere_t *where)
+                     void *recvbuf, const int kinds[2], size_t block, ofccl__gwhere_t *where)
 {
-    int ks = ofccl__mem_kind_of(sendbuf);
-    int kr = ofccl__mem_kind_of(recvbuf);
+    int ks = kinds[0], kr = kinds[1];
     ofccl__gcomm_t *gc;
     int rc;
 
