@@ -353,5 +353,9 @@ int ofccl__fab_add_peer(ofccl__ep_t *ep, int peer, const void *name, size_t len,
 
 void ofccl__fab_peers_ready(ofccl__ep_t *ep)
 {
-    ofccl__shm_unlink_own(ep);
+    /* libfabric 1.x's shm maps a peer's file when its address is inserted,
+     * so once every peer inserted ours the name can go. 2.x's maps it on the
+     * first transfer: the name stays until the endpoint closes (shmfile.c). */
+    if (FI_MAJOR(fi_version()) < 2)
+        ofccl__shm_unlink_own(ep);
 }

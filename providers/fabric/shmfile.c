@@ -10,7 +10,11 @@
  * behind. ofccl therefore names every endpoint itself and:
  *   - unlinks its own file as soon as every peer has inserted (mapped) it,
  *     which the communicator's setup barrier proves; mappings outlive the
- *     name, so nothing changes for the ranks already connected;
+ *     name, so nothing changes for the ranks already connected. Not with
+ *     libfabric 2.x, whose shm maps a peer's file on the first transfer to
+ *     it (a file unlinked before that leaves the transfer waiting for good):
+ *     there the file goes when the endpoint closes, or at the sweep below
+ *     when its process was killed;
  *   - removes, when a provider is opened, files that earlier ofccl processes
  *     of this user, in this PID namespace, left behind when they died (the
  *     name carries the pid and the namespace, so "dead" is decidable);
