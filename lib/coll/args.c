@@ -81,14 +81,19 @@ int ofccl__check_redop(ofccl_comm_t *comm, const char *what, ofccl_dtype_t dtype
 int ofccl__resolve_device(ofccl__req_t *r, void *buf, size_t len)
 {
     ofccl_comm_t *comm = r->comm;
+    bool in_place;
     int rc;
 
     if (ofccl__exec_io_on_host(r))
         return 0;
-    if (!r->bucket && comm->dev_reg && len > 0 && ofccl__mem_find(comm, buf, len) == NULL &&
-        (rc = ofccl__mem_call_register(r, buf, len)) != 0)
-        return rc;
-    if (r->bucket || len == 0 || ofccl__mem_find(comm, buf, len) == NULL) {
+    in_place = !r->bucket && len > 0 && ofccl__mem_find(comm, buf, len) != NULL;
+    if (!in_place && !r->bucket && len > 0 && comm->dev_reg) {
+        /* registered with the transport, or an error: never staged instead */
+        if ((rc = ofccl__mem_call_register(r, buf, len)) != 0)
+            return rc;
+        in_place = true;
+    }
+    if (!in_place) {
         ofccl__exec_staged(r);
         return 0;
     }

@@ -166,8 +166,6 @@ int ofccl__check_room(ofccl_comm_t *comm, const char *what, const char *name, co
 int ofccl__check_redop(ofccl_comm_t *comm, const char *what, ofccl_dtype_t dtype, ofccl_redop_t op);
 bool ofccl__overlaps(const void *a, size_t alen, const void *b, size_t blen);
 const char *ofccl__dtype_name(ofccl_dtype_t dtype);
-/* One rank: the collective is a local copy or a local reduction. */
-int ofccl__post_local(ofccl__req_t *r);
 /* Where the algorithm runs on device memory at `buf` (len bytes, the
  * buffer the peers write into): in place where it is registered with the
  * transport already, or where every rank's transport takes this GPU's
@@ -187,6 +185,9 @@ int ofccl__coll_claim(ofccl_comm_t *comm, int coll, const void *sendbuf, void *r
  * then done at once on one rank, or the collective's own posting. 0, or an
  * error (the caller gives the slot back). */
 int ofccl__post_host(ofccl__req_t *r, const int kinds[2]);
+/* A request whose executors are chosen (a bucket's by ofccl__bucket_setup):
+ * done at once on one rank, else the collective's own posting. */
+int ofccl__post_engine(ofccl__req_t *r);
 /* A request that failed at post: its slot back, and its own registration;
  * returns rc. */
 int ofccl__post_failed(ofccl__req_t *r, int rc);

@@ -33,12 +33,15 @@ int ofccl__coll_claim(ofccl_comm_t *comm, int coll, const void *sendbuf, void *r
     return 0;
 }
 
-/* One rank: the collective is a local copy or a local reduction. */
-int ofccl__post_local(ofccl__req_t *r)
+/* One rank: the collective is a local copy or a local reduction (a
+ * broadcast's is nothing: the root's buffer is the result). */
+static int post_local(ofccl__req_t *r)
 {
     int rc = 0;
 
-    if (r->coll == OFCCL__AG) {
+    if (r->coll == OFCCL__BC) {
+        /* nothing moves */
+    } else if (r->coll == OFCCL__AG) {
         /* Distinct or the same: any other overlap is refused by the entry point. */
         if (r->block && r->sendbuf != r->recvbuf)
             rc = ofccl__exec_io_copy(r, r->recvbuf, r->sendbuf, r->block);
@@ -51,18 +54,20 @@ int ofccl__post_local(ofccl__req_t *r)
     return rc;
 }
 
+int ofccl__post_engine(ofccl__req_t *r)
+{
+    if (r->comm->size == 1)
+        return r->bucket ? ofccl__bucket_one_rank(r) : post_local(r);
+    return r->coll == OFCCL__AG   ? ofccl__post_allgather(r)
+           : r->coll == OFCCL__RS ? ofccl__post_reduce_scatter(r)
+                                  : ofccl__post_broadcast(r);
+}
+
 int ofccl__post_host(ofccl__req_t *r, const int kinds[2])
 {
     int rc = ofccl__exec_choose(r, kinds[0], kinds[1]);
 
-    if (rc == 0 && r->comm->size == 1 && r->coll == OFCCL__BC)
-        ofccl__coll_done_now(r, 0); /* the root's buffer is the result */
-    else if (rc == 0)
-        rc = r->comm->size == 1     ? ofccl__post_local(r)
-             : r->coll == OFCCL__AG ? ofccl__post_allgather(r)
-             : r->coll == OFCCL__RS ? ofccl__post_reduce_scatter(r)
-                                    : ofccl__post_broadcast(r);
-    return rc;
+    return rc != 0 ? rc : ofccl__post_engine(r);
 }
 
 int ofccl__post_failed(ofccl__req_t *r, int rc)
@@ -74,20 +79,17 @@ int ofccl__post_failed(ofccl__req_t *r, int rc)
 
 int ofccl__allgather_blocking(ofccl_comm_t *comm, const void *in, void *out, size_t bytes)
 {
-    ofccl_req_t *req = NULL;
     ofccl__req_t *r;
     int rc = ofccl__coll_claim(comm, OFCCL__AG, in, out, bytes, OFCCL_U8,
                                (ofccl_redop_t){OFCCL_OP_SUM, 1}, -1, bytes, &r);
 
+    if (rc != 0)
+        return rc;
     /* Setup records: host memory, always. */
-    if (rc == 0 &&
-        (rc = ofccl__post_host(r, (const int[2]){OFCCL__MEM_HOST, OFCCL__MEM_HOST})) != 0)
+    if ((rc = ofccl__post_host(r, (const int[2]){OFCCL__MEM_HOST, OFCCL__MEM_HOST})) != 0)
         return ofccl__post_failed(r, rc);
-    if (rc == 0) {
-        req = r;
-        rc = ofccl_wait(req);
-        ofccl_req_free(req);
-    }
+    rc = ofccl_wait(r);
+    ofccl_req_free(r);
     return rc;
 }
 

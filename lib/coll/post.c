@@ -61,13 +61,8 @@ int ofccl__post_bucket(ofccl_comm_t *comm, const char *what, int coll,
     r->root = root;
     r->op = op;
     rc = ofccl__bucket_setup(comm, what, tensors, ntensors, dtype, r);
-    if (rc == 0 && peer)
-        rc = ofccl__post_peer_class(r, &where);
-    else if (rc == 0)
-        rc = comm->size == 1     ? ofccl__bucket_one_rank(r)
-             : coll == OFCCL__AG ? ofccl__post_allgather(r)
-             : coll == OFCCL__RS ? ofccl__post_reduce_scatter(r)
-                                 : ofccl__post_broadcast(r);
+    if (rc == 0) /* its executors: bucket_setup's, by the tensors' kind */
+        rc = peer ? ofccl__post_peer_class(r, &where) : ofccl__post_engine(r);
     if (rc)
         return ofccl__post_failed(r, rc);
     *req = r;

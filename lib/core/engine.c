@@ -337,7 +337,7 @@ static void complete(ofccl__req_t *r)
         return;
     }
     /* The transport's own device copies into this rank's memory first. */
-    if (r->drain && (rc = ofccl__exec_drain(r)) == 0)
+    if ((rc = ofccl__exec_drain(r)) == 0)
         return;
     if (rc < 0 && r->status == 0)
         r->status = ofccl__comm_fail(r->comm, rc, "%s: waiting for the transport's device copies",

@@ -23,8 +23,6 @@ int ofccl__gpu_admit(ofccl_comm_t *comm, const char *what, int coll, const void 
     ofccl__gcomm_t *gc;
     int rc;
 
-    if (ks < 0 && kr < 0)
-        return 0;
     if (ks != kr && sendbuf != NULL && recvbuf != NULL)
         return ofccl__comm_fail(comm, OFCCL_ERR_INVALID_ARG,
                                 "%s: sendbuf is %s%d, recvbuf %s%d: both must be host memory or "

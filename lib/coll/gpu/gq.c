@@ -200,7 +200,7 @@ int ofccl__gq_say_ready(ofccl__req_t *r, const int *to, int n, ofccl__err_t *e)
  * p writes into this rank's (a reduce-scatter's ranks read instead). */
 static void roles(const ofccl__req_t *r, int p, bool *to_p, bool *from_p)
 {
-    const struct ofccl__grq *q = &ofccl__gq_gc(r)->rq[r->slot];
+    const struct ofccl__grq *q = ofccl__gq_rq(r);
     int me = r->comm->rank, n = r->comm->size;
     bool ag = q->coll == OFCCL__AG, chain = q->coll == OFCCL__BC && q->chain;
 
