@@ -14,7 +14,9 @@
 #             host memory, and gpu_overlap.py (post time, overlap with a
 #             matmul, per-call cost)
 #   hmem      test_gpu hmem / hmem-need with a CUDA-enabled libfabric that the
-#             bundle carries in BUNDLE/cudafab (FI_HMEM through shm)
+#             bundle carries in BUNDLE/cudafab: shm takes GPU memory there,
+#             but copies it with CUDA calls of its own, so ofccl stages it
+#             (auto) or refuses it saying so (OFCCL_GPU_FABRIC=hmem)
 # Usage: perf/gpu_run.sh BUNDLE OUT_DIR [parts...]
 #   (parts: c py perf ceiling bench watch hosts hmem; all of the first five when none)
 set -u
@@ -61,16 +63,21 @@ fi
 if has hmem && [ -f "$b/cudafab/libfabric.so.1" ]; then
     # the CUDA-enabled libfabric dlopens libcudart.so and libcuda.so.1 by those names
     cl=$(mktemp -d)
-    for l in libcudart libcuda; do
-        f=$(find /usr/lib/x86_64-linux-gnu /usr/local /usr/lib/python3* -name "$l.so*" 2>/dev/null | head -1)
-        [ -n "$f" ] && ln -sf "$f" "$cl/$l.so" && ln -sf "$f" "$cl/$l.so.1"
-    done
+    # (the driver's own libcuda, never a toolkit's stub, which finds no GPU)
+    f=$(ldconfig -p | awk '$1 == "libcuda.so.1" {print $NF; exit}')
+    [ -n "$f" ] && ln -sf "$f" "$cl/libcuda.so" && ln -sf "$f" "$cl/libcuda.so.1"
+    f=$(find /usr/lib/x86_64-linux-gnu /usr/local /usr/lib/python3* -name "libcudart.so*" \
+        ! -path "*stubs*" 2>/dev/null | head -1)
+    [ -n "$f" ] && ln -sf "$f" "$cl/libcudart.so" && ln -sf "$f" "$cl/libcudart.so.1"
+    ls -l "$cl" >"$out/hmem_libs.txt"
     for np in 2 4; do
         LD_LIBRARY_PATH="$b/cudafab:$cl:$b/lib" FI_PROVIDER_PATH="$b/cudafab/libfabric" \
-            OFCCL_TEST_HMEM=1 timeout 200 "$b/bin/test_gpu" $np hmem hmem-need \
+            OFCCL_TEST_HMEM=0 OFCCL_TEST_HMEM_WHY="CUDA calls of its own" \
+            timeout 200 "$b/bin/test_gpu" $np hmem hmem-need \
             >"$out/hmem_np$np.txt" 2>&1
         echo "test_gpu hmem np$np (FI_HMEM): exit $?"
-        grep -E "GPU memory|behind a held|FAILED" "$out/hmem_np$np.txt" | cut -c1-160 | head -8
+        grep -E "GPU memory|GPU_FABRIC=hmem:|behind a held|FAILED" "$out/hmem_np$np.txt" |
+            cut -c1-300 | head -8
     done
 fi
 if has py; then

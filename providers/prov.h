@@ -97,6 +97,11 @@ typedef struct ofccl__prov_caps {
      * of device memory is registered as such (its registration may still
      * fail where libfabric was built without the device's support). */
     bool hmem;
+    /* Why GPU memory does not go through it after all (empty: it does):
+     * kept by OFCCL__HMEM_NEED though CUDA is not loaded, the registration
+     * fails or the provider copies GPU memory with CUDA calls of its own
+     * (providers/fabric/open.c); the entry not kept (OFCCL__HMEM_WANT). */
+    char hmem_why[256];
     uint64_t link_bps; /* nic->link_attr->speed (bits/s) where the provider gives it, else 0 */
     unsigned quirks;   /* OFCCL__Q_* flags of the row, as applied */
 } ofccl__prov_caps_t;
@@ -206,9 +211,11 @@ typedef struct ofccl__prov_params {
     const uint8_t *job_key;
     /* Ask a libfabric provider for GPU memory too (FI_HMEM, FI_MR_HMEM):
      * OFCCL__HMEM_WANT keeps its entry only where a CUDA buffer of the
-     * current device registers with it (else the provider is opened as
-     * without, and says why), OFCCL__HMEM_NEED keeps it regardless (the
-     * GPU setup then fails naming why). caps.hmem says what was kept. Its
+     * current device registers with it and the provider moves it without
+     * CUDA calls of its own (else the provider is opened as without),
+     * OFCCL__HMEM_NEED keeps it regardless. caps.hmem says what was kept,
+     * caps.hmem_why why GPU memory does not go through it (the GPU setup
+     * then fails naming that). Its
      * entry may lack atomics (signals then use CQ data). */
     int hmem;
 } ofccl__prov_params_t;

@@ -168,8 +168,9 @@ typedef enum ofccl__cfg_type {
     X(GPU_FABRIC, ENUM, AGREE, "auto", "auto|hmem|stage", 0, 0,                                    \
       "GPU memory the GPU peer class does not serve (other hosts, a libfabric provider on one "    \
       "host): auto = registered with the fabric provider as GPU memory (libfabric FI_HMEM) "       \
-      "where it takes CUDA memory (asked when CUDA is loaded as the context is made), else "       \
-      "staged through host memory, said once; hmem = FI_HMEM always, and a GPU collective fails "  \
+      "where it takes CUDA memory and calls no CUDA itself (asked when CUDA is loaded as the "     \
+      "context is made), else staged through host memory, said once; hmem = FI_HMEM always, "      \
+      "and a GPU collective fails "                                                                \
       "where it is unavailable; stage = always staged. Reduce-scatter is staged either way")       \
     X(GPU_POOL_BYTES, SIZE, AGREE, "0", "", 0, INT64_MAX,                                          \
       "Budget of the symmetric GPU pool per communicator (its segments, mapped into every "        \

@@ -97,7 +97,6 @@ int ofccl__resolve_device(ofccl__req_t *r, void *buf, size_t len)
         ofccl__exec_staged(r);
         return 0;
     }
-    r->drain = true;
     comm->ctx->stats.hmem_bytes += len;
     return 0;
 }

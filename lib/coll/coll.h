@@ -170,8 +170,8 @@ const char *ofccl__dtype_name(ofccl_dtype_t dtype);
  * buffer the peers write into): in place where it is registered with the
  * transport already, or where every rank's transport takes this GPU's
  * memory (comm->dev_reg; registered then for the request alone); otherwise,
- * and for buckets, staged in host memory. r->drain is set for in place. 0,
- * or an error (a registration that failed). Host memory: nothing to do. */
+ * and for buckets, staged in host memory. 0, or an error (a registration
+ * that failed). Host memory: nothing to do. */
 int ofccl__resolve_device(ofccl__req_t *r, void *buf, size_t len);
 
 /* ---- posting on the host engine (host_post.c) ---- */

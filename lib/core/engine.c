@@ -110,7 +110,7 @@ static void req_reset(ofccl__req_t *r)
     /* Host memory until the entry point learns its buffers' kinds. */
     r->exec = r->io = &r->comm->ctx->execs.ex[0];
     r->exec_busy = r->io_busy = false;
-    r->stream_ord = r->gated = r->drain = false;
+    r->stream_ord = r->gated = false;
     r->mark = 0;
     r->call_mem = NULL;
     r->word = NULL;
@@ -313,8 +313,6 @@ static int begin_moving(ofccl__req_t *r)
  * then is its staging released. Called again from progress until then. */
 static void complete(ofccl__req_t *r)
 {
-    int rc = 0;
-
     if (!r->finishing) {
         r->finishing = 1;
         ofccl__ctx_moved(r->comm->ctx);
@@ -336,12 +334,6 @@ static void complete(ofccl__req_t *r)
         r->state = OFCCL__REQ_DONE;
         return;
     }
-    /* The transport's own device copies into this rank's memory first. */
-    if ((rc = ofccl__exec_drain(r)) == 0)
-        return;
-    if (rc < 0 && r->status == 0)
-        r->status = ofccl__comm_fail(r->comm, rc, "%s: waiting for the transport's device copies",
-                                     ofccl__coll_name(r->coll));
     if (r->status != 0 && r->algo != NULL && r->algo->unwind != NULL)
         r->algo->unwind(r);
     if (r->stream_ord) /* the caller's stream goes on: host stores alone */

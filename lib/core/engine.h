@@ -278,10 +278,6 @@ struct ofccl_req {
      * word (lent by the io executor) holds word_v, which the engine stores
      * when the request completes or fails. */
     bool stream_ord, gated;
-    /* The transport wrote into this rank's device memory itself: its device
-     * copies may still run on the legacy stream after it signalled them, so
-     * the end waits for a mark there (the same `mark`) before the word. */
-    bool drain;
     uint64_t mark;
     ofccl_stream_t stream;
     _Atomic uint64_t *word;

@@ -239,25 +239,6 @@ int ofccl__exec_gate(ofccl__req_t *r)
     return rc < 0 ? ofccl__coll_fail(r, rc, "waiting for the caller's stream failed") : rc;
 }
 
-int ofccl__exec_drain(ofccl__req_t *r)
-{
-    const ofccl__exec_t *io = r->io;
-    int rc;
-
-    if (!r->drain)
-        return 1;
-    if (r->mark == 0 && (rc = io->ops->mark(io->state, NULL, &r->mark)) != 0) {
-        r->drain = false; /* nothing to wait for: the end goes on */
-        return rc;
-    }
-    if ((rc = io->ops->marked(io->state, r->mark)) == 0)
-        return 0;
-    io->ops->unmark(io->state, r->mark);
-    r->mark = 0;
-    r->drain = false;
-    return rc;
-}
-
 void ofccl__exec_release(ofccl__req_t *r)
 {
     const ofccl__exec_t *io = r->io;

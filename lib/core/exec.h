@@ -52,11 +52,6 @@ int ofccl__exec_enter(ofccl__req_t *r);
 /* Has the caller's stream reached the request (its mark)? 1 yes (the gate
  * opens), 0 not yet, or an error. */
 int ofccl__exec_gate(ofccl__req_t *r);
-/* Before the end word of a request whose transport wrote into this rank's
- * device memory itself (r->drain): a mark on the legacy stream, where such
- * copies run, and 1 once it is reached or there is nothing to drain (0 not
- * yet, or an error). */
-int ofccl__exec_drain(ofccl__req_t *r);
 /* The request is over (done or failed): its end word is stored, so the
  * caller's stream goes on. Host stores only. */
 void ofccl__exec_release(ofccl__req_t *r);

@@ -117,6 +117,13 @@ static int open_once(ofccl__ep_t *ep, struct ofccl__fab_ep *f, ofccl__err_t *e)
     if (ret != 0)
         return ofccl__limit_fail(log, e, -ret, fi_strerror(-ret), 0, OFCCL_ERR_PROVIDER,
                                  "rank %d: fi_endpoint on %s", rank, prov->caps.name);
+    /* GPU memory: moved by the provider without CUDA calls (open.c). */
+    if (prov->caps.hmem && prov->caps.hmem_why[0] == '\0' &&
+        (ret = ofccl__fab_forbid_cuda(f->ep)) != 0)
+        return ofccl__fail(log, OFCCL__SUB_PROV, e, OFCCL_ERR_PROVIDER,
+                           "rank %d: the %s endpoint refuses to make no CUDA calls "
+                           "(FI_OPT_CUDA_API_PERMITTED=false): %s",
+                           rank, prov->caps.name, fi_strerror(-ret));
     memset(&av_attr, 0, sizeof(av_attr));
     /* FI_AV_TABLE: the fi_addr of the n-th insert is n, so fi_addr == rank. */
     av_attr.type = FI_AV_TABLE;

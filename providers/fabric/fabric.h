@@ -86,6 +86,13 @@ static inline fi_addr_t ofccl__fab_dest(const struct ofccl__fab_ep *f, int peer)
 /* ---- discovery (discover.c) ---- */
 /* Set rxm's pool sizes where the user has not, before libfabric reads them. */
 void ofccl__fab_env_defaults(void);
+/* FI_OPT_CUDA_API_PERMITTED (libfabric 1.18: the option after
+ * FI_OPT_XPU_TRIGGER; Debian 12's 1.17 headers predate it, and its library
+ * answers -FI_ENOPROTOOPT). */
+#define OFCCL__FI_OPT_CUDA_API_PERMITTED (FI_OPT_XPU_TRIGGER + 1)
+/* Forbid the endpoint to call CUDA (set before it is enabled): 0, or why
+ * not as -FI_*. */
+int ofccl__fab_forbid_cuda(struct fid_ep *ep);
 /* Pick an fi_info for `prov_name` and `domain`; on success *list owns *pick.
  * On failure `e` says what the provider lacks. */
 int ofccl__fab_choose(const ofccl__prov_params_t *p, const char *prov_name, const char *domain,

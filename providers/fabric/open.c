@@ -127,8 +127,22 @@ static int probe_atomics(ofccl__prov_t *prov, ofccl__err_t *e)
     return 0;
 }
 
-/* Does a CUDA buffer of the process's current device register with the
- * open domain? NULL, or why not (libfabric built without CUDA, ...). */
+int ofccl__fab_forbid_cuda(struct fid_ep *ep)
+{
+    bool permitted = false;
+
+    return fi_setopt(&ep->fid, FI_OPT_ENDPOINT, OFCCL__FI_OPT_CUDA_API_PERMITTED, &permitted,
+                     sizeof(permitted));
+}
+
+/* Can the open domain take GPU memory of the process's current device, and
+ * move it without calling CUDA itself? NULL, or why not. A provider that
+ * copies GPU memory with CUDA calls of its own (shm, tcp) runs them on
+ * CUDA's legacy default stream, which waits for every blocking stream: for
+ * a caller's stream held until the collective ends too, or for a stream
+ * made to wait for it (ofccl_stream_wait, torch's Work.wait), so the
+ * collective would wait for itself. One that moves it without (GPUDirect
+ * RDMA on a NIC) accepts FI_OPT_CUDA_API_PERMITTED=false. */
 static const char *hmem_unusable(struct ofccl__fab_prov *fp, const ofccl__log_t *log, char *why,
                                  size_t len)
 {
@@ -138,6 +152,7 @@ static const char *hmem_unusable(struct ofccl__fab_prov *fp, const ofccl__log_t 
     struct fi_mr_attr attr = {
         .mr_iov = &iov, .iov_count = 1, .access = FI_REMOTE_WRITE, .iface = FI_HMEM_CUDA};
     struct fid_mr *mr = NULL;
+    struct fid_ep *ep = NULL;
     ofccl__err_t e = {0};
     int ret;
 
@@ -152,10 +167,22 @@ static const char *hmem_unusable(struct ofccl__fab_prov *fp, const ofccl__log_t 
     if (ret == 0)
         fi_close(&mr->fid);
     ofccl__gpu_mem_free(g, dev, iov.iov_base);
+    if (ret != 0) {
+        snprintf(why, len, "registering GPU %d's memory fails: %s%s", dev, fi_strerror(-ret),
+                 ret == -FI_ENOSYS ? " (this libfabric has no CUDA support)" : "");
+        return why;
+    }
+    if ((ret = fi_endpoint(fp->domain, fp->info, &ep, NULL)) == 0) {
+        ret = ofccl__fab_forbid_cuda(ep);
+        fi_close(&ep->fid);
+    }
     if (ret == 0)
         return NULL;
-    snprintf(why, len, "registering GPU %d's memory fails: %s%s", dev, fi_strerror(-ret),
-             ret == -FI_ENOSYS ? " (this libfabric has no CUDA support)" : "");
+    snprintf(why, len,
+             "it copies GPU memory with CUDA calls of its own (FI_OPT_CUDA_API_PERMITTED=false: "
+             "%s), on CUDA's legacy default stream, where they would wait for a stream held for "
+             "the collective itself",
+             fi_strerror(-ret));
     return why;
 }
 
@@ -166,7 +193,8 @@ static int fab_open(ofccl__prov_t *prov, const char *prov_name, const ofccl__pro
     const char *domain = params->domain != NULL ? params->domain : "";
     struct fi_info *list = NULL, *pick = NULL;
     struct ofccl__fab_prov *fp;
-    bool reopen = false; /* its FI_HMEM entry takes no CUDA memory */
+    const char *why = NULL; /* its FI_HMEM entry does not serve: reopened without */
+    char buf[256];
     int ret;
 
     ofccl__fab_env_defaults();
@@ -217,17 +245,13 @@ static int fab_open(ofccl__prov_t *prov, const char *prov_name, const ofccl__pro
             fi_strerror(-ret));
         goto err_fabric;
     }
-    if (prov->caps.hmem && params->hmem == OFCCL__HMEM_WANT) {
-        char buf[256];
-        const char *why = hmem_unusable(fp, log, buf, sizeof(buf));
-        if (why != NULL) {
-            OFCCL__INFO(log, OFCCL__SUB_PROV,
-                        "%s: FI_HMEM entry, but %s: opened without it, GPU memory to other hosts "
-                        "is staged through host memory",
-                        prov->caps.name, why);
-            reopen = true; /* torn down as on failure, then opened again */
-            goto err_domain;
-        }
+    if (prov->caps.hmem && (why = hmem_unusable(fp, log, buf, sizeof(buf))) != NULL) {
+        OFCCL__INFO(log, OFCCL__SUB_PROV, "%s: FI_HMEM entry, but %s: %s", prov->caps.name, why,
+                    params->hmem == OFCCL__HMEM_WANT ? "opened without it" : "GPU memory refused");
+        if (params->hmem == OFCCL__HMEM_WANT)
+            goto err_domain; /* torn down as on failure, then opened again */
+        ofccl__strlcpy(prov->caps.hmem_why, why, sizeof(prov->caps.hmem_why));
+        why = NULL;
     }
     /* The row first: it can rule out delivery-complete atomics. */
     ofccl__quirk_apply(&prov->caps, ofccl__quirk_find(prov->caps.name), params->strict);
@@ -251,10 +275,11 @@ err_fp:
     prov->be_state = NULL;
 err_list:
     fi_freeinfo(list);
-    if (reopen) {
+    if (why != NULL) {
         ofccl__prov_params_t plain = *params;
-        plain.hmem = OFCCL__HMEM_NO;
-        return fab_open(prov, prov_name, &plain, e);
+        plain.hmem = false;
+        if ((ret = fab_open(prov, prov_name, &plain, e)) == 0)
+            ofccl__strlcpy(prov->caps.hmem_why, why, sizeof(prov->caps.hmem_why));
     }
     return ret;
 }
@@ -282,7 +307,7 @@ static int fab_close(ofccl__prov_t *prov)
 static bool fab_reaches(const ofccl__prov_t *prov, bool same_host, ofccl__mem_kind_t kind)
 {
     (void)same_host;
-    return kind == OFCCL__MEM_HOST || prov->caps.hmem;
+    return kind == OFCCL__MEM_HOST || (prov->caps.hmem && prov->caps.hmem_why[0] == '\0');
 }
 
 const ofccl__backend_t ofccl__fabric_backend = {

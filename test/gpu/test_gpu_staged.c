@@ -195,12 +195,15 @@ int gpu_staged(int rank, ofccl_ctx_t *ctx, ofccl_comm_t *comm)
  * broadcast must go as GPU memory (stats.hmem_bytes grows, nothing of them
  * staged) and the reduce-scatter staged; where it is 0 (Debian's, no CUDA),
  * "hmem" must stage everything and "hmem-need" must refuse the first GPU
- * collective naming the setting and why. Unset: "hmem-need" must do one or
- * the other, and "hmem" checks the data and reports the path.
+ * collective naming the setting and why (and OFCCL_TEST_HMEM_WHY, where
+ * set: shm with CUDA support refuses since it copies GPU memory with CUDA
+ * calls of its own). Unset: "hmem-need" must do one or the other, and
+ * "hmem" checks the data and reports the path.
  */
 int gpu_hmem(int rank, ofccl_ctx_t *ctx, ofccl_comm_t *comm)
 {
     const char *want = getenv("OFCCL_TEST_HMEM"), *how = getenv("OFCCL_GPU_FABRIC");
+    const char *why = getenv("OFCCL_TEST_HMEM_WHY");
     bool need = how != NULL && strcmp(how, "hmem") == 0;
     int expect = want != NULL ? atoi(want) : -1, n, bad = 0;
     ofccl_stats_t before = {.size = sizeof(before)}, after = {.size = sizeof(after)};
@@ -228,6 +231,7 @@ int gpu_hmem(int rank, ofccl_ctx_t *ctx, ofccl_comm_t *comm)
         if (rc != 0)
             return rc != OFCCL_ERR_NOT_SUPPORTED                  ? 91
                    : strstr(msg, "OFCCL_GPU_FABRIC=hmem") == NULL ? 92
+                   : why != NULL && strstr(msg, why) == NULL      ? 94
                                                                   : 0;
         if (expect == 0)
             return 93; /* it went through where FI_HMEM was said unavailable */

@@ -268,6 +268,18 @@ def _backend_up(settings, seconds):
     return rank, size, dist
 
 
+def _ofccl_backend(dist):
+    """The default group's ofccl backend: torch 2.x registers it per device
+    type, and which types a group lists varies between releases."""
+    pg = dist.distributed_c10d._get_default_group()
+    for dev in ("cuda", "cpu"):
+        try:
+            return pg._get_backend(torch.device(dev))
+        except RuntimeError:
+            pass
+    raise AssertionError(f"no backend in the default group ({getattr(pg, '_device_types', '?')})")
+
+
 def peer_lost(settings, how, coll):
     """The last rank dies (`how`: SIGKILL or _exit(0)), stalls (never posts,
     with a 2 s deadline) or stays while the others abort the group from
@@ -304,9 +316,7 @@ def peer_lost(settings, how, coll):
         return {"bad": [], "sync_s": 0.0}
     bad = []
     if how == "abort":
-        pg = dist.distributed_c10d._get_default_group()
-        be = pg._get_backend(torch.device("cuda"))
-        threading.Timer(0.3, be.abort).start()
+        threading.Timer(0.3, _ofccl_backend(dist).abort).start()
     t0 = time.monotonic()
     work = post()
     torch.cuda.synchronize()  # no ofccl call until the stream is released

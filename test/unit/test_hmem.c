@@ -2,7 +2,8 @@
  * GPU memory through a libfabric provider (FI_HMEM), as far as a machine
  * without a GPU shows it: which providers have an FI_HMEM entry (shm does,
  * tcp does not), that asking only where it works (OFCCL__HMEM_WANT) opens
- * the provider as without when CUDA is not there, that a region of device
+ * the provider as without when CUDA is not there, and either way says why
+ * GPU memory does not go through it (caps.hmem_why), that a region of device
  * memory is refused with the reason (a domain without FI_HMEM; Debian's
  * libfabric, which has no CUDA support), and that host memory still
  * registers on the FI_HMEM entry. The path itself runs on a GPU machine
@@ -51,9 +52,11 @@ static void test_entries(void)
 
     CU_ASSERT_PTR_NOT_NULL_FATAL(shm);
     CU_ASSERT_PTR_NOT_NULL_FATAL(tcp);
-    /* shm has an FI_HMEM entry: it takes device memory of any host */
+    /* shm has an FI_HMEM entry, kept as asked; without CUDA in the process
+     * device memory does not go through it, and the provider says why */
     CU_ASSERT_TRUE(ofccl__prov_caps(shm)->hmem);
-    CU_ASSERT_TRUE(shm->be->reaches(shm, false, 0));
+    CU_ASSERT_PTR_NOT_NULL(strstr(ofccl__prov_caps(shm)->hmem_why, "CUDA is not loaded"));
+    CU_ASSERT_FALSE(shm->be->reaches(shm, false, 0));
     CU_ASSERT_TRUE(shm->be->reaches(shm, true, OFCCL__MEM_HOST));
     /* tcp (and tcp;ofi_rxm) in 1.17 has none */
     CU_ASSERT_FALSE(ofccl__prov_caps(tcp)->hmem);
@@ -70,6 +73,7 @@ static void test_want_without_cuda(void)
 
     CU_ASSERT_PTR_NOT_NULL_FATAL(shm);
     CU_ASSERT_FALSE(ofccl__prov_caps(shm)->hmem);
+    CU_ASSERT_PTR_NOT_NULL(strstr(ofccl__prov_caps(shm)->hmem_why, "CUDA is not loaded"));
     CU_ASSERT_FALSE(shm->be->reaches(shm, false, 0));
     CU_ASSERT_EQUAL(ofccl__prov_close(shm), 0);
 }

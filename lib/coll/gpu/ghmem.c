@@ -16,8 +16,11 @@
  * every transfer an RMA from and into device memory (the direct algorithm:
  * never eager, whose words are CPU copies, and nothing forwarded, since a
  * provider may signal a write into device memory before its device copy has
- * landed), and the caller's stream released once the provider's device
- * copies into this rank's memory are done (r->drain). A reduce-scatter
+ * landed), and the caller's stream released once the transfers are done.
+ * Only a provider that moves GPU memory without CUDA calls of its own
+ * (GPUDirect RDMA) serves: one that calls CUDA (shm, tcp) would wait on
+ * CUDA's legacy default stream for a stream held for the collective itself
+ * (providers/fabric/open.c). A reduce-scatter
  * stays staged: its sums would need the peers' blocks landed in device
  * memory, which this path does not plan.
  */
@@ -42,6 +45,11 @@ static int probe(ofccl__gcomm_t *gc, char *why, size_t len)
 
     if (gc->g == NULL) {
         snprintf(why, len, "no CUDA driver");
+        return OFCCL_ERR_NOT_SUPPORTED;
+    }
+    if (ofccl__comm_caps(comm)->hmem_why[0] != '\0') {
+        snprintf(why, len, "provider %s takes no GPU memory: %s", ofccl__comm_caps(comm)->name,
+                 ofccl__comm_caps(comm)->hmem_why);
         return OFCCL_ERR_NOT_SUPPORTED;
     }
     if (!ofccl__comm_caps(comm)->hmem) {
@@ -79,7 +87,7 @@ int ofccl__ghmem_setup(ofccl__gcomm_t *gc)
     ofccl_comm_t *comm = gc->comm;
     int how = (int)ofccl__cfg_int(&comm->ctx->cfg, OFCCL__CFG_GPU_FABRIC);
     int mine, first = 0, who = -1, whose = -1, rc;
-    char why[300] = "";
+    char why[400] = "";
 
     /* Every rank decides alike from what they share: the setting. Any
      * reason to stage (another host, a transport that maps no peer memory,
