@@ -116,6 +116,7 @@ int ofccl__plan_direct(ofccl__req_t *r);
 int ofccl__plan_ring(ofccl__req_t *r);
 int ofccl__direct_writer_of(const ofccl__req_t *r, uint32_t unit);
 uint32_t ofccl__direct_unit_of(const ofccl__req_t *r, int p, uint32_t k);
+void ofccl__direct_landed(const ofccl__req_t *r, uint32_t unit, size_t *off, size_t *len);
 int ofccl__ring_writer_of(const ofccl__req_t *r, uint32_t unit);
 uint32_t ofccl__ring_unit_of(const ofccl__req_t *r, int p, uint32_t k);
 int ofccl__one_writer_of(const ofccl__req_t *r, uint32_t unit);

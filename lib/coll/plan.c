@@ -37,6 +37,14 @@ uint32_t ofccl__direct_unit_of(const ofccl__req_t *r, int p, uint32_t k)
     return (uint32_t)p * r->nchunks + k;
 }
 
+void ofccl__direct_landed(const ofccl__req_t *r, uint32_t unit, size_t *off, size_t *len)
+{
+    unsigned c = unit % r->nchunks;
+
+    *off = (size_t)(unit / r->nchunks) * r->block + (size_t)c * r->chunk;
+    *len = ofccl__chunk_len(r, c);
+}
+
 bool ofccl__direct_chunk_in(const ofccl__req_t *r, unsigned c)
 {
     for (int p = 0; p < r->comm->size; p++)

@@ -37,14 +37,15 @@ int ofccl__coll_init(ofccl_comm_t *comm)
         r->slot = (unsigned)s;
         /* The per-peer state a new collective starts from zero, in one
          * block so that posting clears it with one memset. */
-        r->peer_state_bytes = n * (sizeof(*r->sig_mask) + 4 * sizeof(uint32_t) + 3);
+        r->peer_state_bytes = n * (sizeof(*r->sig_mask) + 5 * sizeof(uint32_t) + 3);
         r->sig_mask = calloc(1, r->peer_state_bytes);
         if (r->sig_mask != NULL) {
             r->sent = (uint32_t *)(r->sig_mask + n);
             r->inflight = r->sent + n;
             r->sig_next = r->inflight + n;
             r->from_cnt = r->sig_next + n;
-            r->writes_to_me = (uint8_t *)(r->from_cnt + n);
+            r->out_cnt = r->from_cnt + n;
+            r->writes_to_me = (uint8_t *)(r->out_cnt + n);
             r->i_write_to = r->writes_to_me + n;
             r->peer_ready = r->i_write_to + n;
         }
@@ -123,6 +124,7 @@ static void req_reset(ofccl__req_t *r)
     r->named = 0;
     r->copy_out = NULL;
     r->finish = NULL;
+    r->out_step = NULL;
     r->tag = 0;
     r->algo_state = NULL;
     r->win2 = ofccl__mem_ref(NULL, NULL);
@@ -461,6 +463,8 @@ static int req_progress(ofccl__req_t *r, bool check_clock)
         }
         if (rc == 0 && !r->finished)
             rc = r->algo->progress(r);
+        if (rc == 0 && r->out_step != NULL)
+            r->out_step(r);
         if (rc == 0 && comm->signal_mode == OFCCL__SIGNAL_ATOMIC)
             rc = ofccl__sig_pump(r);
         if (rc && rc != OFCCL_ERR_AGAIN && r->status == 0)

@@ -130,6 +130,10 @@ typedef struct ofccl__algo {
      * writer p's k-th write here. */
     int (*writer_of)(const ofccl__req_t *r, uint32_t unit);
     uint32_t (*unit_of)(const ofccl__req_t *r, int p, uint32_t k);
+    /* Where unit u landed in this rank's output (r->dst): its first byte
+     * and length, final once it has arrived (may be NULL: not said, so a
+     * staged output is copied out whole at the end). */
+    void (*landed)(const ofccl__req_t *r, uint32_t unit, size_t *off, size_t *len);
     /* Bytes this rank will write into what peer p announced (may be NULL:
      * r->dst_need for every peer). Checked against p's descriptor. */
     uint64_t (*need_of)(const ofccl__req_t *r, int p);
@@ -203,6 +207,11 @@ struct ofccl_req {
     /* Run when the request completes successfully, before its staging is
      * released: copying staged results out (set by lib/coll). */
     void (*finish)(ofccl__req_t *r);
+    /* Run after each progress pass of the algorithm (may be NULL): copying
+     * out the staged results that have landed so far (set by lib/coll, with
+     * the algorithm's `landed`), so that those copies overlap the transfers
+     * still under way; `finish` copies the rest. */
+    void (*out_step)(ofccl__req_t *r);
     int bucket;               /* 1: bucket request, copy-in/out to tensors */
     ofccl__tensor_t *tensors; /* bucket: copy of the caller's list (grow-only, per slot) */
     int ntensors, tcap;
@@ -245,9 +254,11 @@ struct ofccl_req {
     uint32_t *inflight;      /* [size] writes in flight to that peer */
     uint32_t *sig_next;      /* [size] atomic path: next write (k) to signal */
     uint32_t *from_cnt;      /* [size] units arrived from that writer */
+    uint32_t *out_cnt;       /* [size] out_step: that writer's units copied out, in its order */
     uint64_t *sig_mask;      /* [size] atomic path: delivered, unsignalled units */
-    size_t peer_state_bytes; /* sig_mask, sent, inflight, sig_next, from_cnt, writes_to_me,
-                                i_write_to and peer_ready: one block, in this order */
+    size_t peer_state_bytes; /* sig_mask, sent, inflight, sig_next, from_cnt, out_cnt,
+                                writes_to_me, i_write_to and peer_ready: one block, in this
+                                order */
     uint32_t reduced;        /* RS: units reduced */
     unsigned ops_out;        /* ops of this request not yet completed (wops it holds) */
     const void **srcs;       /* [size] reduction sources */

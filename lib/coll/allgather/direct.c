@@ -30,6 +30,7 @@ const ofccl__algo_t ofccl__ag_direct = {
     .progress = progress,
     .writer_of = ofccl__direct_writer_of,
     .unit_of = ofccl__direct_unit_of,
+    .landed = ofccl__direct_landed,
     .start = ofccl__ag_own_start,
     .buffers = OFCCL__BUF_OWN_BEHIND,
     .priv_fixed = sizeof(ofccl__own_copy_t),

@@ -3,6 +3,16 @@
  * left, so the steps overlap (pipelined). */
 #include "coll.h"
 
+/* Unit j came from the left at step s = j / chunks: block (rank - 1 - s). */
+static void landed(const ofccl__req_t *r, uint32_t unit, size_t *off, size_t *len)
+{
+    int n = r->comm->size, s = (int)(unit / r->nchunks);
+    unsigned c = unit % r->nchunks;
+
+    *off = (size_t)((r->comm->rank - 1 - s + 2 * n) % n) * r->block + (size_t)c * r->chunk;
+    *len = ofccl__chunk_len(r, c);
+}
+
 static int progress(ofccl__req_t *r)
 {
     ofccl_comm_t *comm = r->comm;
@@ -39,4 +49,5 @@ const ofccl__algo_t ofccl__ag_ring = {
     .progress = progress,
     .writer_of = ofccl__ring_writer_of,
     .unit_of = ofccl__ring_unit_of,
+    .landed = landed,
 };
