@@ -15,46 +15,19 @@ static size_t round8(size_t v)
     return (v + 7) & ~(size_t)7;
 }
 
-static void copy_range(ofccl__req_t *r, size_t off, size_t len)
-{
-    if (len > 0 && r->status == 0) {
-        ofccl__exec_io_copy(r, (char *)r->copy_out + off, (char *)r->dst.ptr + off, len);
-        r->comm->ctx->stats.staged_bytes += len;
-    }
-}
-
-/* Staged, where the algorithm says where units land: each writer's units
- * copied to the caller's buffer as they arrive, in that writer's order
- * (after every progress pass), so that these copies overlap the transfers
- * still under way. */
-static void copy_landed(ofccl__req_t *r)
-{
-    for (int p = 0; p < r->comm->size; p++) {
-        while (r->out_cnt[p] < r->from_cnt[p]) {
-            uint32_t u = r->algo->unit_of(r, p, r->out_cnt[p]);
-            size_t off, len;
-
-            if (u >= OFCCL__MAX_UNITS || r->unit_cnt[u] == 0)
-                break; /* a later one of p's came first: next pass */
-            r->algo->landed(r, u, &off, &len);
-            copy_range(r, off, len);
-            r->out_cnt[p]++;
-        }
-    }
-}
-
-/* Staged: at completion, what copy_landed has not copied (everything where
- * the algorithm does not say where units land), and this rank's own block. */
+/* Staged: at completion, what ofccl__staged_landed has not copied
+ * (everything where the algorithm does not say where units land), and this
+ * rank's own block. */
 static void copy_out(ofccl__req_t *r)
 {
     size_t total = r->block * (size_t)r->comm->size;
 
     if (r->algo->landed == NULL) {
-        copy_range(r, 0, total);
+        ofccl__staged_out(r, 0, total);
         return;
     }
-    copy_landed(r);
-    copy_range(r, (size_t)r->comm->rank * r->block, r->block);
+    ofccl__staged_landed(r);
+    ofccl__staged_out(r, (size_t)r->comm->rank * r->block, r->block);
 }
 
 int ofccl__post_allgather(ofccl__req_t *r)
@@ -93,7 +66,7 @@ int ofccl__post_allgather(ofccl__req_t *r)
             r->copy_out = r->recvbuf;
             r->finish = copy_out;
             if (r->algo->landed != NULL)
-                r->out_step = copy_landed;
+                r->out_step = ofccl__staged_landed;
         }
     }
     /* Our own block goes where the result needs it anyway; we send from there,

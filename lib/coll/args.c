@@ -78,6 +78,30 @@ int ofccl__check_redop(ofccl_comm_t *comm, const char *what, ofccl_dtype_t dtype
     return 0;
 }
 
+void ofccl__staged_out(ofccl__req_t *r, size_t off, size_t len)
+{
+    if (len > 0 && r->status == 0) {
+        ofccl__exec_io_copy(r, (char *)r->copy_out + off, (char *)r->dst.ptr + off, len);
+        r->comm->ctx->stats.staged_bytes += len;
+    }
+}
+
+void ofccl__staged_landed(ofccl__req_t *r)
+{
+    for (int p = 0; p < r->comm->size; p++) {
+        while (r->out_cnt[p] < r->from_cnt[p]) {
+            uint32_t u = r->algo->unit_of(r, p, r->out_cnt[p]);
+            size_t off, len;
+
+            if (u >= OFCCL__MAX_UNITS || r->unit_cnt[u] == 0)
+                break; /* a later one of p's came first: next pass */
+            r->algo->landed(r, u, &off, &len);
+            ofccl__staged_out(r, off, len);
+            r->out_cnt[p]++;
+        }
+    }
+}
+
 int ofccl__resolve_device(ofccl__req_t *r, void *buf, size_t len)
 {
     ofccl_comm_t *comm = r->comm;

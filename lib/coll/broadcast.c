@@ -15,13 +15,14 @@ static size_t round8(size_t v)
     return (v + 7) & ~(size_t)7;
 }
 
-/* Staged: what arrived in staging is copied to the caller's buffer at the end. */
+/* Staged: what arrived in staging is copied to the caller's buffer, as it
+ * lands where the algorithm says where (out_step), else at the end. */
 static void copy_out(ofccl__req_t *r)
 {
-    if (r->block > 0) {
-        ofccl__exec_io_copy(r, r->copy_out, r->dst.ptr, r->block);
-        r->comm->ctx->stats.staged_bytes += r->block;
-    }
+    if (r->algo->landed != NULL)
+        ofccl__staged_landed(r);
+    else
+        ofccl__staged_out(r, 0, r->block);
 }
 
 /* Where the buffer is, for the chosen algorithm: peers read the root's in
@@ -55,6 +56,8 @@ static int resolve_memory(ofccl__req_t *r)
         } else if (!root) {
             r->copy_out = buf;
             r->finish = copy_out;
+            if (r->algo->landed != NULL)
+                r->out_step = ofccl__staged_landed;
         }
     }
     r->src = r->dst;

@@ -129,6 +129,7 @@ void ofccl__plan_bcast(ofccl__req_t *r, int data_from);
 int ofccl__bcast_writer_of(const ofccl__req_t *r, uint32_t unit);
 uint64_t ofccl__bcast_need_of(const ofccl__req_t *r, int p);
 uint32_t ofccl__bcast_unit_of(const ofccl__req_t *r, int p, uint32_t k);
+void ofccl__bcast_landed(const ofccl__req_t *r, uint32_t unit, size_t *off, size_t *len);
 int ofccl__bcast_done(ofccl__req_t *r);
 /* All-gather sending its block from sendbuf (OFCCL__BUF_OWN_BEHIND: direct
  * and hier), the private state of its request: where the block goes in the
@@ -174,6 +175,13 @@ const char *ofccl__dtype_name(ofccl_dtype_t dtype);
  * and for buckets, staged in host memory. 0, or an error (a registration
  * that failed). Host memory: nothing to do. */
 int ofccl__resolve_device(ofccl__req_t *r, void *buf, size_t len);
+/* A staged result out to the caller's buffer (r->copy_out), from the same
+ * offset of r->dst: `len` bytes at `off`, by the io executor. */
+void ofccl__staged_out(ofccl__req_t *r, size_t off, size_t len);
+/* The request's out_step where the algorithm says where units land: each
+ * writer's units copied out as they arrive, in that writer's order, so that
+ * the copies overlap the transfers still under way. */
+void ofccl__staged_landed(ofccl__req_t *r);
 
 /* ---- posting on the host engine (host_post.c) ---- */
 /* Claim the next slot and fill in a collective's arguments (a broadcast's

@@ -52,5 +52,6 @@ const ofccl__algo_t ofccl__bc_direct = {
     .progress = progress,
     .writer_of = ofccl__bcast_writer_of,
     .unit_of = ofccl__bcast_unit_of,
+    .landed = ofccl__bcast_landed,
     .need_of = ofccl__bcast_need_of,
 };

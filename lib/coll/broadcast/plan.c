@@ -48,6 +48,12 @@ uint64_t ofccl__bcast_need_of(const ofccl__req_t *r, int p)
     return 0;
 }
 
+void ofccl__bcast_landed(const ofccl__req_t *r, uint32_t unit, size_t *off, size_t *len)
+{
+    *off = (size_t)unit * r->chunk;
+    *len = unit < r->nchunks ? ofccl__chunk_len(r, unit) : 0; /* else a go or a done */
+}
+
 int ofccl__bcast_writer_of(const ofccl__req_t *r, uint32_t unit)
 {
     int n = r->comm->size;
