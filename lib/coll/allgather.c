@@ -83,7 +83,9 @@ int ofccl__post_allgather(ofccl__req_t *r)
         r->src = ofccl__mem_ref((void *)r->sendbuf, ofccl__mem_find(comm, r->sendbuf, r->block));
     } else {
         if (r->sendbuf != own && r->block &&
-            (rc = ofccl__exec_io_copy(r, own, r->sendbuf, r->block)) != 0)
+            (rc = r->algo->buffers & OFCCL__BUF_OWN_PIECES
+                      ? ofccl__exec_io_copy_in(r, own, r->sendbuf, r->block)
+                      : ofccl__exec_io_copy(r, own, r->sendbuf, r->block)) != 0)
             return rc;
         r->src = ofccl__mem_ref(own, r->dst.mr);
     }

@@ -86,9 +86,13 @@ int ofccl__ag_put_own(ofccl__req_t *r, int p)
 
     while (r->sent[p] < r->nchunks) {
         unsigned c = r->sent[p];
-        size_t off = (size_t)c * r->chunk;
-        int rc = ofccl__coll_put(r, p, src + off, r->src.mr, ofccl__chunk_len(r, c), mine + off,
-                                 ofccl__direct_unit_of(r, r->comm->rank, c));
+        size_t off = (size_t)c * r->chunk, len = ofccl__chunk_len(r, c);
+        int rc;
+
+        if (off + len > r->in_ready && off + len > ofccl__exec_in_ready(r))
+            return 0; /* not copied in yet (OFCCL__BUF_OWN_PIECES) */
+        rc = ofccl__coll_put(r, p, src + off, r->src.mr, len, mine + off,
+                             ofccl__direct_unit_of(r, r->comm->rank, c));
         if (rc == OFCCL_ERR_AGAIN)
             return 0;
         if (rc)

@@ -113,6 +113,8 @@ static void req_reset(ofccl__req_t *r)
     r->exec_busy = r->io_busy = false;
     r->stream_ord = r->gated = false;
     r->mark = 0;
+    r->in_pieces = r->in_passed = 0;
+    r->in_ready = SIZE_MAX;
     r->call_mem = NULL;
     r->word = NULL;
     r->arrived = 0;
@@ -331,6 +333,8 @@ static void complete(ofccl__req_t *r)
     /* Failed before the caller's stream reached it: the copies into its
      * staging are still on that stream, so the staging waits for them. */
     if (r->gated && ofccl__exec_gate(r) == 0)
+        return;
+    if (ofccl__exec_in_done(r) == 0)
         return;
     if (r->algo == NULL) { /* completed at post (ofccl__coll_done_now) */
         r->state = OFCCL__REQ_DONE;

@@ -27,6 +27,7 @@
 #define OFCCL__SLOTS 8 /* collectives outstanding per communicator */
 #define OFCCL__SLOT_BITS 3
 #define OFCCL__MAX_UNITS 16384 /* units (chunk x step) one collective may signal */
+#define OFCCL__IN_PIECES 8     /* pieces a staged input is copied in by, at most */
 #define OFCCL__DESC_WORDS 16
 #define OFCCL__EAGER_WORDS 4 /* eager header: from, fingerprint, count, seq + 1 (the mark) */
 #define OFCCL__EAGER_HDR (OFCCL__EAGER_WORDS * sizeof(uint64_t))
@@ -103,6 +104,10 @@ enum ofccl__algo_buf {
     /* Announce this rank's output as the second window, where peers can map
      * it, so that they may write parts of it themselves. */
     OFCCL__BUF_SHOW_OUT = 1u << 3,
+    /* All-gather staged from device memory: its own block is copied in by
+     * pieces, and the algorithm sends a chunk once the piece holding it is
+     * in (ofccl__exec_in_ready), not once the whole block is. */
+    OFCCL__BUF_OWN_PIECES = 1u << 4,
 };
 
 /* What an algorithm may keep per request (ofccl__algo_priv): this many bytes,
@@ -290,6 +295,13 @@ struct ofccl_req {
      * when the request completes or fails. */
     bool stream_ord, gated;
     uint64_t mark;
+    /* The input copied in by pieces (ofccl__exec_io_copy_in), a mark after
+     * each on the caller's stream: the first piece's is the gate (`mark`),
+     * in_mark[] the later ones', in_passed of them passed; in_ready bytes
+     * of the input are in staging once the gate is open (SIZE_MAX: all). */
+    uint64_t in_mark[OFCCL__IN_PIECES - 1];
+    unsigned in_pieces, in_passed;
+    size_t in_piece, in_ready;
     ofccl_stream_t stream;
     _Atomic uint64_t *word;
     void *word_dev;

@@ -7,6 +7,7 @@
 
 #include "exec.h"
 #include "gpu/gpu.h"
+#include "util.h"
 
 static int cpu_reduce(void *state, ofccl_dtype_t dtype, ofccl_redop_t op, void *dst,
                       const void *const *srcs, int nsrc, size_t count, int ndiv, uint64_t *ticket)
@@ -198,27 +199,105 @@ int ofccl__exec_pump(ofccl__req_t *r)
 
 /* ---- stream-ordered requests ---- */
 
+/* Release the input's marks not yet passed. */
+static void in_release(ofccl__req_t *r)
+{
+    while (r->in_passed < r->in_pieces)
+        r->io->ops->unmark(r->io->state, r->in_mark[r->in_passed++]);
+}
+
 int ofccl__exec_enter(ofccl__req_t *r)
 {
     const ofccl__exec_t *io = r->io;
     int rc = io->ops->word(io->state, &r->word_handle, &r->word, &r->word_dev, &r->word_v);
 
-    if (rc != 0)
-        return ofccl__comm_fail(r->comm, rc,
-                                "%s: no word for the caller's stream to wait on (GPU %d): %s",
-                                ofccl__coll_name(r->coll), io->kind, ofccl_strerror(rc));
-    if ((rc = io->ops->mark(io->state, r->stream, &r->mark)) == 0 &&
-        (rc = io->ops->wait_word(io->state, r->stream, r->word_dev, r->word_v)) != 0) {
-        io->ops->unmark(io->state, r->mark);
-        r->mark = 0;
+    if (rc != 0) {
+        r->word = NULL;
+        rc = ofccl__comm_fail(r->comm, rc,
+                              "%s: no word for the caller's stream to wait on (GPU %d): %s",
+                              ofccl__coll_name(r->coll), io->kind, ofccl_strerror(rc));
+    } else {
+        /* The gate: a mark after the copies in, unless the first piece's is it. */
+        if (r->mark == 0)
+            rc = io->ops->mark(io->state, r->stream, &r->mark);
+        if (rc == 0)
+            rc = io->ops->wait_word(io->state, r->stream, r->word_dev, r->word_v);
+        if (rc != 0) {
+            io->ops->word_put(io->state, r->word_handle);
+            r->word = NULL;
+            rc = ofccl__comm_fail(r->comm, rc, "%s: the caller's stream cannot be ordered with it",
+                                  ofccl__coll_name(r->coll));
+        }
     }
     if (rc != 0) {
-        io->ops->word_put(io->state, r->word_handle);
-        r->word = NULL;
-        return ofccl__comm_fail(r->comm, rc, "%s: the caller's stream cannot be ordered with it",
-                                ofccl__coll_name(r->coll));
+        in_release(r);
+        if (r->mark != 0)
+            io->ops->unmark(io->state, r->mark);
+        r->mark = 0;
     }
+    return rc;
+}
+
+#define IN_PIECE_MIN ((size_t)1 << 20)
+
+int ofccl__exec_io_copy_in(ofccl__req_t *r, void *dst, const void *src, size_t len)
+{
+    const ofccl__exec_t *io = r->io;
+    size_t piece = OFCCL__MAX(len / OFCCL__IN_PIECES + 1, IN_PIECE_MIN);
+    int rc = 0;
+
+    if (!r->gated || r->mark != 0 || len < 2 * IN_PIECE_MIN)
+        return ofccl__exec_io_copy(r, dst, src, len);
+    piece = (piece + 4095) & ~(size_t)4095;
+    for (size_t at = 0; at < len && rc == 0; at += piece) {
+        uint64_t *m = at == 0 ? &r->mark : &r->in_mark[r->in_pieces];
+
+        rc = io->ops->copy_on(io->state, r->stream, (char *)dst + at, (const char *)src + at,
+                              OFCCL__MIN(piece, len - at));
+        if (rc == 0 && (rc = io->ops->mark(io->state, r->stream, m)) == 0 && at > 0)
+            r->in_pieces++;
+    }
+    if (rc != 0) {
+        in_release(r);
+        if (r->mark != 0)
+            io->ops->unmark(io->state, r->mark);
+        r->mark = 0;
+        return ofccl__coll_fail(r, rc, "a copy on the caller's stream failed");
+    }
+    r->in_piece = piece;
+    r->in_ready = r->in_pieces ? piece : SIZE_MAX;
     return 0;
+}
+
+size_t ofccl__exec_in_ready(ofccl__req_t *r)
+{
+    while (r->in_passed < r->in_pieces) {
+        int rc = r->io->ops->marked(r->io->state, r->in_mark[r->in_passed]);
+
+        if (rc == 0)
+            return r->in_ready;
+        if (rc < 0) {
+            ofccl__coll_fail(r, rc, "waiting for the caller's stream failed");
+            return r->in_ready;
+        }
+        r->io->ops->unmark(r->io->state, r->in_mark[r->in_passed++]);
+        r->in_ready += r->in_piece;
+    }
+    return r->in_ready = SIZE_MAX;
+}
+
+int ofccl__exec_in_done(ofccl__req_t *r)
+{
+    int rc;
+
+    if (r->in_passed == r->in_pieces)
+        return 1;
+    /* Marks of one stream pass in order: the last one stands for all. */
+    if ((rc = r->io->ops->marked(r->io->state, r->in_mark[r->in_pieces - 1])) == 0)
+        return 0;
+    in_release(r);
+    r->in_ready = SIZE_MAX;
+    return 1;
 }
 
 int ofccl__exec_gate(ofccl__req_t *r)

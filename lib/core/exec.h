@@ -52,6 +52,19 @@ int ofccl__exec_enter(ofccl__req_t *r);
 /* Has the caller's stream reached the request (its mark)? 1 yes (the gate
  * opens), 0 not yet, or an error. */
 int ofccl__exec_gate(ofccl__req_t *r);
+/* At post, for an algorithm that asks (OFCCL__BUF_OWN_PIECES): `len` bytes
+ * of the caller's memory at `src` into staging at `dst`, as
+ * ofccl__exec_io_copy does, but where they go on the caller's stream and
+ * are large, in pieces with a mark after each: the first mark is the gate,
+ * so the request starts once the first piece is in. 0, or an error. */
+int ofccl__exec_io_copy_in(ofccl__req_t *r, void *dst, const void *src, size_t len);
+/* Bytes of the input in staging from its start, the pieces' marks passed so
+ * far polled (SIZE_MAX where it was not copied in by pieces, or all is in).
+ * Only once the gate is open. */
+size_t ofccl__exec_in_ready(ofccl__req_t *r);
+/* Before the request's staging is released: 1 once every piece is in (or
+ * there were none), 0 not yet. */
+int ofccl__exec_in_done(ofccl__req_t *r);
 /* The request is over (done or failed): its end word is stored, so the
  * caller's stream goes on. Host stores only. */
 void ofccl__exec_release(ofccl__req_t *r);

@@ -32,6 +32,6 @@ const ofccl__algo_t ofccl__ag_direct = {
     .unit_of = ofccl__direct_unit_of,
     .landed = ofccl__direct_landed,
     .start = ofccl__ag_own_start,
-    .buffers = OFCCL__BUF_OWN_BEHIND,
+    .buffers = OFCCL__BUF_OWN_BEHIND | OFCCL__BUF_OWN_PIECES,
     .priv_fixed = sizeof(ofccl__own_copy_t),
 };

@@ -26,8 +26,12 @@ static int progress(ofccl__req_t *r)
         size_t off = b * r->block + (size_t)c * r->chunk;
         int rc;
 
-        /* Block b reached us at step s-1 (from the left) before we pass it on. */
+        /* Block b reached us at step s-1 (from the left) before we pass it on;
+         * our own, at step 0, once copied in (OFCCL__BUF_OWN_PIECES). */
         if (s > 0 && r->unit_cnt[ofccl__unit(r, s - 1, c)] == 0)
+            break;
+        if (s == 0 && (size_t)c * r->chunk + ofccl__chunk_len(r, c) > r->in_ready &&
+            (size_t)c * r->chunk + ofccl__chunk_len(r, c) > ofccl__exec_in_ready(r))
             break;
         rc = ofccl__coll_put(r, right, dst + off, r->dst.mr, ofccl__chunk_len(r, c), off, j);
         if (rc == OFCCL_ERR_AGAIN)
@@ -45,6 +49,7 @@ const ofccl__algo_t ofccl__ag_ring = {
     .coll = OFCCL__AG,
     .wire_id = OFCCL__WIRE_RING,
     .flags = 0,
+    .buffers = OFCCL__BUF_OWN_PIECES,
     .plan = ofccl__plan_ring,
     .progress = progress,
     .writer_of = ofccl__ring_writer_of,
