@@ -117,11 +117,11 @@ int ofccl__ghmem_setup(ofccl__gcomm_t *gc)
         OFCCL__INFO(&comm->ctx->log, OFCCL__SUB_COLL,
                     "rank %d: communicator %u: FI_HMEM unavailable here: %s", comm->rank, comm->id,
                     why);
-    if (how == 1)
+    if (how == 1) /* this rank's reason where it has one, else the first one's rank */
         return ofccl__comm_fail(comm, OFCCL_ERR_NOT_SUPPORTED,
                                 "OFCCL_GPU_FABRIC=hmem: rank %d cannot register its GPU's memory "
                                 "with the fabric provider%s%s",
-                                who, who == comm->rank ? ": " : " (its log says why)",
-                                who == comm->rank ? why : "");
+                                mine ? comm->rank : who, mine ? ": " : " (its log says why)",
+                                mine ? why : "");
     return 0;
 }
