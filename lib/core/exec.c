@@ -246,8 +246,10 @@ int ofccl__exec_io_copy_in(ofccl__req_t *r, void *dst, const void *src, size_t l
     size_t piece = OFCCL__MAX(len / OFCCL__IN_PIECES + 1, IN_PIECE_MIN);
     int rc = 0;
 
-    if (!r->gated || r->mark != 0 || len < 2 * IN_PIECE_MIN)
+    if (!r->gated || len < 2 * IN_PIECE_MIN)
         return ofccl__exec_io_copy(r, dst, src, len);
+    if (r->mark != 0) /* the gate is set: a copy after it would not hold it */
+        return ofccl__coll_fail(r, OFCCL_ERR_INTERNAL, "the input copied in by pieces twice");
     piece = (piece + 4095) & ~(size_t)4095;
     for (size_t at = 0; at < len && rc == 0; at += piece) {
         uint64_t *m = at == 0 ? &r->mark : &r->in_mark[r->in_pieces];

@@ -56,7 +56,8 @@ int ofccl__exec_gate(ofccl__req_t *r);
  * of the caller's memory at `src` into staging at `dst`, as
  * ofccl__exec_io_copy does, but where they go on the caller's stream and
  * are large, in pieces with a mark after each: the first mark is the gate,
- * so the request starts once the first piece is in. 0, or an error. */
+ * so the request starts once the first piece is in. Once per request, before
+ * any other io copy on the stream. 0, or an error. */
 int ofccl__exec_io_copy_in(ofccl__req_t *r, void *dst, const void *src, size_t len);
 /* Bytes of the input in staging from its start, the pieces' marks passed so
  * far polled (SIZE_MAX where it was not copied in by pieces, or all is in).

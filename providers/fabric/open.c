@@ -135,29 +135,55 @@ int ofccl__fab_forbid_cuda(struct fid_ep *ep)
                      sizeof(permitted));
 }
 
-/* Can the open domain take GPU memory of the process's current device, and
- * move it without calling CUDA itself? NULL, or why not. A provider that
- * copies GPU memory with CUDA calls of its own (shm, tcp) runs them on
- * CUDA's legacy default stream, which waits for every blocking stream: for
- * a caller's stream held until the collective ends too, or for a stream
- * made to wait for it (ofccl_stream_wait, torch's Work.wait), so the
- * collective would wait for itself. One that moves it without (GPUDirect
- * RDMA on a NIC) accepts FI_OPT_CUDA_API_PERMITTED=false. */
-static const char *hmem_unusable(struct ofccl__fab_prov *fp, const ofccl__log_t *log, char *why,
-                                 size_t len)
+/* Does the provider move GPU memory without calling CUDA itself? NULL, or
+ * why not. One that copies it with CUDA calls of its own (shm, tcp) runs
+ * them on CUDA's legacy default stream, which waits for every blocking
+ * stream: for a caller's stream held until the collective ends too, or for
+ * a stream made to wait for it (ofccl_stream_wait, torch's Work.wait), so
+ * the collective would wait for itself. One that moves it without
+ * (GPUDirect RDMA on a NIC) accepts FI_OPT_CUDA_API_PERMITTED=false. */
+static const char *calls_cuda(struct ofccl__fab_prov *fp, char *why, size_t len)
 {
-    ofccl__gpu_t *g = ofccl__gpu_process(log, false);
+    struct fid_ep *ep = NULL;
+    int ret = fi_endpoint(fp->domain, fp->info, &ep, NULL);
+
+    if (ret == 0) {
+        ret = ofccl__fab_forbid_cuda(ep);
+        fi_close(&ep->fid);
+    }
+    if (ret == 0)
+        return NULL;
+    snprintf(why, len, "%s (FI_OPT_CUDA_API_PERMITTED=false: %s)",
+             ret == -FI_EOPNOTSUPP
+                 ? "it copies GPU memory with CUDA calls of its own, on CUDA's legacy default "
+                   "stream, where they would wait for a stream held for the collective itself"
+             : ret == -FI_ENOPROTOOPT ? "this libfabric cannot be told to make no CUDA calls"
+             : ret == -FI_EINVAL      ? "this libfabric has no CUDA support or finds no GPU"
+                                      : "it may make CUDA calls of its own",
+             fi_strerror(-ret));
+    return why;
+}
+
+/* Can the open domain take GPU memory of the process's current device
+ * (registered, and moved without CUDA calls of the provider's own)? NULL,
+ * or why not. Without CUDA in the process, only the second is asked where
+ * the entry is needed (OFCCL__HMEM_NEED), and the first is left to the
+ * GPU setup. */
+static const char *hmem_unusable(struct ofccl__fab_prov *fp, const ofccl__prov_params_t *params,
+                                 char *why, size_t len)
+{
+    ofccl__gpu_t *g = ofccl__gpu_process(params->log, false);
     int dev = g != NULL ? ofccl__gpu_current_device(g, 0) : -1;
     struct iovec iov = {.iov_len = 4096};
     struct fi_mr_attr attr = {
         .mr_iov = &iov, .iov_count = 1, .access = FI_REMOTE_WRITE, .iface = FI_HMEM_CUDA};
     struct fid_mr *mr = NULL;
-    struct fid_ep *ep = NULL;
     ofccl__err_t e = {0};
     int ret;
 
     if (g == NULL)
-        return "CUDA is not loaded in this process";
+        return params->hmem == OFCCL__HMEM_NEED ? calls_cuda(fp, why, len)
+                                                : "CUDA is not loaded in this process";
     if (ofccl__gpu_mem_alloc(g, dev, iov.iov_len, &iov.iov_base, &e) != 0) {
         ofccl__strlcpy(why, e.msg, len);
         return why;
@@ -167,22 +193,10 @@ static const char *hmem_unusable(struct ofccl__fab_prov *fp, const ofccl__log_t 
     if (ret == 0)
         fi_close(&mr->fid);
     ofccl__gpu_mem_free(g, dev, iov.iov_base);
-    if (ret != 0) {
-        snprintf(why, len, "registering GPU %d's memory fails: %s%s", dev, fi_strerror(-ret),
-                 ret == -FI_ENOSYS ? " (this libfabric has no CUDA support)" : "");
-        return why;
-    }
-    if ((ret = fi_endpoint(fp->domain, fp->info, &ep, NULL)) == 0) {
-        ret = ofccl__fab_forbid_cuda(ep);
-        fi_close(&ep->fid);
-    }
     if (ret == 0)
-        return NULL;
-    snprintf(why, len,
-             "it copies GPU memory with CUDA calls of its own (FI_OPT_CUDA_API_PERMITTED=false: "
-             "%s), on CUDA's legacy default stream, where they would wait for a stream held for "
-             "the collective itself",
-             fi_strerror(-ret));
+        return calls_cuda(fp, why, len);
+    snprintf(why, len, "registering GPU %d's memory fails: %s%s", dev, fi_strerror(-ret),
+             ret == -FI_ENOSYS ? " (this libfabric has no CUDA support)" : "");
     return why;
 }
 
@@ -245,7 +259,7 @@ static int fab_open(ofccl__prov_t *prov, const char *prov_name, const ofccl__pro
             fi_strerror(-ret));
         goto err_fabric;
     }
-    if (prov->caps.hmem && (why = hmem_unusable(fp, log, buf, sizeof(buf))) != NULL) {
+    if (prov->caps.hmem && (why = hmem_unusable(fp, params, buf, sizeof(buf))) != NULL) {
         OFCCL__INFO(log, OFCCL__SUB_PROV, "%s: FI_HMEM entry, but %s: %s", prov->caps.name, why,
                     params->hmem == OFCCL__HMEM_WANT ? "opened without it" : "GPU memory refused");
         if (params->hmem == OFCCL__HMEM_WANT)
@@ -277,7 +291,7 @@ err_list:
     fi_freeinfo(list);
     if (why != NULL) {
         ofccl__prov_params_t plain = *params;
-        plain.hmem = false;
+        plain.hmem = OFCCL__HMEM_NO;
         if ((ret = fab_open(prov, prov_name, &plain, e)) == 0)
             ofccl__strlcpy(prov->caps.hmem_why, why, sizeof(prov->caps.hmem_why));
     }
