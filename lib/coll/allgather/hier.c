@@ -85,6 +85,12 @@ static unsigned units_from(const ofccl__req_t *r, int p)
                                                          : r->nchunks;
 }
 
+/* Is our block in up to `end` (OFCCL__BUF_OWN_PIECES)? */
+static bool own_in(ofccl__req_t *r, size_t end)
+{
+    return end <= r->in_ready || end <= ofccl__exec_in_ready(r);
+}
+
 /* Phase 1: our block to the rank of our rail on every other host. */
 static int to_rail(ofccl__req_t *r, bool *all)
 {
@@ -97,9 +103,13 @@ static int to_rail(ofccl__req_t *r, bool *all)
         int p = at(comm, (h + t) % comm->nnodes, i);
         while (r->sent[p] < r->nchunks) {
             unsigned c = r->sent[p];
-            size_t off = (size_t)c * r->chunk;
-            int rc = ofccl__coll_put(r, p, src + off, r->src.mr, ofccl__chunk_len(r, c), mine + off,
-                                     ofccl__direct_unit_of(r, me, c));
+            size_t off = (size_t)c * r->chunk, len = ofccl__chunk_len(r, c);
+            int rc;
+
+            if (!own_in(r, off + len))
+                break;
+            rc = ofccl__coll_put(r, p, src + off, r->src.mr, len, mine + off,
+                                 ofccl__direct_unit_of(r, me, c));
             if (rc == OFCCL_ERR_AGAIN)
                 break;
             if (rc)
@@ -130,6 +140,8 @@ static int to_host(ofccl__req_t *r, bool *all)
 
             if (b != me && r->unit_cnt[ofccl__direct_unit_of(r, b, c)] == 0)
                 break; /* not here yet */
+            if (b == me && !own_in(r, (size_t)c * r->chunk + ofccl__chunk_len(r, c)))
+                break;
             rc = ofccl__coll_put(r, q, from, b == me ? r->src.mr : r->dst.mr,
                                  ofccl__chunk_len(r, c), off, ofccl__direct_unit_of(r, b, c));
             if (rc == OFCCL_ERR_AGAIN)
@@ -167,7 +179,8 @@ const ofccl__algo_t ofccl__ag_hier = {
     .writer_of = writer_of,
     .unit_of = unit_of,
     .units_from = units_from,
+    .landed = ofccl__direct_landed, /* the direct numbering */
     .start = ofccl__ag_own_start,
-    .buffers = OFCCL__BUF_OWN_BEHIND,
+    .buffers = OFCCL__BUF_OWN_BEHIND | OFCCL__BUF_OWN_PIECES,
     .priv_fixed = sizeof(ofccl__own_copy_t),
 };
