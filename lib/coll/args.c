@@ -88,7 +88,9 @@ void ofccl__staged_out(ofccl__req_t *r, size_t off, size_t len)
 
 void ofccl__staged_landed(ofccl__req_t *r)
 {
-    for (int p = 0; p < r->comm->size; p++) {
+    for (unsigned i = 0; i < r->nfrom; i++) {
+        int p = r->from[i];
+
         while (r->out_cnt[p] < r->from_cnt[p]) {
             uint32_t u = r->algo->unit_of(r, p, r->out_cnt[p]);
             size_t off, len;

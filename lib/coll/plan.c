@@ -89,7 +89,7 @@ int ofccl__ag_put_own(ofccl__req_t *r, int p)
         size_t off = (size_t)c * r->chunk, len = ofccl__chunk_len(r, c);
         int rc;
 
-        if (off + len > r->in_ready && off + len > ofccl__exec_in_ready(r))
+        if (!ofccl__exec_in(r, off + len))
             return 0; /* not copied in yet (OFCCL__BUF_OWN_PIECES) */
         rc = ofccl__coll_put(r, p, src + off, r->src.mr, len, mine + off,
                              ofccl__direct_unit_of(r, r->comm->rank, c));

@@ -206,6 +206,15 @@ static void in_release(ofccl__req_t *r)
         r->io->ops->unmark(r->io->state, r->in_mark[r->in_passed++]);
 }
 
+/* Entering failed: every mark made on the caller's stream released. */
+static void marks_release(ofccl__req_t *r)
+{
+    in_release(r);
+    if (r->mark != 0)
+        r->io->ops->unmark(r->io->state, r->mark);
+    r->mark = 0;
+}
+
 int ofccl__exec_enter(ofccl__req_t *r)
 {
     const ofccl__exec_t *io = r->io;
@@ -229,12 +238,8 @@ int ofccl__exec_enter(ofccl__req_t *r)
                                   ofccl__coll_name(r->coll));
         }
     }
-    if (rc != 0) {
-        in_release(r);
-        if (r->mark != 0)
-            io->ops->unmark(io->state, r->mark);
-        r->mark = 0;
-    }
+    if (rc != 0)
+        marks_release(r);
     return rc;
 }
 
@@ -260,10 +265,7 @@ int ofccl__exec_io_copy_in(ofccl__req_t *r, void *dst, const void *src, size_t l
             r->in_pieces++;
     }
     if (rc != 0) {
-        in_release(r);
-        if (r->mark != 0)
-            io->ops->unmark(io->state, r->mark);
-        r->mark = 0;
+        marks_release(r);
         return ofccl__coll_fail(r, rc, "a copy on the caller's stream failed");
     }
     r->in_piece = piece;

@@ -63,6 +63,11 @@ int ofccl__exec_io_copy_in(ofccl__req_t *r, void *dst, const void *src, size_t l
  * far polled (SIZE_MAX where it was not copied in by pieces, or all is in).
  * Only once the gate is open. */
 size_t ofccl__exec_in_ready(ofccl__req_t *r);
+/* Is the input in up to byte `end` (the cached answer first)? */
+static inline bool ofccl__exec_in(ofccl__req_t *r, size_t end)
+{
+    return end <= r->in_ready || end <= ofccl__exec_in_ready(r);
+}
 /* Before the request's staging is released: 1 once every piece is in (or
  * there were none), 0 not yet. */
 int ofccl__exec_in_done(ofccl__req_t *r);

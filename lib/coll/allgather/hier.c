@@ -85,12 +85,6 @@ static unsigned units_from(const ofccl__req_t *r, int p)
                                                          : r->nchunks;
 }
 
-/* Is our block in up to `end` (OFCCL__BUF_OWN_PIECES)? */
-static bool own_in(ofccl__req_t *r, size_t end)
-{
-    return end <= r->in_ready || end <= ofccl__exec_in_ready(r);
-}
-
 /* Phase 1: our block to the rank of our rail on every other host. */
 static int to_rail(ofccl__req_t *r, bool *all)
 {
@@ -106,7 +100,7 @@ static int to_rail(ofccl__req_t *r, bool *all)
             size_t off = (size_t)c * r->chunk, len = ofccl__chunk_len(r, c);
             int rc;
 
-            if (!own_in(r, off + len))
+            if (!ofccl__exec_in(r, off + len))
                 break;
             rc = ofccl__coll_put(r, p, src + off, r->src.mr, len, mine + off,
                                  ofccl__direct_unit_of(r, me, c));
@@ -140,7 +134,7 @@ static int to_host(ofccl__req_t *r, bool *all)
 
             if (b != me && r->unit_cnt[ofccl__direct_unit_of(r, b, c)] == 0)
                 break; /* not here yet */
-            if (b == me && !own_in(r, (size_t)c * r->chunk + ofccl__chunk_len(r, c)))
+            if (b == me && !ofccl__exec_in(r, (size_t)c * r->chunk + ofccl__chunk_len(r, c)))
                 break;
             rc = ofccl__coll_put(r, q, from, b == me ? r->src.mr : r->dst.mr,
                                  ofccl__chunk_len(r, c), off, ofccl__direct_unit_of(r, b, c));

@@ -30,8 +30,7 @@ static int progress(ofccl__req_t *r)
          * our own, at step 0, once copied in (OFCCL__BUF_OWN_PIECES). */
         if (s > 0 && r->unit_cnt[ofccl__unit(r, s - 1, c)] == 0)
             break;
-        if (s == 0 && (size_t)c * r->chunk + ofccl__chunk_len(r, c) > r->in_ready &&
-            (size_t)c * r->chunk + ofccl__chunk_len(r, c) > ofccl__exec_in_ready(r))
+        if (s == 0 && !ofccl__exec_in(r, (size_t)c * r->chunk + ofccl__chunk_len(r, c)))
             break;
         rc = ofccl__coll_put(r, right, dst + off, r->dst.mr, ofccl__chunk_len(r, c), off, j);
         if (rc == OFCCL_ERR_AGAIN)
