@@ -54,7 +54,7 @@ int ofccl__post_allgather(ofccl__req_t *r)
             return rc;
         ofccl__layout_publish(r, (char *)r->dst.ptr + round8(total));
         r->sendbuf = (char *)r->dst.ptr + (size_t)comm->rank * r->block;
-        ofccl__bucket_copy_in(r, (void *)r->sendbuf);
+        ofccl__bucket_copy_in(r, r->dst.ptr);
     } else {
         const ofccl__mr_t *mr = ofccl__mem_find(comm, r->recvbuf, total);
         if (mr != NULL) {

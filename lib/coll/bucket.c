@@ -56,109 +56,161 @@ size_t ofccl__bucket_extra(const ofccl__req_t *r)
     return r->block * (size_t)r->comm->size + r->block;
 }
 
-void ofccl__bucket_copy_in(ofccl__req_t *r, void *area)
+static int none(ofccl__req_t *r, void *dst, size_t len, void *arg)
 {
-    const ofccl_comm_t *comm = r->comm;
-    int n = comm->size;
-    char *base = area;
-
-    if (r->coll == OFCCL__BC) { /* the root's tensors, whole */
-        size_t off = 0;
-        for (int t = 0; t < r->ntensors; t++) {
-            size_t len = r->tensors[t].t.count * r->esize;
-            ofccl__exec_io_copy(r, base + off, r->tensors[t].t.full, len);
-            off += len;
-        }
-        ofccl__exec_fill(r, base + off, 0, r->block - off);
-        comm->ctx->stats.staged_bytes += r->block;
-        return;
-    }
-    if (r->coll == OFCCL__AG) {
-        /* Our shards into our own region; padding zeroed so results are defined. */
-        size_t off = 0;
-        for (int t = 0; t < r->ntensors; t++) {
-            const ofccl_tensor_t *x = &r->tensors[t].t;
-            size_t slot = ofccl__bucket_chunk(x->count, n) * r->esize;
-            size_t len = ofccl__bucket_shard(x->count, n, comm->rank) * r->esize;
-            /* an empty shard may have a NULL pointer: no copy of 0 bytes reads it */
-            ofccl__exec_io_copy(r, base + off, x->shard, len);
-            ofccl__exec_fill(r, base + off + len, 0, slot - len);
-            off += slot;
-        }
-        ofccl__exec_fill(r, base + off, 0, r->block - off);
-        comm->ctx->stats.staged_bytes += r->block;
-        return;
-    }
-    /* Reduce-scatter: every tensor's piece for rank q goes into q's region. */
-    for (int q = 0; q < n; q++) {
-        char *region = base + (size_t)q * r->block;
-        size_t off = 0;
-        for (int t = 0; t < r->ntensors; t++) {
-            const ofccl_tensor_t *x = &r->tensors[t].t;
-            size_t c = ofccl__bucket_chunk(x->count, n);
-            size_t len = ofccl__bucket_shard(x->count, n, q) * r->esize;
-            if (len)
-                ofccl__exec_io_copy(r, region + off,
-                                    (const char *)x->full + (size_t)q * c * r->esize, len);
-            ofccl__exec_fill(r, region + off + len, 0, c * r->esize - len);
-            off += c * r->esize;
-        }
-        ofccl__exec_fill(r, region + off, 0, r->block - off);
-    }
-    comm->ctx->stats.staged_bytes += r->block * (size_t)n;
+    (void)r, (void)dst, (void)len, (void)arg;
+    return 0;
 }
 
-/* The request's finish step: scatter the flat result into the tensors. */
+int ofccl__bucket_pack(ofccl__req_t *r, char *flat, const ofccl__bucket_io_t *io)
+{
+    int n = r->comm->size, me = r->comm->rank, rc = 0;
+    int (*zero)(ofccl__req_t *, void *, size_t, void *) = io->zero ? io->zero : none;
+    size_t off = 0;
+
+    for (int t = 0; rc == 0 && t < r->ntensors; t++) {
+        const ofccl_tensor_t *x = &r->tensors[t];
+        size_t slot = slot_of(r, x->count) * r->esize;
+        if (r->coll == OFCCL__BC) { /* the root's tensors, whole */
+            rc = io->copy(r, flat + off, x->full, slot, io->arg);
+        } else if (r->coll == OFCCL__AG) { /* this rank's shard into its region */
+            char *at = flat + (size_t)me * r->block + off;
+            size_t len = ofccl__bucket_shard(x->count, n, me) * r->esize;
+            /* an empty shard may have a NULL pointer: no copy of 0 bytes reads it */
+            if ((rc = len ? io->copy(r, at, x->shard, len, io->arg) : 0) == 0)
+                rc = zero(r, at + len, slot - len, io->arg);
+        } else { /* reduce-scatter: the tensor's piece q into region q */
+            for (int q = 0; rc == 0 && q < n; q++) {
+                char *at = flat + (size_t)q * r->block + off;
+                size_t len = ofccl__bucket_shard(x->count, n, q) * r->esize;
+                if ((rc = len ? io->copy(r, at, (const char *)x->full + (size_t)q * slot, len,
+                                         io->arg)
+                              : 0) == 0)
+                    rc = zero(r, at + len, slot - len, io->arg);
+            }
+        }
+        off += slot;
+    }
+    /* The regions' tails, past the last slot (alignment). */
+    for (int q = 0; rc == 0 && q < (r->coll == OFCCL__BC ? 1 : n); q++)
+        if (r->coll != OFCCL__AG || q == me)
+            rc = zero(r, flat + (size_t)q * r->block + off, r->block - off, io->arg);
+    return rc;
+}
+
+int ofccl__bucket_unpack(ofccl__req_t *r, const char *flat, const char *mine,
+                         const ofccl__bucket_io_t *io)
+{
+    int n = r->comm->size, me = r->comm->rank, rc = 0;
+    size_t off = 0;
+
+    for (int t = 0; rc == 0 && t < r->ntensors; t++) {
+        const ofccl_tensor_t *x = &r->tensors[t];
+        size_t slot = slot_of(r, x->count) * r->esize;
+        if (r->coll == OFCCL__BC) { /* every rank but the root: the whole tensors */
+            rc = io->copy(r, x->full, flat + off, slot, io->arg);
+        } else if (r->coll == OFCCL__AG) { /* every rank's shard into the full tensor */
+            for (int q = 0; rc == 0 && q < n; q++) {
+                size_t len = ofccl__bucket_shard(x->count, n, q) * r->esize;
+                if (len)
+                    rc = io->copy(r, (char *)x->full + (size_t)q * slot,
+                                  flat + (size_t)q * r->block + off, len, io->arg);
+            }
+        } else { /* this rank's reduced piece into its shard */
+            size_t len = ofccl__bucket_shard(x->count, n, me) * r->esize;
+            rc = len ? io->copy(r, x->shard, mine + off, len, io->arg) : 0;
+        }
+        off += slot;
+    }
+    return rc;
+}
+
+/* The host engine's moves: through the request's executors, between the
+ * caller's tensors and staging. */
+static int exec_copy(ofccl__req_t *r, void *dst, const void *src, size_t len, void *arg)
+{
+    (void)arg;
+    return ofccl__exec_io_copy(r, dst, src, len);
+}
+
+static int exec_zero(ofccl__req_t *r, void *dst, size_t len, void *arg)
+{
+    (void)arg;
+    return ofccl__exec_fill(r, dst, 0, len);
+}
+
+static const ofccl__bucket_io_t exec_io = {exec_copy, exec_zero, NULL};
+
+void ofccl__bucket_copy_in(ofccl__req_t *r, void *flat)
+{
+    ofccl__bucket_pack(r, flat, &exec_io); /* the executor keeps a failure for the request */
+    r->comm->ctx->stats.staged_bytes +=
+        r->block * (r->coll == OFCCL__RS ? (size_t)r->comm->size : 1);
+}
+
+/* The request's finish step: the flat result into the tensors. */
 static void copy_out(ofccl__req_t *r)
 {
     const ofccl_comm_t *comm = r->comm;
-    int n = comm->size;
-    size_t off = 0;
 
-    if (r->coll == OFCCL__BC) { /* every rank but the root: the whole tensors */
-        for (int t = 0; t < r->ntensors && comm->rank != r->root; t++) {
-            size_t len = r->tensors[t].t.count * r->esize;
-            ofccl__exec_io_copy(r, r->tensors[t].t.full, (const char *)r->dst.ptr + off, len);
-            off += len;
-        }
-        comm->ctx->stats.staged_bytes += comm->rank != r->root ? r->block : 0;
+    if (r->coll == OFCCL__BC && comm->rank == r->root)
         return;
-    }
-    for (int t = 0; t < r->ntensors; t++) {
-        const ofccl_tensor_t *x = &r->tensors[t].t;
-        size_t c = ofccl__bucket_chunk(x->count, n);
-
-        if (r->coll == OFCCL__AG) {
-            for (int q = 0; q < n; q++) {
-                size_t len = ofccl__bucket_shard(x->count, n, q) * r->esize;
-                if (len)
-                    ofccl__exec_io_copy(r, (char *)x->full + (size_t)q * c * r->esize,
-                                        (const char *)r->dst.ptr + (size_t)q * r->block + off, len);
-            }
-        } else {
-            size_t len = ofccl__bucket_shard(x->count, n, comm->rank) * r->esize;
-            ofccl__exec_io_copy(r, x->shard, (const char *)r->out + off, len);
-        }
-        off += c * r->esize;
-    }
-    comm->ctx->stats.staged_bytes += r->coll == OFCCL__AG ? r->block * (size_t)n : r->block;
+    ofccl__bucket_unpack(r, r->dst.ptr, r->out, &exec_io);
+    comm->ctx->stats.staged_bytes +=
+        r->coll == OFCCL__AG ? r->block * (size_t)comm->size : r->block;
 }
 
-/* Where a tensor's memory lives: its full tensor's kind, or its shard's. */
-static ofccl__mem_kind_t tensor_kind(const ofccl_tensor_t *x)
+/* Every pointer of the bucket this rank reads or writes: a non-empty full
+ * tensor (k 0), or a non-empty shard (k 1; all-gather, reduce-scatter). An
+ * empty shard may point past its tensor's end, which is no memory at all. */
+static const void *used(const ofccl_comm_t *comm, int coll, const ofccl_tensor_t *x, int k)
 {
-    ofccl__mem_kind_t k = x->full != NULL ? ofccl__mem_kind_of(x->full) : OFCCL__MEM_HOST;
-
-    return k != OFCCL__MEM_HOST || x->shard == NULL ? k : ofccl__mem_kind_of(x->shard);
+    if (k == 0)
+        return x->count > 0 ? x->full : NULL;
+    return coll != OFCCL__BC && ofccl__bucket_shard(x->count, comm->size, comm->rank) > 0 ? x->shard
+                                                                                          : NULL;
 }
 
-/* Validate the list and size the flat buffer; on success the request holds a copy. */
-int ofccl__bucket_setup(ofccl_comm_t *comm, const char *what, const ofccl_tensor_t *tensors,
-                        int ntensors, ofccl_dtype_t dtype, ofccl__req_t *r)
+static const char *const part_name[2] = {"full", "shard"};
+
+/* Where the bucket's memory lives: every pointer this rank uses in one
+ * place, host memory or one GPU (the first GPU pointer decides). */
+static int bucket_kind(ofccl_comm_t *comm, const char *what, int coll,
+                       const ofccl_tensor_t *tensors, int ntensors, ofccl__mem_kind_t *kind)
+{
+    int at = -1;
+
+    *kind = OFCCL__MEM_HOST;
+    for (int i = 0; i < 2 * ntensors && at < 0; i++) {
+        const void *p = used(comm, coll, &tensors[i / 2], i % 2);
+        if (p != NULL && (*kind = ofccl__mem_kind_of(p)) != OFCCL__MEM_HOST)
+            at = i;
+    }
+    for (int i = 0; at >= 0 && i < 2 * ntensors; i++) {
+        const void *p = used(comm, coll, &tensors[i / 2], i % 2);
+        ofccl__mem_kind_t k = p != NULL ? ofccl__mem_kind_of(p) : *kind;
+        if (k == *kind)
+            continue;
+        if (k == OFCCL__MEM_HOST)
+            return ofccl__comm_fail(comm, OFCCL_ERR_INVALID_ARG,
+                                    "%s: tensor %d's %s is host memory, tensor %d's %s on GPU %d: "
+                                    "a bucket is all in host memory or all on one GPU",
+                                    what, i / 2, part_name[i % 2], at / 2, part_name[at % 2],
+                                    *kind);
+        return ofccl__comm_fail(comm, OFCCL_ERR_INVALID_ARG,
+                                "%s: tensor %d's %s is on GPU %d, tensor %d's %s on GPU %d: a "
+                                "bucket is all in host memory or all on one GPU",
+                                what, i / 2, part_name[i % 2], k, at / 2, part_name[at % 2], *kind);
+    }
+    return 0;
+}
+
+int ofccl__bucket_check(ofccl_comm_t *comm, const char *what, int coll,
+                        const ofccl_tensor_t *tensors, int ntensors, ofccl_dtype_t dtype,
+                        size_t *block, ofccl__mem_kind_t *kind)
 {
     size_t esize = ofccl_dtype_size(dtype), total = 0;
     size_t align = (size_t)ofccl__cfg_int(&comm->ctx->cfg, OFCCL__CFG_ALIGN);
-    ofccl__mem_kind_t kind = OFCCL__MEM_HOST;
     int n = comm->size;
 
     if (esize == 0)
@@ -170,38 +222,37 @@ int ofccl__bucket_setup(ofccl_comm_t *comm, const char *what, const ofccl_tensor
                                 (const void *)tensors);
     for (int t = 0; t < ntensors; t++) {
         const ofccl_tensor_t *x = &tensors[t];
-        size_t c = slot_of(r, x->count);
+        size_t c = coll == OFCCL__BC ? x->count : ofccl__bucket_chunk(x->count, n);
         if (x->count > SIZE_MAX / 2 / esize || total > SIZE_MAX / 2 / (size_t)n - c * esize)
             return ofccl__comm_fail(comm, OFCCL_ERR_INVALID_ARG,
                                     "%s: tensor %d: count %zu overflows", what, t, x->count);
-        if (x->count > 0 && (x->full == NULL || (r->coll != OFCCL__BC && x->shard == NULL &&
+        if (x->count > 0 && (x->full == NULL || (coll != OFCCL__BC && x->shard == NULL &&
                                                  ofccl__bucket_shard(x->count, n, comm->rank) > 0)))
             return ofccl__comm_fail(comm, OFCCL_ERR_INVALID_ARG,
                                     "%s: tensor %d (%zu elements) has a NULL %s pointer", what, t,
                                     x->count, x->full == NULL ? "full" : "shard");
         total += c * esize;
     }
-    total = (total + align - 1) / align * align;
+    *block = (total + align - 1) / align * align;
+    return bucket_kind(comm, what, coll, tensors, ntensors, kind);
+}
+
+int ofccl__bucket_setup(ofccl__req_t *r, const char *what, const ofccl_tensor_t *tensors,
+                        int ntensors, ofccl_dtype_t dtype, size_t block, ofccl__mem_kind_t kind)
+{
+    ofccl_comm_t *comm = r->comm;
+
     if (r->tcap < ntensors) {
         /* Grow-only per slot: steady-state training posts allocate nothing. */
-        ofccl__tensor_t *p = realloc(r->tensors, sizeof(*p) * (size_t)ntensors);
+        ofccl_tensor_t *p = realloc(r->tensors, sizeof(*p) * (size_t)ntensors);
         if (p == NULL)
             return ofccl__comm_fail(comm, OFCCL_ERR_NO_MEMORY, "%s: no memory for %d tensors", what,
                                     ntensors);
         r->tensors = p;
         r->tcap = ntensors;
     }
-    for (int t = 0; t < ntensors; t++) {
-        r->tensors[t].t = tensors[t];
-        r->tensors[t].kind = tensor_kind(&tensors[t]);
-        if (kind == OFCCL__MEM_HOST)
-            kind = r->tensors[t].kind;
-        else if (r->tensors[t].kind != OFCCL__MEM_HOST && r->tensors[t].kind != kind)
-            return ofccl__comm_fail(comm, OFCCL_ERR_NOT_SUPPORTED,
-                                    "%s: tensor %d is on cuda:%d, an earlier one on cuda:%d: a "
-                                    "bucket's tensors live on one device",
-                                    what, t, r->tensors[t].kind, kind);
-    }
+    if (ntensors > 0)
+        memcpy(r->tensors, tensors, sizeof(*tensors) * (size_t)ntensors);
     r->ntensors = ntensors;
     r->layout_hash = ofccl__layout_hash(tensors, ntensors);
     r->layout = NULL; /* published into staging when posted */
@@ -213,9 +264,9 @@ int ofccl__bucket_setup(ofccl_comm_t *comm, const char *what, const ofccl_tensor
         return OFCCL_ERR_NOT_SUPPORTED;
     ofccl__exec_staged(r);
     r->dtype = dtype;
-    r->esize = esize;
-    r->block = total;
-    r->count = total / esize;
+    r->esize = ofccl_dtype_size(dtype);
+    r->block = block;
+    r->count = block / r->esize;
     return 0;
 }
 
@@ -228,7 +279,7 @@ int ofccl__bucket_one_rank(ofccl__req_t *r)
     int rc = 0, t;
 
     for (t = 0; t < r->ntensors && rc == 0; t++) {
-        const ofccl_tensor_t *x = &r->tensors[t].t;
+        const ofccl_tensor_t *x = &r->tensors[t];
         const void *src = x->full;
         if (x->count == 0)
             continue;

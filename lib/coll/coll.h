@@ -78,10 +78,10 @@ typedef struct ofccl__gwhere {
  * transport or staged), or an error. */
 int ofccl__gpu_admit(ofccl_comm_t *comm, const char *what, int coll, const void *sendbuf,
                      void *recvbuf, const int kinds[2], size_t block, ofccl__gwhere_t *where);
-/* The same for a bucket, whose tensors are all GPU memory or none. */
-int ofccl__gpu_admit_bucket(ofccl_comm_t *comm, const char *what, int coll,
-                            const ofccl_tensor_t *tensors, int ntensors, ofccl_dtype_t dtype,
-                            ofccl__gwhere_t *where);
+/* The same for a checked bucket on GPU `kind` whose flat buffer's regions
+ * are `block` bytes (ofccl__bucket_check). */
+int ofccl__gpu_admit_bucket(ofccl_comm_t *comm, const char *what, int coll, ofccl__mem_kind_t kind,
+                            size_t block, ofccl__gwhere_t *where);
 /* A request the peer class serves, its slot claimed and its algorithm
  * chosen: its GPU state, for the buffer `where` (a bucket's flat buffer). */
 void ofccl__gpu_place(ofccl__req_t *r, const ofccl__gwhere_t *where);
@@ -229,18 +229,41 @@ int ofccl__post_broadcast(ofccl__req_t *r);
  * communicator's fabric); the communicator's last error says why it failed. */
 int ofccl__allgather_blocking(ofccl_comm_t *comm, const void *in, void *out, size_t bytes);
 
-/* Buckets (bucket.c): extra staging bytes a bucket reduce-scatter needs (flat
- * input + flat output), and packing the tensors into the flat buffer (`area`:
- * the flat input for reduce-scatter; for all-gather the own region of r->dst);
- * the results are scattered back by r->finish. */
+/* Buckets (bucket.c). Check a bucket's arguments (the communicator's
+ * message names what is wrong), and give the bytes of its flat buffer's
+ * region and where its memory lives: host memory, or the one GPU of every
+ * pointer this rank uses. */
+int ofccl__bucket_check(ofccl_comm_t *comm, const char *what, int coll,
+                        const ofccl_tensor_t *tensors, int ntensors, ofccl_dtype_t dtype,
+                        size_t *block, ofccl__mem_kind_t *kind);
+/* The checked bucket into the request (a copy of the list), run by the host
+ * engine through staging; the results are scattered back by r->finish. */
+int ofccl__bucket_setup(ofccl__req_t *r, const char *what, const ofccl_tensor_t *tensors,
+                        int ntensors, ofccl_dtype_t dtype, size_t block, ofccl__mem_kind_t kind);
+/* Extra staging bytes a bucket reduce-scatter needs (flat input + flat output). */
 size_t ofccl__bucket_extra(const ofccl__req_t *r);
-/* Validate a bucket's tensors and size its flat buffer; the request keeps a copy. */
-int ofccl__bucket_setup(ofccl_comm_t *comm, const char *what, const ofccl_tensor_t *tensors,
-                        int ntensors, ofccl_dtype_t dtype, ofccl__req_t *r);
 /* One rank: each shard is its whole tensor, so the collective is a copy (or
  * a one-source reduction) done at post; the request completes at once. */
 int ofccl__bucket_one_rank(ofccl__req_t *r);
-void ofccl__bucket_copy_in(ofccl__req_t *r, void *area);
+/* How a bucket's bytes move between the tensors and the flat buffer (the
+ * host engine's executors, or the GPU peer class's stream): a copy, and
+ * zeros for the padding (NULL: the padding is left as it is). 0 or an error. */
+typedef struct ofccl__bucket_io {
+    int (*copy)(ofccl__req_t *r, void *dst, const void *src, size_t len, void *arg);
+    int (*zero)(ofccl__req_t *r, void *dst, size_t len, void *arg);
+    void *arg;
+} ofccl__bucket_io_t;
+/* The one packing of every bucket: the tensors into the flat buffer `flat`
+ * (all-gather: this rank's shards into its region; reduce-scatter: every
+ * rank's piece of each tensor into that rank's region; broadcast, at the
+ * root: the whole tensors), and back out (all-gather: every region into the
+ * full tensors; reduce-scatter: `mine`, this rank's reduced region, into
+ * its shards; broadcast: the whole tensors, not at the root). */
+int ofccl__bucket_pack(ofccl__req_t *r, char *flat, const ofccl__bucket_io_t *io);
+int ofccl__bucket_unpack(ofccl__req_t *r, const char *flat, const char *mine,
+                         const ofccl__bucket_io_t *io);
+/* The host engine's packing into staging (`flat`), by the request's executors. */
+void ofccl__bucket_copy_in(ofccl__req_t *r, void *flat);
 /* Tensor `count`'s slot in every rank's region (elements), and the length of
  * rank q's shard (it starts at q times the slot). */
 size_t ofccl__bucket_chunk(size_t count, int n);

@@ -51,16 +51,22 @@ int ofccl__post_bucket(ofccl_comm_t *comm, const char *what, int coll,
                        const ofccl_tensor_t *tensors, int ntensors, ofccl_dtype_t dtype, int root,
                        ofccl_redop_t op, ofccl_req_t **req)
 {
+    ofccl__mem_kind_t kind;
     ofccl__gwhere_t where;
     ofccl__req_t *r;
-    int peer = ofccl__gpu_admit_bucket(comm, what, coll, tensors, ntensors, dtype, &where);
-    int rc = peer < 0 ? peer : ofccl__coll_begin(comm, coll, &r);
+    size_t block;
+    int rc = ofccl__bucket_check(comm, what, coll, tensors, ntensors, dtype, &block, &kind);
+    int peer = rc ? rc
+               : kind == OFCCL__MEM_HOST
+                   ? 0
+                   : ofccl__gpu_admit_bucket(comm, what, coll, kind, block, &where);
 
+    rc = peer < 0 ? peer : ofccl__coll_begin(comm, coll, &r);
     if (rc)
         return rc;
     r->root = root;
     r->op = op;
-    rc = ofccl__bucket_setup(comm, what, tensors, ntensors, dtype, r);
+    rc = ofccl__bucket_setup(r, what, tensors, ntensors, dtype, block, kind);
     if (rc == 0) /* its executors: bucket_setup's, by the tensors' kind */
         rc = peer ? ofccl__post_peer_class(r, &where) : ofccl__post_engine(r);
     if (rc)

@@ -66,13 +66,6 @@ static inline ofccl__mem_ref_t ofccl__mem_ref(void *ptr, const ofccl__mr_t *mr)
     return (ofccl__mem_ref_t){ptr, mr, mr != NULL ? mr->kind : ofccl__mem_kind_of(ptr)};
 }
 
-/* A bucket's tensor as a request keeps it: the caller's, and the kind of
- * memory it lives in. */
-typedef struct ofccl__tensor {
-    ofccl_tensor_t t;
-    ofccl__mem_kind_t kind;
-} ofccl__tensor_t;
-
 /* What an algorithm is, for the engine. */
 enum ofccl__algo_flag {
     /* Every rank exchanges with every other: a later collective may go
@@ -217,8 +210,8 @@ struct ofccl_req {
      * the algorithm's `landed`), so that those copies overlap the transfers
      * still under way; `finish` copies the rest. */
     void (*out_step)(ofccl__req_t *r);
-    int bucket;               /* 1: bucket request, copy-in/out to tensors */
-    ofccl__tensor_t *tensors; /* bucket: copy of the caller's list (grow-only, per slot) */
+    int bucket;              /* 1: bucket request, copy-in/out to tensors */
+    ofccl_tensor_t *tensors; /* bucket: copy of the caller's list (grow-only, per slot) */
     int ntensors, tcap;
     uint64_t layout_hash; /* bucket: hash of the tensors' element counts */
     /* bucket: the counts, published in r->dst's registration for a peer that

@@ -56,7 +56,7 @@ void ofccl__layout_publish(ofccl__req_t *r, void *area)
 
     r->layout = w;
     for (size_t k = 0; k < n; k++)
-        w[k] = r->tensors[k].t.count;
+        w[k] = r->tensors[k].count;
     w[n] = r->layout_hash;
     memset(w + n + 1, 0, (n + 1) * sizeof(uint64_t));
 }

@@ -53,88 +53,26 @@ int ofccl__gpu_admit(ofccl_comm_t *comm, const char *what, int coll, const void 
     return rc != 0 ? rc : 1;
 }
 
-/* The flat buffer's region (bytes), as ofccl__bucket_setup sizes it, or 0
- * where the arguments are wrong (the setup then says how). */
-static size_t region_bytes(const ofccl_comm_t *comm, int coll, const ofccl_tensor_t *tensors,
-                           int ntensors, size_t esize)
+int ofccl__gpu_admit_bucket(ofccl_comm_t *comm, const char *what, int coll, ofccl__mem_kind_t kind,
+                            size_t block, ofccl__gwhere_t *where)
 {
-    size_t align = (size_t)ofccl__cfg_int(&comm->ctx->cfg, OFCCL__CFG_ALIGN), total = 0;
-
-    if (esize == 0 || ntensors < 0 || (ntensors > 0 && tensors == NULL))
-        return 0;
-    for (int t = 0; t < ntensors; t++) {
-        size_t c = coll == OFCCL__BC ? tensors[t].count
-                                     : ofccl__bucket_chunk(tensors[t].count, comm->size);
-        if (tensors[t].count > SIZE_MAX / 4 / esize || total > SIZE_MAX / 4 / (size_t)comm->size)
-            return 0;
-        total += c * esize;
-    }
-    return (total + align - 1) / align * align;
-}
-
-/* A pointer of the bucket that this rank reads or writes: a non-empty full
- * tensor, or a non-empty shard (all-gather, reduce-scatter). An empty shard
- * may point past its tensor's end, which is no memory at all. */
-static const void *used(const ofccl_comm_t *comm, int coll, const ofccl_tensor_t *x, int k)
-{
-    if (k == 0)
-        return x->count > 0 ? x->full : NULL;
-    return coll != OFCCL__BC && ofccl__bucket_shard(x->count, comm->size, comm->rank) > 0 ? x->shard
-                                                                                          : NULL;
-}
-
-/* Every pointer this rank uses on this communicator's GPU. */
-static int on_this_gpu(ofccl_comm_t *comm, const char *what, int coll, const ofccl__gcomm_t *gc,
-                       const ofccl_tensor_t *tensors, int ntensors)
-{
-    for (int t = 0; t < ntensors; t++) {
-        for (int k = 0; k < 2; k++) {
-            const void *p = used(comm, coll, &tensors[t], k);
-            int kind = p != NULL ? ofccl__mem_kind_of(p) : gc->dev;
-            if (kind != gc->dev)
-                return ofccl__comm_fail(comm, OFCCL_ERR_INVALID_ARG,
-                                        "%s: tensor %d's %s is %s %d, this communicator's GPU is "
-                                        "%d: a bucket is all on this rank's GPU or all in host "
-                                        "memory",
-                                        what, t, k ? "shard" : "full",
-                                        kind < 0 ? "host memory, not on GPU" : "on GPU",
-                                        kind < 0 ? gc->dev : kind, gc->dev);
-        }
-    }
-    return 0;
-}
-
-int ofccl__gpu_admit_bucket(ofccl_comm_t *comm, const char *what, int coll,
-                            const ofccl_tensor_t *tensors, int ntensors, ofccl_dtype_t dtype,
-                            ofccl__gwhere_t *where)
-{
-    const void *gpu_ptr = NULL;
-    size_t region;
     ofccl__gcomm_t *gc;
     int rc;
 
-    if (ofccl__gpu_process(&comm->ctx->log, false) == NULL || tensors == NULL)
-        return 0;
-    /* Any GPU pointer makes it a GPU bucket (on_this_gpu then refuses one
-     * that mixes host and GPU memory, naming the tensor). */
-    for (int t = 0; t < ntensors && gpu_ptr == NULL; t++)
-        for (int k = 0; k < 2 && gpu_ptr == NULL; k++) {
-            const void *p = used(comm, coll, &tensors[t], k);
-            gpu_ptr = p != NULL && ofccl__mem_kind_of(p) >= 0 ? p : NULL;
-        }
-    if (gpu_ptr == NULL)
-        return 0;
-    if ((rc = ofccl__gcomm_get(comm, &gc)) != 0 ||
-        (rc = on_this_gpu(comm, what, coll, gc, tensors, ntensors)) != 0)
+    if ((rc = ofccl__gcomm_get(comm, &gc)) != 0)
         return rc;
+    if (kind != gc->dev)
+        return ofccl__comm_fail(comm, OFCCL_ERR_INVALID_ARG,
+                                "%s: the tensors are on GPU %d, this communicator's GPU is %d (the "
+                                "current device at its first GPU call)",
+                                what, kind, gc->dev);
     /* Not the peer class: the host engine stages the bucket (bucket.c). */
     if (gc->path != OFCCL__GPATH_P2P || comm->size == 1 ||
         (coll == OFCCL__RS && comm->size > OFCCL__GPU_REDUCE_SRCS))
         return 0;
     /* The flat buffer is the scratch, which may grow (collective). */
-    region = region_bytes(comm, coll, tensors, ntensors, ofccl_dtype_size(dtype));
     rc = ofccl__gpu_locate(
-        gc, NULL, OFCCL__MAX(coll != OFCCL__BC ? region * (size_t)comm->size : region, (size_t)1),
+        gc, NULL, OFCCL__MAX(coll != OFCCL__BC ? block * (size_t)comm->size : block, (size_t)1),
         where);
     where->stage = NULL; /* unpacked on the stream, not copied out */
     return rc != 0 ? rc : 1;

@@ -136,7 +136,7 @@ typedef struct ofccl__gcomm {
         bool ce;         /* moved by the copy engines */
         bool chain;      /* a broadcast along the chain (else the root pushes) */
         bool released;   /* the abort values are written */
-        bool bucket;     /* r->tensors packed in before, unpacked after (gbucket.c) */
+        bool bucket;     /* r->tensors packed in before, unpacked after (bucket.c) */
         const struct ofccl_push_plan *plan; /* a weight push bucket's plan (gpush.c) */
         /* Whom this rank writes to and is written by, where the program
          * says (the weight push's plan); NULL: every program's rule (gq.c). */
@@ -253,12 +253,6 @@ int ofccl__grs_start(ofccl__req_t *r);
 int ofccl__gpush_start(ofccl__req_t *r);
 /* Whether this rank writes to p, and whether p writes here, in this bucket. */
 void ofccl__gpush_roles(const ofccl__req_t *r, int p, bool *to_p, bool *from_p);
-
-/* ---- gbucket.c ---- */
-/* Enqueue the copies of a bucket's tensors into this rank's region of `out`
- * (the root's whole tensors for a broadcast), and out of every region. */
-int ofccl__gbucket_pack(ofccl__req_t *r, char *out, ofccl__err_t *e);
-int ofccl__gbucket_unpack(ofccl__req_t *r, const char *out, ofccl__err_t *e);
 
 /* ---- greg.c: the caller's GPU memory ---- */
 /* Collective: every rank registers `bytes` of its own at `ptr` (the same

@@ -129,6 +129,13 @@ int ofccl__gq_ce_streams(ofccl__gcomm_t *gc, ofccl__err_t *e)
     return rc;
 }
 
+/* A bucket's bytes move on the communicator's stream (the padding left as
+ * it is: it is gathered or reduced into padding, never copied out). */
+static int stream_copy(ofccl__req_t *r, void *dst, const void *src, size_t len, void *e)
+{
+    return ofccl__gq_copy(ofccl__gq_gc(r), dst, src, len, e);
+}
+
 int ofccl__gq_begin(ofccl__req_t *r, ofccl__err_t *e)
 {
     ofccl__gcomm_t *gc = ofccl__gq_gc(r);
@@ -147,9 +154,11 @@ int ofccl__gq_begin(ofccl__req_t *r, ofccl__err_t *e)
     /* A bucket's tensors into the flat buffer (this rank's shards into its
      * region, all-gather; every piece, reduce-scatter; the root's tensors,
      * broadcast). */
-    if (ofccl__gq_rq(r)->bucket && (r->coll != OFCCL__BC || r->root == r->comm->rank))
-        return ofccl__gbucket_pack(r, ofccl__gq_rq(r)->peer[r->comm->rank] + ofccl__gq_rq(r)->off,
-                                   e);
+    if (ofccl__gq_rq(r)->bucket && (r->coll != OFCCL__BC || r->root == r->comm->rank)) {
+        const ofccl__bucket_io_t io = {stream_copy, NULL, e};
+        return ofccl__bucket_pack(r, ofccl__gq_rq(r)->peer[r->comm->rank] + ofccl__gq_rq(r)->off,
+                                  &io);
+    }
     return 0;
 }
 
@@ -159,9 +168,11 @@ int ofccl__gq_end(ofccl__req_t *r, size_t bytes, ofccl__err_t *e)
     struct ofccl__grq *q = ofccl__gq_rq(r);
     int rc = 0;
 
-    if (q->bucket && (r->coll != OFCCL__BC || r->root != r->comm->rank))
-        rc = ofccl__gbucket_unpack(r, q->peer[r->comm->rank] + q->off, e);
-    else if (q->stage != NULL && bytes > 0)
+    if (q->bucket && (r->coll != OFCCL__BC || r->root != r->comm->rank)) {
+        const ofccl__bucket_io_t io = {stream_copy, NULL, e};
+        const char *flat = q->peer[r->comm->rank] + q->off;
+        rc = ofccl__bucket_unpack(r, flat, flat + (size_t)r->comm->rank * r->block, &io);
+    } else if (q->stage != NULL && bytes > 0)
         rc = ofccl__gpu_copy(gc->g, gc->dev, gc->comm->stream, q->stage,
                              q->peer[r->comm->rank] + q->off, bytes, e);
     if (rc == 0)
