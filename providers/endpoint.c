@@ -261,6 +261,11 @@ int ofccl__ep_peer_class(const ofccl__ep_t *ep, int peer)
     return ep->be->peer_class(ep, peer);
 }
 
+bool ofccl__ep_reaches(const ofccl__ep_t *ep, int peer, ofccl__mem_kind_t kind)
+{
+    return ep->be->reaches(ep->prov, ofccl__ep_peer_class(ep, peer) == OFCCL__PEER_LOCAL, kind);
+}
+
 const ofccl__prov_caps_t *ofccl__ep_caps(const ofccl__ep_t *ep)
 {
     return &ep->prov->caps;

@@ -430,6 +430,9 @@ unsigned ofccl__ep_pending(const ofccl__ep_t *ep);
 /* The transport that carries ops to `peer` (enum ofccl__peer_class): one
  * class for every peer, except on a composite endpoint (same_host_local). */
 int ofccl__ep_peer_class(const ofccl__ep_t *ep, int peer);
+/* Does the endpoint reach `peer`'s memory of `kind` (a device's: through a
+ * transport that takes GPU memory)? */
+bool ofccl__ep_reaches(const ofccl__ep_t *ep, int peer, ofccl__mem_kind_t kind);
 const ofccl__prov_caps_t *ofccl__ep_caps(const ofccl__ep_t *ep);
 
 #endif

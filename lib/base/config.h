@@ -172,6 +172,10 @@ typedef enum ofccl__cfg_type {
       "context is made), else staged through host memory, said once; hmem = FI_HMEM always, "      \
       "and a GPU collective fails "                                                                \
       "where it is unavailable; stage = always staged. Reduce-scatter is staged either way")       \
+    X(GPU_PEER_CLASS, BOOL, AGREE, "1", "0|1", 0, 0,                                               \
+      "GPU memory of ranks on one host with P2P: 1 = the GPU peer class (stream programs, no "     \
+      "host work); 0 = the host engine, as any collective: the local transport writes peers' "    \
+      "GPU memory by CUDA IPC (OFCCL_GPU_FABRIC decides as for other hosts)")                     \
     X(GPU_POOL_BYTES, SIZE, AGREE, "0", "", 0, INT64_MAX,                                          \
       "Budget of the symmetric GPU pool per communicator (its segments, mapped into every "        \
       "same-host peer); 0 = grow as needed")

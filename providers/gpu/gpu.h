@@ -100,6 +100,12 @@ int ofccl__gpu_ipc_export(ofccl__gpu_t *g, int dev, const void *ptr,
 int ofccl__gpu_ipc_open(ofccl__gpu_t *g, int dev, const uint8_t handle[OFCCL__GPU_IPC_BYTES],
                         void **ptr, ofccl__err_t *e);
 void ofccl__gpu_ipc_close(ofccl__gpu_t *g, int dev, void *ptr);
+/* The same, once per process: the allocation `id` of process `pid` (its
+ * handle `handle`) mapped for device `dev`, counted, so that every endpoint
+ * reaching it shares one mapping; unmapped when the last one lets go. */
+int ofccl__gpu_ipc_map(ofccl__gpu_t *g, int dev, int pid, uint64_t id,
+                       const uint8_t handle[OFCCL__GPU_IPC_BYTES], void **base, ofccl__err_t *e);
+void ofccl__gpu_ipc_unmap(ofccl__gpu_t *g, int dev, void *base);
 /* Make [p, p + len) of host memory (page-aligned, e.g. a peer's shared
  * memory mapped here) accessible to device `dev`: *devptr is its address
  * for stream operations and kernels. */

@@ -98,6 +98,14 @@ int ofccl__gpu_ipc_open(ofccl__gpu_t *g, int dev, const uint8_t handle[OFCCL__GP
 
 void ofccl__gpu_ipc_close(ofccl__gpu_t *g, int dev, void *ptr) {}
 
+int ofccl__gpu_ipc_map(ofccl__gpu_t *g, int dev, int pid, uint64_t id,
+                       const uint8_t handle[OFCCL__GPU_IPC_BYTES], void **base, ofccl__err_t *e)
+{
+    UNSUPPORTED;
+}
+
+void ofccl__gpu_ipc_unmap(ofccl__gpu_t *g, int dev, void *base) {}
+
 int ofccl__gpu_host_register(ofccl__gpu_t *g, int dev, void *p, size_t len, void **devptr,
                              ofccl__err_t *e)
 {

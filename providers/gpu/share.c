@@ -14,6 +14,7 @@
  * are found by asking the driver for the mapping each address falls in.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -274,4 +275,60 @@ void ofccl__gpu_vmm_free(ofccl__gpu_t *g, int dev, void *ptr, size_t total)
     if (ofccl__gpu_enter(g, dev) == CUDA_SUCCESS)
         unmap_range(dptr(ptr), total);
     ofccl__gpu_leave(g);
+}
+
+/* Peers' allocations mapped here by CUDA IPC, once per process and device
+ * however many endpoints reach them (CUDA maps an allocation once per
+ * context): keyed by the exporting process and the allocation's id there. */
+struct ipc_map {
+    int pid, dev, refs;
+    uint64_t id;
+    void *base;
+    struct ipc_map *next;
+};
+static struct ipc_map *ipc_maps;
+static pthread_mutex_t ipc_lock = PTHREAD_MUTEX_INITIALIZER;
+
+int ofccl__gpu_ipc_map(ofccl__gpu_t *g, int dev, int pid, uint64_t id,
+                       const uint8_t handle[OFCCL__GPU_IPC_BYTES], void **base, ofccl__err_t *e)
+{
+    struct ipc_map *m;
+    int rc = 0;
+
+    pthread_mutex_lock(&ipc_lock);
+    for (m = ipc_maps; m != NULL; m = m->next)
+        if (m->pid == pid && m->id == id && m->dev == dev)
+            break;
+    if (m == NULL && (m = calloc(1, sizeof(*m))) == NULL)
+        rc = ofccl__fail(g->log, OFCCL__SUB_PROV, e, OFCCL_ERR_NO_MEMORY,
+                         "mapping a peer's GPU memory: no memory");
+    else if (m->refs == 0 && (rc = ofccl__gpu_ipc_open(g, dev, handle, &m->base, e)) == 0) {
+        *m = (struct ipc_map){pid, dev, 0, id, m->base, ipc_maps};
+        ipc_maps = m;
+    } else if (m->refs == 0) {
+        free(m);
+    }
+    if (rc == 0) {
+        m->refs++;
+        *base = m->base;
+    }
+    pthread_mutex_unlock(&ipc_lock);
+    return rc;
+}
+
+void ofccl__gpu_ipc_unmap(ofccl__gpu_t *g, int dev, void *base)
+{
+    pthread_mutex_lock(&ipc_lock);
+    for (struct ipc_map **at = &ipc_maps; *at != NULL; at = &(*at)->next) {
+        struct ipc_map *m = *at;
+        if (m->base != base || m->dev != dev)
+            continue;
+        if (--m->refs == 0) {
+            *at = m->next;
+            ofccl__gpu_ipc_close(g, dev, base);
+            free(m);
+        }
+        break;
+    }
+    pthread_mutex_unlock(&ipc_lock);
 }

@@ -36,6 +36,10 @@ static int lx_open(ofccl__prov_t *prov, const char *prov_name, const ofccl__prov
     c->inject_size = SIZE_MAX;
     c->max_msg_size = (size_t)1 << 40;
     c->peer_map = true;
+    /* GPU memory, by CUDA IPC (gpu.c): registered as such, written only. */
+    c->hmem = ofccl__gpu_built();
+    if (!c->hmem)
+        ofccl__strlcpy(c->hmem_why, "this build of ofccl has no GPU support", sizeof(c->hmem_why));
     c->quirks = c->quirk_row >= 0 ? ofccl__quirks[c->quirk_row].flags : 0;
     return 0;
 }
@@ -72,11 +76,12 @@ static const char *lx_strerror(int err)
     return strerror(err);
 }
 
-/* Host memory of processes on this host. */
+/* Processes on this host: their host memory, and their GPU memory where
+ * this build has CUDA (gpu.c). */
 static bool lx_reaches(const ofccl__prov_t *prov, bool same_host, ofccl__mem_kind_t kind)
 {
     (void)prov;
-    return same_host && kind == OFCCL__MEM_HOST;
+    return same_host && (kind == OFCCL__MEM_HOST || ofccl__gpu_built());
 }
 
 const ofccl__backend_t ofccl__local_backend = {

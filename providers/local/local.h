@@ -16,6 +16,10 @@
  *     (post.c).
  * Registered memory that is not shared (ofccl_mem_register of the user's own
  * memory) is written with process_vm_writev: one kernel copy, as CMA.
+ * GPU memory (gpu.c) is registered with its allocation's CUDA IPC handle; a
+ * peer maps the allocation once and a write is a copy by its GPU's
+ * executor, published when the copy is done: same-host GPUs are peers of
+ * this transport like their processes' host memory.
  *
  * Kept from every transport, so nothing above this layer can tell: one
  * completion per accepted op, delivered from progress; keys checked at every
@@ -32,6 +36,7 @@
 #ifndef OFCCL_PROVIDERS_LOCAL_H
 #define OFCCL_PROVIDERS_LOCAL_H
 
+#include "gpu/gpu.h"
 #include "prov_impl.h"
 #include "watch.h"
 
@@ -52,6 +57,12 @@ struct lx_region {
     uint64_t foff;        /* offset of the region in that memfd */
     uint64_t len;
     uint64_t vaddr; /* address in the owner */
+    /* GPU memory (fd -1, foff its offset in the allocation): the owner's
+     * device, the allocation's id there and its IPC handle. */
+    int32_t dev; /* -1: host memory */
+    uint32_t pad;
+    uint64_t buffer_id;
+    uint8_t ipc[OFCCL__GPU_IPC_BYTES];
 };
 
 /* CQ data from one source: the source writes tail, the owner writes head. */
@@ -77,6 +88,8 @@ struct lx_map {
     uint64_t key;
     char *base;
     size_t len;
+    bool gpu; /* the peer's GPU allocation, mapped for device `dev` (else a memfd) */
+    int dev;
 };
 
 struct lx_peer {
@@ -105,7 +118,9 @@ enum lx_what {
     W_ATOMIC_CMA,
     W_NOT_SHARED,
     W_KIND,
-    W_COPY
+    W_COPY,
+    W_DEV_MAP,
+    W_DEV_ACCESS
 };
 
 /* A finished op waiting for cq_read: err = 0, or an errno value. */
@@ -132,6 +147,7 @@ struct ofccl__lx {
     struct ofccl__tp_op *busy_head, *busy_tail;
     atomic_uint busy;
     ofccl__watch_t watch; /* the peers' processes (pidfds) */
+    int dev;              /* this rank's GPU (its first GPU registration), -1: none yet */
 };
 
 static inline struct ofccl__lx *ofccl__lx_of(const ofccl__ep_t *ep)
@@ -160,6 +176,17 @@ void ofccl__lx_mem_free(void *ptr, size_t len, intptr_t cookie);
 int ofccl__lx_mr_reg(ofccl__ep_t *ep, ofccl__mr_t *mr, ofccl__err_t *e);
 int ofccl__lx_mr_dereg(ofccl__mr_t *mr);
 
+/* ---- GPU memory (gpu.c) ---- */
+/* Fill a registration of GPU memory (mr->kind a device) for peers to map:
+ * 0, or an error naming why it cannot be shared. */
+int ofccl__lx_dev_export(ofccl__ep_t *ep, ofccl__mr_t *mr, struct lx_region *reg, ofccl__err_t *e);
+/* Map peer p's GPU region `reg` into `m` for device `dev`'s access: 0 or an
+ * errno value (*perrno: the driver's failure). */
+int ofccl__lx_dev_map(ofccl__ep_t *ep, const struct lx_peer *p, const struct lx_region *reg,
+                      int dev, struct lx_map *m, int *perrno);
+/* Let a map go, whichever kind it is. */
+void ofccl__lx_unmap(struct lx_map *m);
+
 /* ---- the segment, names, peers (segment.c) ---- */
 int ofccl__lx_ep_setup(ofccl__ep_t *ep, ofccl__err_t *e);
 int ofccl__lx_ep_stop(ofccl__ep_t *ep, bool failed);
@@ -178,9 +205,11 @@ void *ofccl__lx_map_remote_fd(int pid, int fd, size_t *len);
 /* ---- reaching a peer's registered memory (map.c) ---- */
 /* Where in this process the bytes [op->raddr, +op->len) of the peer's region
  * op->key are: *dst, or NULL with *cma set when only process_vm_writev reaches
- * them. Returns 0 or an errno value (with *what, *perrno). */
+ * them; *kind: host memory, or the device a peer's GPU memory is mapped for
+ * (the op's source device, else this rank's GPU). Returns 0 or an errno
+ * value (with *what, *perrno). */
 int ofccl__lx_resolve(ofccl__ep_t *ep, const struct ofccl__tp_op *op, unsigned need, char **dst,
-                      uint64_t *cma, int *what, int *perrno);
+                      uint64_t *cma, ofccl__mem_kind_t *kind, int *what, int *perrno);
 int ofccl__lx_peer_map(ofccl__ep_t *ep, int peer, const ofccl__rkey_t *rk, uint64_t roff,
                        size_t len, unsigned access, void **ptr, ofccl__mem_kind_t *kind,
                        ofccl__err_t *e);

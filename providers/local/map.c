@@ -47,7 +47,7 @@ static struct lx_map *peer_slot_map(struct lx_peer *p, unsigned slot)
 }
 
 int ofccl__lx_resolve(ofccl__ep_t *ep, const struct ofccl__tp_op *op, unsigned need, char **dst,
-                      uint64_t *cma, int *what, int *perrno)
+                      uint64_t *cma, ofccl__mem_kind_t *kind, int *what, int *perrno)
 {
     struct lx_peer *p = &ofccl__lx_of(ep)->peers[op->peer];
     unsigned slot = (unsigned)(op->key & ((1u << LX_SLOT_BITS) - 1));
@@ -57,6 +57,7 @@ int ofccl__lx_resolve(ofccl__ep_t *ep, const struct ofccl__tp_op *op, unsigned n
 
     *dst = NULL;
     *cma = 0;
+    *kind = OFCCL__MEM_HOST;
     if (slot >= LX_REGIONS)
         return fail_at(what, W_KEY, EKEYREJECTED);
     reg = &p->seg->regions[slot];
@@ -77,9 +78,10 @@ int ofccl__lx_resolve(ofccl__ep_t *ep, const struct ofccl__tp_op *op, unsigned n
         return fail_at(what, W_BOUNDS, EREMOTEIO);
     if (op->peer == ep->params.rank) {
         *dst = (char *)(uintptr_t)reg->vaddr + off;
+        *kind = reg->dev;
         return 0;
     }
-    if (reg->fd < 0) {
+    if (reg->fd < 0 && reg->dev < 0) {
         *cma = reg->vaddr + off;
         return 0;
     }
@@ -89,10 +91,19 @@ int ofccl__lx_resolve(ofccl__ep_t *ep, const struct ofccl__tp_op *op, unsigned n
         *perrno = ENOMEM;
         return fail_at(what, W_MAP, ENOMEM);
     }
-    if (m->key != op->key) {
-        if (m->base != NULL)
-            munmap(m->base, m->len);
-        *m = (struct lx_map){0};
+    if (m->key != op->key && reg->dev >= 0) { /* a peer's GPU memory */
+        int dev = op->src_kind != OFCCL__MEM_HOST ? op->src_kind : ofccl__lx_of(ep)->dev;
+        int err;
+        ofccl__lx_unmap(m);
+        if ((err = ofccl__lx_dev_map(ep, p, reg, dev, m, perrno)) != 0)
+            return fail_at(what, W_DEV_MAP, err);
+        if (atomic_load_explicit(&reg->key, memory_order_acquire) != op->key) {
+            ofccl__lx_unmap(m);
+            return fail_at(what, W_KEY, EKEYREJECTED);
+        }
+        m->key = op->key;
+    } else if (m->key != op->key) {
+        ofccl__lx_unmap(m);
         m->base = ofccl__lx_map_remote_fd(p->pid, reg->fd, &m->len);
         if (m->base == NULL) {
             /* Out of descriptors or address space is this process's own
@@ -106,13 +117,13 @@ int ofccl__lx_resolve(ofccl__ep_t *ep, const struct ofccl__tp_op *op, unsigned n
         /* Still the same registration after the open: the fd was the right one. */
         if (atomic_load_explicit(&reg->key, memory_order_acquire) != op->key || foff > m->len ||
             rlen > m->len - foff) {
-            munmap(m->base, m->len);
-            *m = (struct lx_map){0};
+            ofccl__lx_unmap(m);
             return fail_at(what, W_KEY, EKEYREJECTED);
         }
         m->key = op->key;
     }
     *dst = m->base + foff + off;
+    *kind = m->gpu ? m->dev : OFCCL__MEM_HOST;
     return 0;
 }
 
@@ -146,9 +157,20 @@ const char *ofccl__lx_why(int what, int perrno, char *buf, size_t len)
     case W_NOT_SHARED:
         snprintf(buf, len, "the target's region is not in ofccl shared memory");
         break;
+    case W_DEV_MAP:
+        snprintf(buf, len,
+                 perrno == ENODEV
+                     ? "the target's region is GPU memory and this rank has no GPU to map it with"
+                     : "mapping the target's GPU memory (CUDA IPC) failed (the log says why)");
+        break;
+    case W_DEV_ACCESS:
+        snprintf(buf, len,
+                 "the target's region is GPU memory, which the local provider only "
+                 "writes (no reads, atomics or mappings)");
+        break;
     case W_COPY:
         snprintf(buf, len,
-                 "no executor copies from the source's memory kind into host memory, "
+                 "no executor copies between the source's and the target's memory kinds, "
                  "or its copy failed");
         break;
     default:
@@ -164,6 +186,7 @@ int ofccl__lx_peer_map(ofccl__ep_t *ep, int peer, const ofccl__rkey_t *rk, uint6
 {
     struct ofccl__tp_op op = {.peer = peer, .key = rk->key, .raddr = rk->base + roff, .len = len};
     int what = W_KIND, perrno = 0, rc;
+    ofccl__mem_kind_t dk;
     uint64_t cma;
     char *dst, why[256];
 
@@ -171,9 +194,11 @@ int ofccl__lx_peer_map(ofccl__ep_t *ep, int peer, const ofccl__rkey_t *rk, uint6
     if (roff > rk->len || len > rk->len - roff)
         rc = fail_at(&what, W_BOUNDS, EREMOTEIO);
     else
-        rc = ofccl__lx_resolve(ep, &op, access, &dst, &cma, &what, &perrno);
+        rc = ofccl__lx_resolve(ep, &op, access, &dst, &cma, &dk, &what, &perrno);
     if (rc == 0 && dst == NULL) /* not in shared memory: only process_vm_writev reaches it */
         rc = fail_at(&what, W_NOT_SHARED, EOPNOTSUPP);
+    if (rc == 0 && dk != OFCCL__MEM_HOST)
+        rc = fail_at(&what, W_DEV_ACCESS, EOPNOTSUPP);
     if (rc != 0) {
         if (ofccl__limit_explain(rc, len, why, sizeof(why)) != 0)
             return ofccl__limit_fail(ep->prov->log, e, rc, NULL, len, OFCCL_ERR_NO_MEMORY,

@@ -3,8 +3,9 @@
  *
  * Every window peers may write into is its own memfd, so a peer can map it
  * through /proc/<pid>/fd/<n>. A registration publishes {key, fd, offset,
- * length, access} in the endpoint's segment; peers read the table, never
- * write it, and check the key before every access.
+ * length, access} in the endpoint's segment (GPU memory: its IPC handle
+ * instead of a memfd, gpu.c); peers read the table, never write it, and
+ * check the key before every access.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -68,7 +69,13 @@ int ofccl__lx_mr_reg(ofccl__ep_t *ep, ofccl__mr_t *mr, ofccl__err_t *e)
             return ofccl__fail(ep->prov->log, OFCCL__SUB_PROV, e, OFCCL_ERR_INTERNAL,
                                "getrandom failed while choosing a memory key");
     k = (k & ~(((uint64_t)1 << LX_SLOT_BITS) - 1)) | slot;
-    if (!ofccl__tp_mem_find(&ofccl__local_backend, mr->addr, mr->len, &fd, &foff)) {
+    reg->dev = -1;
+    if (mr->kind != OFCCL__MEM_HOST) {
+        int rc = ofccl__lx_dev_export(ep, mr, reg, e);
+        if (rc != 0)
+            return rc;
+        foff = reg->foff;
+    } else if (!ofccl__tp_mem_find(&ofccl__local_backend, mr->addr, mr->len, &fd, &foff)) {
         fd = -1;
         foff = 0;
         if (mr->access & (OFCCL__ACC_REMOTE_WRITE | OFCCL__ACC_REMOTE_ATOMIC))

@@ -66,11 +66,15 @@ static int cma_read(int pid, void *dst, size_t len, uint64_t raddr)
 
 static int read_now(ofccl__ep_t *ep, struct ofccl__tp_op *op, int *what, int *perrno)
 {
+    ofccl__mem_kind_t kind;
     uint64_t cma;
     char *src;
-    int err = ofccl__lx_resolve(ep, op, OFCCL__ACC_REMOTE_READ, &src, &cma, what, perrno);
+    int err = ofccl__lx_resolve(ep, op, OFCCL__ACC_REMOTE_READ, &src, &cma, &kind, what, perrno);
 
-    if (err == 0 && src != NULL && op->len > 0)
+    if (err == 0 && kind != OFCCL__MEM_HOST) {
+        *what = W_DEV_ACCESS;
+        err = EOPNOTSUPP;
+    } else if (err == 0 && src != NULL && op->len > 0)
         memcpy((void *)op->src, src, op->len);
     else if (err == 0 && src == NULL &&
              (*perrno = cma_read(ofccl__lx_of(ep)->peers[op->peer].pid, (void *)op->src, op->len,
@@ -109,13 +113,13 @@ static void publish(struct ofccl__lx *lx, unsigned cap, struct ofccl__tp_op *op)
     complete(lx, cap, op, 0, W_KIND, 0);
 }
 
-/* Copy a write's bytes into the peer's mapping at `dst` through the executor
- * of the kinds involved (the mapping is host memory): 0 done, 1 in flight
+/* Copy a write's bytes into the peer's mapping at `dst` (of memory kind
+ * `kind`) through the executor of the kinds involved: 0 done, 1 in flight
  * (the op joins the busy list), or an errno value. */
-static int copy_in(ofccl__ep_t *ep, struct ofccl__tp_op *op, char *dst)
+static int copy_in(ofccl__ep_t *ep, struct ofccl__tp_op *op, char *dst, ofccl__mem_kind_t kind)
 {
     struct ofccl__lx *lx = ofccl__lx_of(ep);
-    const ofccl__exec_t *ex = ofccl__tp_exec(ep, OFCCL__MEM_HOST, op->src_kind);
+    const ofccl__exec_t *ex = ofccl__tp_exec(ep, kind, op->src_kind);
     int rc;
 
     if (ex == NULL)
@@ -170,6 +174,7 @@ int ofccl__lx_post(ofccl__ep_t *ep, struct ofccl__tp_op *op)
     struct ofccl__lx *lx = ofccl__lx_of(ep);
     unsigned cap = ep->params.ops_inflight;
     bool atomic = op->kind == OFCCL__OP_ATOMIC_ADD;
+    ofccl__mem_kind_t dk;
     uint64_t cma;
     int what = W_KIND, perrno = 0, err;
     char *dst;
@@ -194,16 +199,19 @@ int ofccl__lx_post(ofccl__ep_t *ep, struct ofccl__tp_op *op)
     err = ofccl__lx_resolve(ep, op,
                             atomic ? (unsigned)OFCCL__ACC_REMOTE_ATOMIC
                                    : (unsigned)(OFCCL__ACC_REMOTE_WRITE | OFCCL__ACC_REMOTE_ATOMIC),
-                            &dst, &cma, &what, &perrno);
+                            &dst, &cma, &dk, &what, &perrno);
     if (err == 0 && atomic) {
-        if (dst == NULL) {
+        if (dk != OFCCL__MEM_HOST) {
+            what = W_DEV_ACCESS;
+            err = EOPNOTSUPP;
+        } else if (dst == NULL) {
             what = W_ATOMIC_CMA;
             err = EOPNOTSUPP;
         } else {
             op->result = __atomic_fetch_add((uint64_t *)(void *)dst, op->operand, __ATOMIC_SEQ_CST);
         }
     } else if (err == 0 && dst != NULL) {
-        err = copy_in(ep, op, dst);
+        err = copy_in(ep, op, dst, dk);
         if (err == 1)
             return 0; /* published once the copy is done (drain_busy) */
         what = W_COPY;

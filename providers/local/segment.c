@@ -46,6 +46,7 @@ int ofccl__lx_ep_setup(ofccl__ep_t *ep, ofccl__err_t *e)
                                  "rank %d: allocating the local endpoint", rank);
     ep->be_state = lx;
     lx->fd = -1;
+    lx->dev = -1;
     lx->cq = calloc(ep->params.ops_inflight, sizeof(*lx->cq));
     if (lx->cq == NULL)
         return ofccl__limit_fail(log, e, ENOMEM, NULL, ep->params.ops_inflight * sizeof(*lx->cq),
@@ -77,8 +78,7 @@ static void unmap_peer(struct ofccl__lx *lx, int r)
     struct lx_peer *p = &lx->peers[r];
 
     for (unsigned s = 0; s < p->nmaps; s++)
-        if (p->maps[s].base != NULL)
-            munmap(p->maps[s].base, p->maps[s].len);
+        ofccl__lx_unmap(&p->maps[s]);
     free(p->maps);
     p->maps = NULL;
     p->nmaps = 0;

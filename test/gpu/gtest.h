@@ -56,6 +56,9 @@ int gpu_rs_check(int me, ofccl_comm_t *comm, size_t count, int where, ofccl_dtyp
 int gpu_staged(int rank, ofccl_ctx_t *ctx, ofccl_comm_t *comm);
 /* The same over shm with GPU memory asked of the fabric (FI_HMEM). */
 int gpu_hmem(int rank, ofccl_ctx_t *ctx, ofccl_comm_t *comm);
+/* One host, the GPU peer class off: the host engine on GPU memory through
+ * the local transport (CUDA IPC). */
+int gpu_engine(int rank, ofccl_ctx_t *ctx, ofccl_comm_t *comm);
 /* test_gpu_push.c: weight push on GPU memory (a GPU plan). */
 int gpu_push(int rank, ofccl_ctx_t *ctx, ofccl_comm_t *comm);
 

@@ -19,7 +19,7 @@
  * stream alone: test_gpu_watch.c.
  * Usage: [OFCCL_TEST_GPU_SHARED=1] test_gpu [NRANKS] [scenario...]  (scenarios: gather bcast ce
  * stream mismatch kill kill-rs leak refuse bucket bucket-ce register register-ce reg-size push rs
- * rs-ce staged staged-x staged-flat staged-async hmem hmem-need
+ * rs-ce staged staged-x staged-flat staged-async hmem hmem-need engine
  * watch-{kill,exit}-{ag,rs,bc,bucket,push} watch-stall watch-abort watch-kill-staged
  * watch-stall-staged); OFCCL_TEST_GPU_EMULATE=N: on N emulated GPUs
  */
@@ -571,6 +571,7 @@ int main(int argc, char **argv)
                {"staged-async", gpu_staged, "halves"},
                {"hmem", gpu_hmem, "auto"},
                {"hmem-need", gpu_hmem, "hmem"},
+               {"engine", gpu_engine, NULL},
                {"watch-kill-ag", gpu_watch, NULL},
                {"watch-kill-rs", gpu_watch, NULL},
                {"watch-kill-bc", gpu_watch, NULL},
@@ -636,6 +637,10 @@ int main(int argc, char **argv)
             setenv("OFCCL_GPU_FABRIC", all[i].setting, 1);
         else
             unsetenv("OFCCL_GPU_FABRIC");
+        if (all[i].fn == gpu_engine)
+            setenv("OFCCL_GPU_PEER_CLASS", "0", 1);
+        else
+            unsetenv("OFCCL_GPU_PEER_CLASS");
         if (across) {
             bool x = all[i].setting != NULL && strcmp(all[i].setting, "interleaved") == 0;
             const char *algo = !all[i].setting                       ? NULL

@@ -24,6 +24,7 @@ enum verdict {
     V_INVISIBLE,  /* a peer's GPU is not visible in this process */
     V_NO_P2P,     /* a pair of GPUs cannot reach each other */
     V_REGION,     /* the flag region could not be set up */
+    V_OFF,        /* OFCCL_GPU_PEER_CLASS=0 */
 };
 
 static const char *verdict_text(int v)
@@ -31,6 +32,8 @@ static const char *verdict_text(int v)
     switch (v) {
     case V_NO_DRIVER:
         return "it has no usable GPU";
+    case V_OFF:
+        return "the GPU peer class is off (OFCCL_GPU_PEER_CLASS=0)";
     case V_OTHER_HOST:
         return "the ranks are on more than one host (GPUs across hosts are staged)";
     case V_NO_MAP:
@@ -64,6 +67,8 @@ static int local_verdict(ofccl_comm_t *comm, ofccl__gcomm_t *gc, const uint8_t *
         }
     if (gc->g == NULL)
         return V_NO_DRIVER;
+    if (!ofccl__cfg_int(&comm->ctx->cfg, OFCCL__CFG_GPU_PEER_CLASS))
+        return V_OFF;
     if (comm->nnodes > 1)
         return V_OTHER_HOST;
     /* Every peer's flag region is mapped here: by the local transport, alone
@@ -257,10 +262,8 @@ static int setup(ofccl_comm_t *comm, ofccl__gcomm_t *gc)
     if (rc == V_OK) {
         snprintf(gc->why, sizeof(gc->why), "GPU peer class: %d GPUs of one host, P2P", comm->size);
     } else {
-        snprintf(gc->why, sizeof(gc->why),
-                 "GPU buffers are staged through host memory: rank %d "
-                 "says %s%s",
-                 who, verdict_text(rc), whose >= 0 && whose != who ? " (rank " : "");
+        snprintf(gc->why, sizeof(gc->why), "rank %d says %s%s", who, verdict_text(rc),
+                 whose >= 0 && whose != who ? " (rank " : "");
         if (whose >= 0 && whose != who) {
             size_t l = strlen(gc->why);
             snprintf(gc->why + l, sizeof(gc->why) - l, "%d)", whose);
@@ -268,6 +271,19 @@ static int setup(ofccl_comm_t *comm, ofccl__gcomm_t *gc)
     }
     if (rc != V_OK && (rc = ofccl__ghmem_setup(gc)) != 0)
         return rc;
+    if (gc->path != OFCCL__GPATH_P2P) { /* what the host engine does with GPU memory, and why */
+        char why[sizeof(gc->why)];
+        memcpy(why, gc->why, sizeof(why));
+        /* (a reason cut short at the buffer's end is still the reason) */
+        if (snprintf(gc->why, sizeof(gc->why), "%s: %s",
+                     comm->dev_reg
+                         ? "all-gathers and broadcasts on GPU memory go through the "
+                           "transport as GPU memory (CUDA IPC to this host's peers, FI_HMEM "
+                           "to other hosts), reduce-scatters are staged through host memory"
+                         : "GPU buffers are staged through host memory",
+                     why) < 0)
+            gc->why[0] = '\0';
+    }
     OFCCL__INFO(&comm->ctx->log, OFCCL__SUB_COLL, "rank %d: communicator %u on GPU %d: %s",
                 comm->rank, comm->id, gc->dev, gc->why);
     return 0;

@@ -47,17 +47,20 @@ static int probe(ofccl__gcomm_t *gc, char *why, size_t len)
         snprintf(why, len, "no CUDA driver");
         return OFCCL_ERR_NOT_SUPPORTED;
     }
-    if (ofccl__comm_caps(comm)->hmem_why[0] != '\0') {
-        snprintf(why, len, "provider %s takes no GPU memory: %s", ofccl__comm_caps(comm)->name,
-                 ofccl__comm_caps(comm)->hmem_why);
-        return OFCCL_ERR_NOT_SUPPORTED;
-    }
-    if (!ofccl__comm_caps(comm)->hmem) {
-        snprintf(why, len, "provider %s was not opened for GPU memory (no FI_HMEM entry%s)",
-                 ofccl__comm_caps(comm)->name,
-                 ofccl__cfg_int(&comm->ctx->cfg, OFCCL__CFG_GPU_FABRIC) == 0
-                     ? ", or CUDA was not loaded when the context was made"
-                     : "");
+    for (int r = 0; r < comm->size; r++) {
+        if (r == comm->rank || ofccl__ep_reaches(comm->ep, r, gc->dev))
+            continue;
+        if (ofccl__comm_caps(comm)->hmem_why[0] != '\0')
+            snprintf(why, len, "provider %s takes no GPU memory: %s", ofccl__comm_caps(comm)->name,
+                     ofccl__comm_caps(comm)->hmem_why);
+        else
+            snprintf(why, len,
+                     "provider %s reaches rank %d's host memory only (not opened for GPU memory: "
+                     "no FI_HMEM entry%s)",
+                     ofccl__comm_caps(comm)->name, r,
+                     ofccl__cfg_int(&comm->ctx->cfg, OFCCL__CFG_GPU_FABRIC) == 0
+                         ? ", or CUDA was not loaded when the context was made"
+                         : "");
         return OFCCL_ERR_NOT_SUPPORTED;
     }
     if ((rc = ofccl__gpu_mem_alloc(gc->g, gc->dev, PROBE_BYTES, &p, &e)) != 0) {
@@ -102,15 +105,11 @@ int ofccl__ghmem_setup(ofccl__gcomm_t *gc)
         /* made by probe(): the device's executor, for what the host engine
          * copies itself (its staging, should a registration fail) */
         ofccl__err_t e = {0};
-        size_t l = strlen(gc->why);
 
         rc = ofccl__exec_register(comm->ctx, gc->dev, &ofccl__gpu_exec_ops,
                                   ofccl__gpu_exec_state(gc->g, gc->dev, gc->sms, &e));
         if (rc != 0)
             return ofccl__comm_fail(comm, rc, "registering GPU %d's executor", gc->dev);
-        snprintf(gc->why + l, sizeof(gc->why) - l,
-                 "; all-gathers and broadcasts go through %s as GPU memory (FI_HMEM), not staged",
-                 ofccl__comm_caps(comm)->name);
         return 0;
     }
     if (mine)
