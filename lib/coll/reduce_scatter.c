@@ -83,6 +83,30 @@ static void copy_out(ofccl__req_t *r)
     }
 }
 
+/* Device memory where every peer's writes into this GPU land before their
+ * signal (comm->dev_reduce): the peers write their pieces into staging on
+ * this GPU and its executor sums them with this rank's own piece, read in
+ * place, into the output; nothing goes through host memory. */
+static int post_rs_device(ofccl__req_t *r)
+{
+    ofccl_comm_t *comm = r->comm;
+    size_t total = r->block * (size_t)comm->size;
+    int rc;
+
+    r->algo = ofccl__choose(comm, OFCCL__RS, r->block, 0, ofccl__mem_flags(r));
+    r->src = ofccl__mem_ref((void *)r->sendbuf, ofccl__mem_find(comm, r->sendbuf, total));
+    r->out = r->recvbuf;
+    rc = ofccl__stage_acquire_on(comm, OFCCL__RS, r->exec->kind, total ? total : 1, &r->staging_idx,
+                                 &r->dst);
+    if (rc)
+        return rc;
+    comm->ctx->stats.hmem_bytes += total;
+    rc = ofccl__coll_start(r);
+    if (rc)
+        ofccl__stage_release(comm, OFCCL__RS, r->staging_idx);
+    return rc;
+}
+
 int ofccl__post_reduce_scatter(ofccl__req_t *r)
 {
     ofccl_comm_t *comm = r->comm;
@@ -93,8 +117,10 @@ int ofccl__post_reduce_scatter(ofccl__req_t *r)
     ofccl__mem_ref_t stage;
     int copy_src, rc;
 
-    /* Device memory: the sums are the host's, on staging; the input goes in
-     * on the caller's stream and the result out at the end. */
+    if (dev && comm->dev_reduce && !r->bucket)
+        return post_rs_device(r);
+    /* Other device memory: the sums are the host's, on staging; the input
+     * goes in on the caller's stream and the result out at the end. */
     if (dev)
         ofccl__exec_staged(r);
     r->algo = ofccl__choose(comm, OFCCL__RS, r->block, r->bucket, ofccl__mem_flags(r));

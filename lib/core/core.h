@@ -219,10 +219,15 @@ struct ofccl_comm {
     /* The caller's stream (ofccl_comm_set_stream): collectives on device
      * memory are ordered on it (NULL: the legacy default stream). */
     ofccl_stream_t stream;
-    /* Every rank's transport registers its GPU's memory (FI_HMEM), agreed at
-     * the communicator's first GPU call: device buffers the peer class does
-     * not serve are then registered for the request and moved in place. */
+    /* Every rank's transport registers its GPU's memory (CUDA IPC on the
+     * local transport, FI_HMEM on a fabric), agreed at the communicator's
+     * first GPU call: device buffers the peer class does not serve are then
+     * registered for the request and moved in place. */
     bool dev_reg;
+    /* And every peer's writes into this GPU land before their signal (the
+     * local transport publishes a write once its copy is done): a
+     * reduce-scatter on GPU memory is summed there, by the GPU. */
+    bool dev_reduce;
 
     struct ofccl__coll_state *coll; /* the collective engine (coll.h) */
     /* GPU state (lib/coll/gpu), set up on first GPU use, and what tears it

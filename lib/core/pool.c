@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "engine_impl.h"
+#include "gpu/gpu.h"
 #include "pool.h"
 #include "util.h"
 
@@ -45,7 +46,10 @@ static void stage_free(ofccl_comm_t *comm, ofccl__stage_t *s)
         account(comm, s->mr, -1);
         ofccl__mr_dereg(s->mr);
     }
-    ofccl__prov_mem_free(s->ptr);
+    if (s->kind != OFCCL__MEM_HOST && s->ptr != NULL)
+        ofccl__gpu_mem_free(ofccl__gpu_process(NULL, false), s->kind, s->ptr);
+    else
+        ofccl__prov_mem_free(s->ptr);
     *s = (ofccl__stage_t){0};
 }
 
@@ -55,9 +59,10 @@ void ofccl__pool_fini(ofccl_comm_t *comm)
 
     if (pool == NULL)
         return;
-    for (int k = 0; k < 16; k++) {
+    for (int k = 0; k < OFCCL__STAGE_SETS; k++) {
         stage_free(comm, &pool->ag[k]);
         stage_free(comm, &pool->rs[k]);
+        stage_free(comm, &pool->rs_dev[k]);
     }
     while (pool->user != NULL) {
         ofccl__ubuf_t *u = pool->user;
@@ -83,13 +88,38 @@ static int over_budget(ofccl_comm_t *comm, size_t more, const char *what)
                             what, more, pool->held, pool->budget);
 }
 
-/* Allocate and register `bytes` of memory peers may write into. */
-static int alloc_registered(ofccl_comm_t *comm, size_t bytes, void **ptr, ofccl__mr_t **mr)
+/* `len` bytes of device `kind`'s memory, registered for peers to write:
+ * 0, or an error (the communicator's message says why). */
+static int alloc_device(ofccl_comm_t *comm, ofccl__mem_kind_t kind, size_t len, void **ptr,
+                        ofccl__mr_t **mr)
+{
+    ofccl__gpu_t *g = ofccl__gpu_process(&comm->ctx->log, false);
+    ofccl__err_t e = {0};
+    int rc = g == NULL ? OFCCL_ERR_NOT_SUPPORTED : ofccl__gpu_mem_alloc(g, kind, len, ptr, &e);
+
+    if (rc != 0)
+        return ofccl__comm_fail(comm, rc, "pool: %zu bytes on GPU %d: %s", len, kind,
+                                g == NULL ? "no CUDA driver" : e.msg);
+    rc = ofccl__mr_reg(comm->ep, *ptr, len, STAGE_ACCESS, mr, &comm->err);
+    if (rc) {
+        ofccl__gpu_mem_free(g, kind, *ptr);
+        return ofccl__comm_fail(comm, rc, "pool: %s", comm->err.msg);
+    }
+    account(comm, *mr, +1);
+    return 0;
+}
+
+/* Allocate and register `bytes` of memory peers may write into: host
+ * memory, or device `kind`'s. */
+static int alloc_registered(ofccl_comm_t *comm, ofccl__mem_kind_t kind, size_t bytes, void **ptr,
+                            ofccl__mr_t **mr)
 {
     size_t len = round_up(bytes ? bytes : 1, STAGE_ALIGN);
-    void *p = ofccl__prov_mem_alloc(comm->ep, len);
+    void *p = kind == OFCCL__MEM_HOST ? ofccl__prov_mem_alloc(comm->ep, len) : NULL;
     int rc;
 
+    if (kind != OFCCL__MEM_HOST)
+        return alloc_device(comm, kind, len, ptr, mr);
     if (p == NULL) {
         rc = ofccl__prov_mem_error(comm->ep, len, &comm->err);
         return ofccl__comm_fail(comm, rc, "pool: %s (%zu bytes requested, rounded up to pages)",
@@ -109,12 +139,26 @@ static int alloc_registered(ofccl_comm_t *comm, size_t bytes, void **ptr, ofccl_
     return 0;
 }
 
+/* A collective's staging sets: broadcasts share the all-gather's (both
+ * land data where it is read); a reduce-scatter on a GPU has its own. The
+ * index of a device set is OFCCL__STAGE_SETS + its place. */
+static ofccl__stage_t *sets_of(struct ofccl__pool *pool, int coll, bool dev)
+{
+    return coll != OFCCL__RS ? pool->ag : dev ? pool->rs_dev : pool->rs;
+}
+
 int ofccl__stage_acquire(ofccl_comm_t *comm, int coll, size_t bytes, int *idx,
                          ofccl__mem_ref_t *ref)
 {
+    return ofccl__stage_acquire_on(comm, coll, OFCCL__MEM_HOST, bytes, idx, ref);
+}
+
+int ofccl__stage_acquire_on(ofccl_comm_t *comm, int coll, ofccl__mem_kind_t kind, size_t bytes,
+                            int *idx, ofccl__mem_ref_t *ref)
+{
     struct ofccl__pool *pool = comm->pool;
-    /* Broadcasts share the all-gather set: both land data where it is read. */
-    ofccl__stage_t *set = coll == OFCCL__RS ? pool->rs : pool->ag;
+    bool dev = kind != OFCCL__MEM_HOST;
+    ofccl__stage_t *set = sets_of(pool, coll, dev);
     int n = coll == OFCCL__RS ? pool->n_rs : pool->n_ag, k, rc;
 
     for (k = 0; k < n && set[k].busy; k++)
@@ -126,7 +170,7 @@ int ofccl__stage_acquire(ofccl_comm_t *comm, int coll, size_t bytes, int *idx,
                                 n,
                                 coll == OFCCL__RS ? "reduce-scatter" : "all-gather and broadcast",
                                 coll == OFCCL__RS ? "OFCCL_RS_BUFFERS" : "OFCCL_AG_BUFFERS");
-    if (set[k].bytes < bytes) {
+    if (set[k].bytes < bytes || (dev && set[k].kind != kind)) {
         /* Grow: only here, with the buffer unused, i.e. at a bucket boundary. */
         size_t old = set[k].mr ? set[k].mr->len : 0;
         void *p;
@@ -136,23 +180,25 @@ int ofccl__stage_acquire(ofccl_comm_t *comm, int coll, size_t bytes, int *idx,
         if (rc)
             return rc;
         stage_free(comm, &set[k]);
-        rc = alloc_registered(comm, bytes, &p, &mr);
+        rc = alloc_registered(comm, kind, bytes, &p, &mr);
         if (rc)
             return rc;
-        set[k] = (ofccl__stage_t){p, mr, mr->len, 0, mr->kind};
+        set[k] = (ofccl__stage_t){p, mr, mr->len, 0, kind};
         comm->ctx->stats.pool_grows++;
         OFCCL__DEBUG(&comm->ctx->log, OFCCL__SUB_MEM, "staging buffer %d grown to %zu bytes", k,
                      mr->len);
     }
     set[k].busy = 1;
-    *idx = k;
+    *idx = k + (dev ? OFCCL__STAGE_SETS : 0);
     *ref = ofccl__mem_ref(set[k].ptr, set[k].mr);
     return 0;
 }
 
 void ofccl__stage_release(ofccl_comm_t *comm, int coll, int idx)
 {
-    (coll == OFCCL__RS ? comm->pool->rs : comm->pool->ag)[idx].busy = 0;
+    bool dev = idx >= OFCCL__STAGE_SETS;
+
+    sets_of(comm->pool, coll, dev)[idx - (dev ? OFCCL__STAGE_SETS : 0)].busy = 0;
 }
 
 static int buffer_alloc_unlocked(ofccl_comm_t *comm, size_t bytes, void **ptr)
@@ -178,7 +224,7 @@ static int buffer_alloc_unlocked(ofccl_comm_t *comm, size_t bytes, void **ptr)
     u = calloc(1, sizeof(*u));
     if (u == NULL)
         return ofccl__comm_fail(comm, OFCCL_ERR_NO_MEMORY, "ofccl_buffer_alloc: no memory");
-    rc = alloc_registered(comm, bytes, &u->ptr, &u->mr);
+    rc = alloc_registered(comm, OFCCL__MEM_HOST, bytes, &u->ptr, &u->mr);
     if (rc) {
         free(u);
         return rc;

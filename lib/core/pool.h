@@ -25,8 +25,10 @@ typedef struct ofccl__ubuf {
     struct ofccl__ubuf *next;
 } ofccl__ubuf_t;
 
+#define OFCCL__STAGE_SETS 16 /* staging sets per collective kind at most */
 struct ofccl__pool {
-    ofccl__stage_t ag[16], rs[16];
+    ofccl__stage_t ag[OFCCL__STAGE_SETS], rs[OFCCL__STAGE_SETS];
+    ofccl__stage_t rs_dev[OFCCL__STAGE_SETS]; /* a reduce-scatter's on the communicator's GPU */
     int n_ag, n_rs;
     ofccl__ubuf_t *user;
     size_t budget; /* 0 = none */
@@ -54,6 +56,10 @@ void ofccl__pool_fini(ofccl_comm_t *comm);
  * OFCCL_ERR_AGAIN when all N are busy, OFCCL_ERR_OVER_BUDGET past the budget. */
 int ofccl__stage_acquire(ofccl_comm_t *comm, int coll, size_t bytes, int *idx,
                          ofccl__mem_ref_t *ref);
+/* The same in memory of `kind`: a device's (a reduce-scatter whose sums the
+ * GPU does) comes from the GPU, registered with the transport. */
+int ofccl__stage_acquire_on(ofccl_comm_t *comm, int coll, ofccl__mem_kind_t kind, size_t bytes,
+                            int *idx, ofccl__mem_ref_t *ref);
 void ofccl__stage_release(ofccl_comm_t *comm, int coll, int idx);
 /* Registration covering [ptr, ptr+len) usable on this communicator: a pool
  * buffer, or a range registered with ofccl_mem_register (registered on this

@@ -276,10 +276,13 @@ static int setup(ofccl_comm_t *comm, ofccl__gcomm_t *gc)
         memcpy(why, gc->why, sizeof(why));
         /* (a reason cut short at the buffer's end is still the reason) */
         if (snprintf(gc->why, sizeof(gc->why), "%s: %s",
-                     comm->dev_reg
+                     comm->dev_reduce
+                         ? "GPU memory goes through the local transport as GPU memory (CUDA "
+                           "IPC), reduce-scatters summed by the GPU"
+                     : comm->dev_reg
                          ? "all-gathers and broadcasts on GPU memory go through the "
-                           "transport as GPU memory (CUDA IPC to this host's peers, FI_HMEM "
-                           "to other hosts), reduce-scatters are staged through host memory"
+                           "transport as GPU memory (FI_HMEM), reduce-scatters are staged "
+                           "through host memory"
                          : "GPU buffers are staged through host memory",
                      why) < 0)
             gc->why[0] = '\0';
