@@ -114,10 +114,12 @@ int ofccl__resolve_device(ofccl__req_t *r, void *buf, size_t len)
         return 0;
     in_place = !r->bucket && len > 0 && ofccl__mem_find(comm, buf, len) != NULL;
     if (!in_place && !r->bucket && len > 0 && comm->dev_reg) {
-        /* registered with the transport, or an error: never staged instead */
-        if ((rc = ofccl__mem_call_register(r, buf, len)) != 0)
+        /* registered with the transport; memory it cannot take (CUDA IPC
+         * cannot share virtual memory) is staged, said at info level */
+        rc = ofccl__mem_call_register(r, buf, len);
+        if (rc != 0 && rc != OFCCL_ERR_NOT_SUPPORTED)
             return rc;
-        in_place = true;
+        in_place = rc == 0;
     }
     if (!in_place) {
         ofccl__exec_staged(r);

@@ -449,8 +449,10 @@ int ofccl__mem_call_register(ofccl__req_t *r, void *ptr, size_t len)
     ofccl_comm_t *comm = r->comm;
     int rc = mem_register_unlocked(comm->ctx, ptr, len, &r->call_mem);
 
-    if (rc == 0 && ofccl__mem_find(comm, ptr, len) == NULL)
-        rc = OFCCL_ERR_NOT_SUPPORTED;
+    if (rc == 0 && ofccl__mem_find(comm, ptr, len) == NULL) {
+        ofccl__mem_call_release(r); /* the transport cannot take it (mem_find said why) */
+        return OFCCL_ERR_NOT_SUPPORTED;
+    }
     if (rc != 0) {
         ofccl__mem_call_release(r);
         return ofccl__comm_fail(comm, rc,
@@ -482,8 +484,48 @@ size_t ofccl__mem_known_room(const ofccl_comm_t *comm, const void *ptr)
     return SIZE_MAX;
 }
 
+int ofccl__pool_register(ofccl_comm_t *comm, void *ptr, size_t len)
+{
+    struct ofccl__commreg *g = calloc(1, sizeof(*g));
+    int rc;
+
+    if (g == NULL)
+        return ofccl__comm_fail(comm, OFCCL_ERR_NO_MEMORY, "registering memory: no memory");
+    if ((rc = mem_register_unlocked(comm->ctx, ptr, len, &g->mh)) != 0) {
+        free(g);
+        return ofccl__comm_fail(comm, rc, "registering %p: %s", ptr, comm->ctx->err.msg);
+    }
+    g->ptr = ptr;
+    g->next = comm->pool->regs;
+    comm->pool->regs = g;
+    return 0;
+}
+
+int ofccl__pool_unregister(ofccl_comm_t *comm, void *ptr)
+{
+    for (struct ofccl__commreg **at = &comm->pool->regs; *at != NULL; at = &(*at)->next) {
+        struct ofccl__commreg *g = *at;
+        int rc;
+        if (g->ptr != ptr)
+            continue;
+        if ((rc = mem_deregister_unlocked(g->mh)) != 0) /* BUSY: kept */
+            return ofccl__comm_fail(comm, rc, "deregistering %p: %s", ptr, comm->ctx->err.msg);
+        *at = g->next;
+        free(g);
+        return 0;
+    }
+    return ofccl__comm_fail(comm, OFCCL_ERR_INVALID_ARG,
+                            "%p is not memory registered with communicator %u", ptr, comm->id);
+}
+
 void ofccl__memreg_forget_comm(ofccl_comm_t *comm)
 {
+    while (comm->pool != NULL && comm->pool->regs != NULL) { /* the caller's, with it */
+        struct ofccl__commreg *g = comm->pool->regs;
+        comm->pool->regs = g->next;
+        (void)mem_deregister_unlocked(g->mh); /* BUSY only for another communicator's use */
+        free(g);
+    }
     for (ofccl_mem_t *m = comm->ctx->memreg; m != NULL; m = m->next)
         for (int k = 0; k < OFCCL__MEMREG_COMMS; k++)
             if (m->per_comm[k].comm == comm)

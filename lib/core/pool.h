@@ -26,6 +26,13 @@ typedef struct ofccl__ubuf {
 } ofccl__ubuf_t;
 
 #define OFCCL__STAGE_SETS 16 /* staging sets per collective kind at most */
+/* A range a communicator's caller registered (ofccl__pool_register). */
+struct ofccl__commreg {
+    void *ptr;
+    ofccl_mem_t *mh;
+    struct ofccl__commreg *next;
+};
+
 struct ofccl__pool {
     ofccl__stage_t ag[OFCCL__STAGE_SETS], rs[OFCCL__STAGE_SETS];
     ofccl__stage_t rs_dev[OFCCL__STAGE_SETS]; /* a reduce-scatter's on the communicator's GPU */
@@ -33,6 +40,7 @@ struct ofccl__pool {
     ofccl__ubuf_t *user;
     size_t budget; /* 0 = none */
     size_t held;   /* staging + user pool bytes */
+    struct ofccl__commreg *regs;
 };
 
 #define OFCCL__MEMREG_COMMS 8
@@ -70,10 +78,18 @@ const ofccl__mr_t *ofccl__mem_find(ofccl_comm_t *comm, const void *ptr, size_t l
 size_t ofccl__mem_known_room(const ofccl_comm_t *comm, const void *ptr);
 /* Register [ptr, ptr+len) for request r alone (r->call_mem; through the
  * cache, so a range already registered costs nothing), and on r's
- * communicator's endpoint. 0, or an error naming the collective. */
+ * communicator's endpoint. 0; OFCCL_ERR_NOT_SUPPORTED, said at info level
+ * only, where the transport cannot take that memory (the caller stages it);
+ * or an error naming the collective. */
 int ofccl__mem_call_register(ofccl__req_t *r, void *ptr, size_t len);
 /* Drop r's own registration, if any (r no longer active). */
 void ofccl__mem_call_release(ofccl__req_t *r);
+/* The caller registers [ptr, ptr+len) for the communicator's collectives
+ * (ofccl_gpu_register where the host engine moves GPU memory): a reference
+ * in the context's registration cache, held until ofccl__pool_unregister
+ * (BUSY while a collective uses it) or the communicator goes. */
+int ofccl__pool_register(ofccl_comm_t *comm, void *ptr, size_t len);
+int ofccl__pool_unregister(ofccl_comm_t *comm, void *ptr);
 /* The communicator is going away: drop its registrations from the cache. */
 void ofccl__memreg_forget_comm(ofccl_comm_t *comm);
 

@@ -148,6 +148,9 @@ void ofccl__gpu_share_clear(ofccl__gpu_share_t *s);
 /* Peers' memory mapped into this process now (CUDA IPC and virtual-memory
  * mappings together, every communicator): leak checks. */
 long ofccl__gpu_mappings(void);
+/* Can the allocation holding p be shared by CUDA IPC (memory from
+ * cuMemAlloc / cudaMalloc; virtual-memory allocations cannot)? */
+bool ofccl__gpu_ipc_capable(ofccl__gpu_t *g, const void *p);
 /* The allocation's id holding p (unique for the process's life: memory
  * freed and allocated again gets a new one), 0 where it has none. */
 uint64_t ofccl__gpu_buffer_id(ofccl__gpu_t *g, const void *p);

@@ -106,6 +106,11 @@ int ofccl__gpu_ipc_map(ofccl__gpu_t *g, int dev, int pid, uint64_t id,
 
 void ofccl__gpu_ipc_unmap(ofccl__gpu_t *g, int dev, void *base) {}
 
+bool ofccl__gpu_ipc_capable(ofccl__gpu_t *g, const void *p)
+{
+    return false;
+}
+
 int ofccl__gpu_host_register(ofccl__gpu_t *g, int dev, void *p, size_t len, void **devptr,
                              ofccl__err_t *e)
 {

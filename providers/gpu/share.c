@@ -43,6 +43,17 @@ uint64_t ofccl__gpu_buffer_id(ofccl__gpu_t *g, const void *p)
     return id;
 }
 
+bool ofccl__gpu_ipc_capable(ofccl__gpu_t *g, const void *p)
+{
+    int capable = 0;
+
+    return g != NULL &&
+           ofccl__gpu_fn.cuPointerGetAttribute(&capable,
+                                               CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE,
+                                               dptr(p)) == CUDA_SUCCESS &&
+           capable;
+}
+
 void ofccl__gpu_share_clear(ofccl__gpu_share_t *s)
 {
     for (int i = 0; i < s->npieces; i++)

@@ -33,6 +33,12 @@ int ofccl__lx_dev_export(ofccl__ep_t *ep, ofccl__mr_t *mr, struct lx_region *reg
         return ofccl__fail(ep->prov->log, OFCCL__SUB_PROV, e, OFCCL_ERR_INTERNAL,
                            "rank %d: local provider: GPU memory without a CUDA driver",
                            ep->params.rank);
+    /* Said without a warning: the engine stages such a buffer instead. */
+    if (!ofccl__gpu_ipc_capable(g, mr->addr))
+        return ofccl__fail(NULL, 0, e, OFCCL_ERR_NOT_SUPPORTED,
+                           "%zu bytes of GPU %d's memory at %p are a virtual-memory allocation, "
+                           "which CUDA IPC cannot share",
+                           mr->len, mr->kind, mr->addr);
     rc = ofccl__gpu_ipc_export(g, mr->kind, mr->addr, reg->ipc, &off, e);
     if (rc != 0) {
         char why[sizeof(e->msg)];

@@ -586,7 +586,8 @@ int main(int argc, char **argv)
                {"watch-abort", gpu_watch, NULL},
                {"watch-kill-staged", gpu_watch, "halves"},
                {"watch-stall-staged", gpu_watch, "halves"}};
-    const char *emu = getenv("OFCCL_TEST_GPU_EMULATE");
+    const char *emu = getenv("OFCCL_TEST_GPU_EMULATE"), *pc = getenv("OFCCL_GPU_PEER_CLASS");
+    char *peer_class = pc != NULL ? strdup(pc) : NULL;
     int n, rc = 0;
     bool shared;
 
@@ -637,8 +638,12 @@ int main(int argc, char **argv)
             setenv("OFCCL_GPU_FABRIC", all[i].setting, 1);
         else
             unsetenv("OFCCL_GPU_FABRIC");
+        /* "engine" turns the peer class off; the others run as the caller
+         * set it (OFCCL_GPU_PEER_CLASS=0: every scenario in the host engine) */
         if (all[i].fn == gpu_engine)
             setenv("OFCCL_GPU_PEER_CLASS", "0", 1);
+        else if (peer_class != NULL)
+            setenv("OFCCL_GPU_PEER_CLASS", peer_class, 1);
         else
             unsetenv("OFCCL_GPU_PEER_CLASS");
         if (across) {
@@ -666,5 +671,6 @@ int main(int argc, char **argv)
         printf("== %s, %d ranks\n", all[i].name, nranks);
         rc |= cu_run("gpu", tests);
     }
+    free(peer_class);
     return rc;
 }

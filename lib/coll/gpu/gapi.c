@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "gcomm.h"
+#include "pool.h"
 #include "util.h"
 
 #define NOTE_STAGED 7 /* ofccl__comm_note_once bit: staging said once */
@@ -151,12 +152,21 @@ static int register_locked(ofccl_comm_t *comm, void *ptr, size_t bytes)
     if ((rc = ofccl__comm_check(comm, "ofccl_gpu_register")) != 0 ||
         (rc = ofccl__gcomm_get(comm, &gc)) != 0)
         return rc;
-    if (gc->path != OFCCL__GPATH_P2P)
+    if (gc->path == OFCCL__GPATH_P2P)
+        return ofccl__greg_add(gc, ptr, bytes);
+    if (!comm->dev_reg)
         return ofccl__comm_fail(comm, OFCCL_ERR_NOT_SUPPORTED,
                                 "ofccl_gpu_register: GPU memory of this communicator is staged "
                                 "through host memory, not mapped by its peers: %s",
                                 gc->why);
-    return ofccl__greg_add(gc, ptr, bytes);
+    /* The host engine moves GPU memory through the transport: registered
+     * with it as any memory (the context's cache), for this rank alone. */
+    if (ptr == NULL || bytes == 0 || ofccl__mem_kind_of(ptr) != gc->dev)
+        return ofccl__comm_fail(comm, OFCCL_ERR_INVALID_ARG,
+                                "ofccl_gpu_register: %zu bytes at %p: not memory of this rank's "
+                                "GPU %d",
+                                bytes, ptr, gc->dev);
+    return ofccl__pool_register(comm, ptr, bytes);
 }
 
 static int deregister_locked(ofccl_comm_t *comm, void *ptr)
@@ -168,7 +178,8 @@ static int deregister_locked(ofccl_comm_t *comm, void *ptr)
                                 "ofccl_gpu_deregister: communicator %u has no GPU memory "
                                 "registered",
                                 comm->id);
-    return ofccl__greg_drop(gc, ptr);
+    return gc->path == OFCCL__GPATH_P2P ? ofccl__greg_drop(gc, ptr)
+                                        : ofccl__pool_unregister(comm, ptr);
 }
 
 /* Public entry points: the same calls under the context lock (progress.c). */
