@@ -13,12 +13,17 @@
 #   hosts     two simulated hosts (OFCCL_HOST_ID, tcp): gpu_perf staged against
 #             host memory, and gpu_overlap.py (post time, overlap with a
 #             matmul, per-call cost)
+#   engine    the one host's GPU collectives in the host engine
+#             (OFCCL_GPU_PEER_CLASS=0: the local transport writes peers' GPU
+#             memory by CUDA IPC) against the GPU peer class, in one run:
+#             test_gpu's scenarios both ways, gpu_perf plain and pool at 2
+#             and 4 ranks, and the per-call cost of an 8 KiB all-gather
 #   hmem      test_gpu hmem / hmem-need with a CUDA-enabled libfabric that the
 #             bundle carries in BUNDLE/cudafab: shm takes GPU memory there,
 #             but copies it with CUDA calls of its own, so ofccl stages it
 #             (auto) or refuses it saying so (OFCCL_GPU_FABRIC=hmem)
 # Usage: perf/gpu_run.sh BUNDLE OUT_DIR [parts...]
-#   (parts: c py perf ceiling bench watch hosts hmem; all of the first five when none)
+#   (parts: c py perf ceiling bench watch hosts engine hmem; all of the first five when none)
 set -u
 b=$(cd "$1" && pwd) out=$2
 shift 2
@@ -58,6 +63,31 @@ if has hosts; then
             --ranks $np --hosts 2 --size 64M --json "$out/overlap_np$np.json" \
             >"$out/overlap_np$np.txt" 2>&1
         echo "gpu_overlap --ranks $np --hosts 2: exit $?"; tail -6 "$out/overlap_np$np.txt"
+    done
+fi
+if has engine; then
+    for pc in 1 0; do
+        OFCCL_GPU_PEER_CLASS=$pc timeout 300 "$b/bin/test_gpu" 3 >"$out/engine_test_pc$pc.txt" 2>&1
+        echo "test_gpu 3, OFCCL_GPU_PEER_CLASS=$pc: exit $? ($(grep -c 'passed$' \
+            "$out/engine_test_pc$pc.txt") passed; failed: $(grep -B30 'FAILED' \
+            "$out/engine_test_pc$pc.txt" | grep -o '^== [a-z-]*' | tr '\n' ' '))"
+    done
+    for np in 2 4; do
+        for m in plain pool; do
+            for pc in 1 0; do
+                OFCCL_GPU_PEER_CLASS=$pc timeout 150 "$b/bin/gpu_perf" -n $np -m $m -b 1M -e 256M \
+                    -i 10 >"$out/engine_perf_np${np}_${m}_pc$pc.txt" 2>&1
+                echo "gpu_perf -n $np -m $m, OFCCL_GPU_PEER_CLASS=$pc: exit $?"
+                tail -9 "$out/engine_perf_np${np}_${m}_pc$pc.txt"
+            done
+        done
+        for pc in 1 0; do
+            OFCCL_GPU_PEER_CLASS=$pc PYTHONPATH="$(pwd)/python" PYTHONUNBUFFERED=1 timeout 120 \
+                python3 perf/gpu_overlap.py --ranks $np --small 8K --calls 2000 \
+                >"$out/engine_call_np${np}_pc$pc.txt" 2>&1
+            echo "per-call 8 KiB, $np ranks, OFCCL_GPU_PEER_CLASS=$pc: exit $?"
+            tail -4 "$out/engine_call_np${np}_pc$pc.txt"
+        done
     done
 fi
 if has hmem && [ -f "$b/cudafab/libfabric.so.1" ]; then

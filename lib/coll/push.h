@@ -22,6 +22,7 @@ struct ofccl_push_plan {
     uint64_t tag;              /* in every bucket's fingerprint: ranks must agree on the plan */
     void *buf[2];              /* this receiver's double buffer, allocated on first use */
     bool gpu;                  /* a GPU plan (gpu/gpush.c): buf[] in the GPU pool, every rank */
+    bool gpu_engine; /* a GPU plan the host engine runs (no peer class): buf[] registered */
     /* per request slot: its bucket, the sender's shards, its unit numbering
      * (receiving: where each sender's units start; sending: where ours start at
      * each receiver), and where the shards were staged (strict providers) */
@@ -51,8 +52,10 @@ void ofccl__push_plan_free(ofccl_push_plan_t *pl);
 extern const ofccl__algo_t ofccl__push_algo;
 
 /* GPU plans (gpu/gpush.c). Setup (collective, at plan creation): the
- * communicator's GPU state, P2P required, and the two receive buffers of
- * max_recv_bytes in the GPU pool on every rank. */
+ * communicator's GPU state, and the two receive buffers of max_recv_bytes
+ * in the GPU pool on every rank; where the peer class does not serve but
+ * the transport takes GPU memory (comm->dev_reg) the buffers are registered
+ * with it and the host engine runs the plan's buckets (pl->gpu_engine). */
 int ofccl__gpu_push_setup(ofccl_push_plan_t *pl);
 void ofccl__gpu_push_free(ofccl_push_plan_t *pl);
 /* A bucket of the plan still runs on the GPU. */

@@ -108,19 +108,28 @@ static int push_bucket_locked(ofccl_push_plan_t *pl, int k, void *const *shards,
     if (pl->me_send >= 0 && shards == NULL && pl->first[k + 1] > pl->first[k])
         return ofccl__comm_fail(comm, OFCCL_ERR_INVALID_ARG,
                                 "ofccl_push_bucket: this rank is a sender: shards is NULL");
-    if (pl->gpu) {
+    if (pl->gpu && !pl->gpu_engine) {
         if ((rc = ofccl__gpu_push_bucket(pl, k, shards, used, buf, &r)) == 0)
             *req = r;
         return rc;
     }
-    if ((shards != NULL &&
+    if (pl->gpu_engine && buf != NULL && buf != pl->buf[k % 2])
+        return ofccl__comm_fail(comm, OFCCL_ERR_INVALID_ARG,
+                                "ofccl_push_bucket: a GPU plan receives into its own buffers: "
+                                "pass buf NULL and read bucket %d from ofccl_push_buffer",
+                                k);
+    if ((!pl->gpu && shards != NULL &&
          (rc = ofccl__gpu_refuse(comm, "ofccl_push_bucket", "shards",
                                  (const void *const *)shards + pl->first[k],
                                  pl->first[k + 1] - pl->first[k], sizeof(void *))) != 0) ||
-        (rc = ofccl__gpu_refuse(comm, "ofccl_push_bucket", "buf", (const void *const *)&buf, 1,
-                                sizeof(void *))) != 0 ||
+        (!pl->gpu && (rc = ofccl__gpu_refuse(comm, "ofccl_push_bucket", "buf",
+                                             (const void *const *)&buf, 1, sizeof(void *))) != 0) ||
         (rc = ofccl__coll_begin(comm, OFCCL__PUSH, &r)) != 0)
         return rc;
+    if (pl->gpu_engine && buf == NULL)
+        buf = pl->buf[k % 2];
+    if (pl->gpu_engine)
+        len = pl->max_recv_bytes;
     r->dtype = OFCCL_U8;
     r->esize = 1;
     r->count = (size_t)k; /* ranks posting different buckets: a count mismatch */
@@ -132,8 +141,9 @@ static int push_bucket_locked(ofccl_push_plan_t *pl, int k, void *const *shards,
     pl->bucket[r->slot] = k;
     pl->shards[r->slot] = shards;
     ofccl__push_set_used(pl, r->slot, k, used);
-    rc = ofccl__exec_choose(r, buf != NULL ? ofccl__mem_kind_of(buf) : OFCCL__MEM_HOST,
-                            pl->me_send >= 0 ? shards_kind(pl, k, shards) : OFCCL__MEM_HOST);
+    rc = ofccl__exec_choose(
+        r, buf != NULL && pl->me_recv >= 0 ? ofccl__mem_kind_of(buf) : OFCCL__MEM_HOST,
+        pl->me_send >= 0 ? shards_kind(pl, k, shards) : OFCCL__MEM_HOST);
     if (rc == 0 && pl->me_recv >= 0)
         rc = resolve_recv(r, pl, k, buf, len);
     if (rc == 0 && pl->me_send >= 0)

@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "gcomm.h"
+#include "pool.h"
 #include "push.h"
 #include "util.h"
 
@@ -34,16 +35,26 @@ int ofccl__gpu_push_setup(ofccl_push_plan_t *pl)
 
     if ((rc = ofccl__gcomm_get(comm, &gc)) != 0)
         return rc;
-    if (gc->path != OFCCL__GPATH_P2P)
+    if (gc->path != OFCCL__GPATH_P2P && !comm->dev_reg)
         return ofccl__comm_fail(comm, OFCCL_ERR_NOT_SUPPORTED,
-                                "ofccl_push_plan_create: a GPU plan needs every rank on one host "
-                                "with every pair of GPUs P2P: %s",
+                                "ofccl_push_plan_create: a GPU plan needs the GPU peer class or a "
+                                "transport that takes GPU memory: %s",
                                 gc->why);
     pl->gpu = true; /* from here the plan's buffers are the GPU pool's, freed there */
     for (int b = 0; b < 2; b++)
         if ((rc = ofccl__gpool_alloc(gc, OFCCL__MAX(pl->max_recv_bytes, (size_t)1), &pl->buf[b])) !=
             0)
             return rc;
+    /* The host engine's plan: the buffers registered with the transport. */
+    for (int b = 0; b < 2 && gc->path != OFCCL__GPATH_P2P; b++) {
+        if ((rc = ofccl__pool_register(comm, pl->buf[b],
+                                       OFCCL__MAX(pl->max_recv_bytes, (size_t)1))) != 0) {
+            if (b == 1)
+                ofccl__pool_unregister(comm, pl->buf[0]);
+            return rc;
+        }
+        pl->gpu_engine = true;
+    }
     return 0;
 }
 
@@ -51,9 +62,12 @@ void ofccl__gpu_push_free(ofccl_push_plan_t *pl)
 {
     ofccl__gcomm_t *gc = ofccl__gcomm_of(pl->comm);
 
-    for (int b = 0; b < 2; b++)
+    for (int b = 0; b < 2; b++) {
+        if (pl->buf[b] != NULL && pl->gpu_engine)
+            ofccl__pool_unregister(pl->comm, pl->buf[b]);
         if (pl->buf[b] != NULL && gc != NULL)
             ofccl__gpool_free(gc, pl->buf[b]);
+    }
 }
 
 bool ofccl__gpu_push_busy(const ofccl_push_plan_t *pl)
