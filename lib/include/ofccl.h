@@ -313,15 +313,17 @@ OFCCL_API int ofccl_mem_free(ofccl_ctx_t *ctx, void *ptr);
 
 /* ---- GPU memory (CUDA; docs/gpu.md) ----
  * Collectives take GPU memory wherever they take host memory: the driver is
- * asked which kind a buffer is. Where every rank of the communicator is on
- * one host and every pair of GPUs reaches each other (P2P), all-gather and
- * broadcast on GPU memory, flat or bucketed, are stream-ordered: enqueued on
- * the communicator's stream and returning at once, the data moved GPU to GPU
- * (a copy kernel on OFCCL_GPU_SMS SMs, or the copy engines); elsewhere, and
- * for ofccl_reduce_scatter, GPU memory is staged through host memory on the
- * host (said once in the log, with why). The weight push moves GPU memory
- * through a plan made for it (ofccl_push_spec_t.gpu). The bucketed
- * reduce-scatter, and a host plan's push, refuse GPU memory
+ * asked which kind a buffer is. Every collective on GPU memory is
+ * stream-ordered: enqueued on the communicator's stream and returning at
+ * once. Where every rank of the communicator is on one host and every pair
+ * of GPUs reaches each other (P2P), all-gather, reduce-scatter and
+ * broadcast, flat or bucketed, move data GPU to GPU (a copy kernel on
+ * OFCCL_GPU_SMS SMs, or the copy engines; OFCCL_GPU_PEER_CLASS=0: by the
+ * host engine through the local transport); elsewhere the transport moves
+ * GPU memory as such where it takes it (OFCCL_GPU_FABRIC), else the host
+ * engine stages it through host memory inside the request (said once in the
+ * log, with why). The weight push moves GPU memory through a plan made for
+ * it (ofccl_push_spec_t.gpu); a host plan's push refuses GPU memory
  * (OFCCL_ERR_NOT_SUPPORTED). */
 typedef void *ofccl_stream_t; /* a CUstream / cudaStream_t; NULL: the legacy default stream */
 /* The stream later GPU collectives of `comm` are enqueued on (each waits for
