@@ -84,7 +84,7 @@ static void copy_out(ofccl__req_t *r)
 }
 
 /* Device memory where every peer's writes into this GPU land before their
- * signal (comm->dev_reduce): the peers write their pieces into staging on
+ * signal (comm->dev_landed): the peers write their pieces into staging on
  * this GPU and its executor sums them with this rank's own piece, read in
  * place, into the output; nothing goes through host memory. */
 static int post_rs_device(ofccl__req_t *r)
@@ -117,7 +117,7 @@ int ofccl__post_reduce_scatter(ofccl__req_t *r)
     ofccl__mem_ref_t stage;
     int copy_src, rc;
 
-    if (dev && comm->dev_reduce && !r->bucket)
+    if (dev && comm->dev_landed && !r->bucket)
         return post_rs_device(r);
     /* Other device memory: the sums are the host's, on staging; the input
      * goes in on the caller's stream and the result out at the end. */

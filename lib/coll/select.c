@@ -120,13 +120,15 @@ const ofccl__algo_t *ofccl__choose(ofccl_comm_t *comm, int coll, size_t block, i
                                  : OFCCL__CFG_ALGO_BC;
     int forced = (int)ofccl__cfg_int(&comm->ctx->cfg, id), cand;
     bool eager = !bucket && !(mem & OFCCL__MEM_CALLER_DEVICE) && ofccl__eager_possible(comm, block);
-    /* Device memory (a transport that takes it, FI_HMEM): direct only. Never
-     * eager (the CPU copies its words); and nothing is forwarded, since a
-     * provider may signal a write into device memory before its device copy
-     * has landed (shm's CUDA IPC copies on the GPU after it completes), so a
-     * ring or chain could pass on stale bytes: every block goes from where
-     * its owner put it. */
-    if (mem & OFCCL__MEM_ALGO_DEVICE) {
+    /* Device memory (a transport that takes it): never eager (the CPU copies
+     * its words). Through a fabric (FI_HMEM) direct only: nothing is
+     * forwarded, since a provider may signal a write into device memory
+     * before its device copy has landed (shm's CUDA IPC copies on the GPU
+     * after it completes), so a ring or chain could pass on stale bytes.
+     * Where every write lands before its signal (comm->dev_landed: the local
+     * transport) an all-gather or a broadcast is chosen as on host memory;
+     * a reduce-scatter, whose staging is sized for direct, stays direct. */
+    if ((mem & OFCCL__MEM_ALGO_DEVICE) && (coll == OFCCL__RS || !comm->dev_landed)) {
         if (forced != 0 && ofccl__comm_note_once(comm, OFCCL__NOTE_DEVICE_DIRECT))
             OFCCL__INFO(&comm->ctx->log, OFCCL__SUB_COLL,
                         "rank %d: GPU memory through the fabric runs direct, whatever "

@@ -226,8 +226,9 @@ struct ofccl_comm {
     bool dev_reg;
     /* And every peer's writes into this GPU land before their signal (the
      * local transport publishes a write once its copy is done): a
-     * reduce-scatter on GPU memory is summed there, by the GPU. */
-    bool dev_reduce;
+     * reduce-scatter on GPU memory is summed there, by the GPU, and
+     * algorithms that pass on what they received (ring, chain) may run. */
+    bool dev_landed;
 
     struct ofccl__coll_state *coll; /* the collective engine (coll.h) */
     /* GPU state (lib/coll/gpu), set up on first GPU use, and what tears it

@@ -587,11 +587,14 @@ int main(int argc, char **argv)
                {"watch-kill-staged", gpu_watch, "halves"},
                {"watch-stall-staged", gpu_watch, "halves"}};
     const char *emu = getenv("OFCCL_TEST_GPU_EMULATE"), *pc = getenv("OFCCL_GPU_PEER_CLASS");
-    char *peer_class = pc != NULL ? strdup(pc) : NULL;
+    char *peer_class = pc != NULL ? strdup(pc) : NULL, *algo_set[3];
+    static const char *const algo_var[3] = {"OFCCL_ALGO_AG", "OFCCL_ALGO_RS", "OFCCL_ALGO_BC"};
     int n, rc = 0;
     bool shared;
 
     setvbuf(stdout, NULL, _IOLBF, 0); /* a rank that dies keeps what it printed */
+    for (int k = 0; k < 3; k++)
+        algo_set[k] = getenv(algo_var[k]) != NULL ? strdup(getenv(algo_var[k])) : NULL;
     /* OFCCL_TEST_GPU_EMULATE=N: N emulated devices (host memory, streams as
      * threads): every scenario's logic without a GPU. */
     if (emu != NULL && atoi(emu) > 0 && emulate(atoi(emu)) != 0) {
@@ -663,14 +666,18 @@ int main(int argc, char **argv)
                 else
                     unsetenv(vars[k]);
             }
-        } else {
-            unsetenv("OFCCL_ALGO_AG");
-            unsetenv("OFCCL_ALGO_RS");
-            unsetenv("OFCCL_ALGO_BC");
+        } else { /* as the caller set them */
+            for (int k = 0; k < 3; k++)
+                if (algo_set[k] != NULL)
+                    setenv(algo_var[k], algo_set[k], 1);
+                else
+                    unsetenv(algo_var[k]);
         }
         printf("== %s, %d ranks\n", all[i].name, nranks);
         rc |= cu_run("gpu", tests);
     }
     free(peer_class);
+    for (int k = 0; k < 3; k++)
+        free(algo_set[k]);
     return rc;
 }

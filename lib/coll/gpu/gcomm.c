@@ -276,7 +276,7 @@ static int setup(ofccl_comm_t *comm, ofccl__gcomm_t *gc)
         memcpy(why, gc->why, sizeof(why));
         /* (a reason cut short at the buffer's end is still the reason) */
         if (snprintf(gc->why, sizeof(gc->why), "%s: %s",
-                     comm->dev_reduce
+                     comm->dev_landed
                          ? "GPU memory goes through the local transport as GPU memory (CUDA "
                            "IPC), reduce-scatters summed by the GPU"
                      : comm->dev_reg

@@ -101,9 +101,9 @@ int ofccl__ghmem_setup(ofccl__gcomm_t *gc)
     if ((rc = ofccl__agree(comm, mine, comm->rank, &first, &who, &whose)) != 0)
         return rc;
     comm->dev_reg = first == 0;
-    comm->dev_reduce = comm->dev_reg;
+    comm->dev_landed = comm->dev_reg;
     for (int r = 0; r < comm->size; r++) /* the same answer on every rank: one host or not */
-        comm->dev_reduce &= ofccl__ep_peer_class(comm->ep, r) == OFCCL__PEER_LOCAL;
+        comm->dev_landed &= ofccl__ep_peer_class(comm->ep, r) == OFCCL__PEER_LOCAL;
     if (comm->dev_reg) {
         /* made by probe(): the device's executor, for what the host engine
          * copies itself (its staging, should a registration fail) */
