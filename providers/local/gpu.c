@@ -16,6 +16,7 @@
  * naming why; the engine then stages that buffer through host memory.
  */
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 
@@ -87,4 +88,40 @@ void ofccl__lx_unmap(struct lx_map *m)
     else if (m->base != NULL)
         munmap(m->base, m->len);
     *m = (struct lx_map){0};
+}
+
+int ofccl__lx_dev_track(struct ofccl__lx *lx, int peer, unsigned slot)
+{
+    for (unsigned i = 0; i < lx->ndrefs; i++)
+        if (lx->drefs[i].peer == peer && lx->drefs[i].slot == slot)
+            return 0;
+    if (lx->ndrefs == lx->drefs_cap) {
+        unsigned cap = lx->drefs_cap ? 2 * lx->drefs_cap : 16;
+        struct lx_dref *d = realloc(lx->drefs, cap * sizeof(*d));
+        if (d == NULL)
+            return ENOMEM;
+        lx->drefs = d;
+        lx->drefs_cap = cap;
+    }
+    lx->drefs[lx->ndrefs++] = (struct lx_dref){peer, slot};
+    return 0;
+}
+
+void ofccl__lx_dev_sweep(struct ofccl__lx *lx)
+{
+    for (unsigned i = 0; i < lx->ndrefs;) {
+        struct lx_peer *p = &lx->peers[lx->drefs[i].peer];
+        unsigned slot = lx->drefs[i].slot;
+        struct lx_map *m = slot < p->nmaps ? &p->maps[slot] : NULL;
+        bool live =
+            m != NULL && m->gpu && p->seg != NULL &&
+            atomic_load_explicit(&p->seg->regions[slot].key, memory_order_acquire) == m->key;
+        if (live) {
+            i++;
+            continue;
+        }
+        if (m != NULL && m->gpu)
+            ofccl__lx_unmap(m);
+        lx->drefs[i] = lx->drefs[--lx->ndrefs];
+    }
 }

@@ -148,6 +148,13 @@ struct ofccl__lx {
     atomic_uint busy;
     ofccl__watch_t watch; /* the peers' processes (pidfds) */
     int dev;              /* this rank's GPU (its first GPU registration), -1: none yet */
+    /* Peers' GPU regions mapped here, (peer, slot) pairs, swept on every CQ
+     * read: a mapping goes as soon as its owner deregisters the region. */
+    struct lx_dref {
+        int peer;
+        unsigned slot;
+    } * drefs;
+    unsigned ndrefs, drefs_cap;
 };
 
 static inline struct ofccl__lx *ofccl__lx_of(const ofccl__ep_t *ep)
@@ -186,6 +193,14 @@ int ofccl__lx_dev_map(ofccl__ep_t *ep, const struct lx_peer *p, const struct lx_
                       int dev, struct lx_map *m, int *perrno);
 /* Let a map go, whichever kind it is. */
 void ofccl__lx_unmap(struct lx_map *m);
+/* Peer p's GPU region in `slot` was mapped here: swept from now on. 0, or
+ * ENOMEM. */
+int ofccl__lx_dev_track(struct ofccl__lx *lx, int peer, unsigned slot);
+/* Unmap the peers' GPU regions their owners deregistered: CUDA leaves memory
+ * freed while another process maps it undefined, and the owner frees a
+ * request's buffer once the request is over. Only with no copy in flight
+ * (one into a region whose owner gave up on it may still be). */
+void ofccl__lx_dev_sweep(struct ofccl__lx *lx);
 
 /* ---- the segment, names, peers (segment.c) ---- */
 int ofccl__lx_ep_setup(ofccl__ep_t *ep, ofccl__err_t *e);

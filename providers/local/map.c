@@ -101,6 +101,11 @@ int ofccl__lx_resolve(ofccl__ep_t *ep, const struct ofccl__tp_op *op, unsigned n
             ofccl__lx_unmap(m);
             return fail_at(what, W_KEY, EKEYREJECTED);
         }
+        if (ofccl__lx_dev_track(ofccl__lx_of(ep), op->peer, slot) != 0) {
+            ofccl__lx_unmap(m);
+            *perrno = ENOMEM;
+            return fail_at(what, W_MAP, ENOMEM);
+        }
         m->key = op->key;
     } else if (m->key != op->key) {
         ofccl__lx_unmap(m);

@@ -240,6 +240,8 @@ int ofccl__lx_cq_read(ofccl__ep_t *ep, struct ofccl__tp_cqe *ents, int n)
 
     if (lx->busy_head != NULL)
         drain_busy(ep);
+    if (lx->ndrefs > 0 && lx->busy_head == NULL) /* never under a copy in flight */
+        ofccl__lx_dev_sweep(lx);
     while (count < n && lx->cq_head != lx->cq_tail) {
         struct lx_comp *c = &lx->cq[lx->cq_head % cap];
         if (c->err != 0)

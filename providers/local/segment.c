@@ -109,6 +109,7 @@ int ofccl__lx_ep_close(ofccl__ep_t *ep)
         for (int r = 0; r < ep->params.size; r++)
             unmap_peer(lx, r);
     free(lx->peers);
+    free(lx->drefs);
     ofccl__watch_close(&lx->watch);
     if (lx->seg != NULL)
         munmap(lx->seg, lx->seg_len);
