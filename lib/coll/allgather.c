@@ -60,7 +60,8 @@ int ofccl__post_allgather(ofccl__req_t *r)
         if (mr != NULL) {
             r->dst = ofccl__mem_ref(r->recvbuf, mr);
         } else {
-            rc = ofccl__stage_acquire(comm, OFCCL__AG, total, &r->staging_idx, &r->dst);
+            rc = ofccl__stage_acquire_on(comm, OFCCL__AG, ofccl__stage_kind(r), total,
+                                         &r->staging_idx, &r->dst);
             if (rc)
                 return rc;
             r->copy_out = r->recvbuf;
@@ -89,7 +90,7 @@ int ofccl__post_allgather(ofccl__req_t *r)
             return rc;
         r->src = ofccl__mem_ref(own, r->dst.mr);
     }
-    if (r->sendbuf != own && r->block && r->copy_out)
+    if (r->sendbuf != own && r->block && r->copy_out && r->dst.kind == OFCCL__MEM_HOST)
         comm->ctx->stats.staged_bytes += r->block;
     /* Where peers can map our block (ofccl memory), announce it, so that
      * ranks waiting for it can copy it themselves (takes). */

@@ -82,7 +82,8 @@ void ofccl__staged_out(ofccl__req_t *r, size_t off, size_t len)
 {
     if (len > 0 && r->status == 0) {
         ofccl__exec_io_copy(r, (char *)r->copy_out + off, (char *)r->dst.ptr + off, len);
-        r->comm->ctx->stats.staged_bytes += len;
+        if (r->dst.kind == OFCCL__MEM_HOST) /* GPU staging is not host staging */
+            r->comm->ctx->stats.staged_bytes += len;
     }
 }
 
@@ -113,7 +114,14 @@ int ofccl__resolve_device(ofccl__req_t *r, void *buf, size_t len)
     if (ofccl__exec_io_on_host(r))
         return 0;
     in_place = !r->bucket && len > 0 && ofccl__mem_find(comm, buf, len) != NULL;
-    if (!in_place && !r->bucket && len > 0 && comm->dev_reg) {
+    /* Where writes land before their signal (the local transport), the
+     * algorithm runs on GPU memory anyway: an unregistered output lands in
+     * a staging set on the GPU (registered once, mapped by the peers once)
+     * and is copied out there, as the peer class's scratch is; no
+     * registration per call, no host memory. */
+    if (!in_place && !r->bucket && len > 0 && comm->dev_landed)
+        in_place = true;
+    else if (!in_place && !r->bucket && len > 0 && comm->dev_reg) {
         /* registered with the transport; memory it cannot take (CUDA IPC
          * cannot share virtual memory) is staged, said at info level */
         rc = ofccl__mem_call_register(r, buf, len);

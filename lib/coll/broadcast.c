@@ -45,14 +45,15 @@ static int resolve_memory(ofccl__req_t *r)
     } else if (root && !read && !ofccl__comm_caps(comm)->mr_local && ofccl__exec_io_on_host(r)) {
         r->dst = ofccl__mem_ref(buf, NULL); /* the provider reads unregistered sources */
     } else {
-        rc = ofccl__stage_acquire(comm, OFCCL__BC, r->block ? r->block : 1, &r->staging_idx,
-                                  &r->dst);
+        rc = ofccl__stage_acquire_on(comm, OFCCL__BC, ofccl__stage_kind(r), r->block ? r->block : 1,
+                                     &r->staging_idx, &r->dst);
         if (rc)
             return rc;
         if (root && r->block) {
             if ((rc = ofccl__exec_io_copy(r, r->dst.ptr, buf, r->block)) != 0)
                 return rc;
-            comm->ctx->stats.staged_bytes += r->block;
+            if (r->dst.kind == OFCCL__MEM_HOST)
+                comm->ctx->stats.staged_bytes += r->block;
         } else if (!root) {
             r->copy_out = buf;
             r->finish = copy_out;

@@ -175,6 +175,13 @@ const char *ofccl__dtype_name(ofccl_dtype_t dtype);
  * and for buckets, staged in host memory. 0, or an error (a registration
  * that failed). Host memory: nothing to do. */
 int ofccl__resolve_device(ofccl__req_t *r, void *buf, size_t len);
+/* The memory kind of a request's staging: host memory, or the GPU's where
+ * the algorithm runs on GPU memory (an output the transport has not
+ * registered lands in a staging set on the GPU, copied out on it). */
+static inline ofccl__mem_kind_t ofccl__stage_kind(const ofccl__req_t *r)
+{
+    return ofccl__exec_on_host(r) ? OFCCL__MEM_HOST : r->exec->kind;
+}
 /* A staged result out to the caller's buffer (r->copy_out), from the same
  * offset of r->dst: `len` bytes at `off`, by the io executor. */
 void ofccl__staged_out(ofccl__req_t *r, size_t off, size_t len);

@@ -62,6 +62,7 @@ void ofccl__pool_fini(ofccl_comm_t *comm)
     for (int k = 0; k < OFCCL__STAGE_SETS; k++) {
         stage_free(comm, &pool->ag[k]);
         stage_free(comm, &pool->rs[k]);
+        stage_free(comm, &pool->ag_dev[k]);
         stage_free(comm, &pool->rs_dev[k]);
     }
     while (pool->user != NULL) {
@@ -139,12 +140,14 @@ static int alloc_registered(ofccl_comm_t *comm, ofccl__mem_kind_t kind, size_t b
     return 0;
 }
 
-/* A collective's staging sets: broadcasts share the all-gather's (both
- * land data where it is read); a reduce-scatter on a GPU has its own. The
- * index of a device set is OFCCL__STAGE_SETS + its place. */
+/* A collective's staging sets: broadcasts (and pushes) share the
+ * all-gather's (they land data where it is read); those on a GPU are
+ * others. The index of a device set is OFCCL__STAGE_SETS + its place. */
 static ofccl__stage_t *sets_of(struct ofccl__pool *pool, int coll, bool dev)
 {
-    return coll != OFCCL__RS ? pool->ag : dev ? pool->rs_dev : pool->rs;
+    if (coll == OFCCL__RS)
+        return dev ? pool->rs_dev : pool->rs;
+    return dev ? pool->ag_dev : pool->ag;
 }
 
 int ofccl__stage_acquire(ofccl_comm_t *comm, int coll, size_t bytes, int *idx,

@@ -35,7 +35,9 @@ struct ofccl__commreg {
 
 struct ofccl__pool {
     ofccl__stage_t ag[OFCCL__STAGE_SETS], rs[OFCCL__STAGE_SETS];
-    ofccl__stage_t rs_dev[OFCCL__STAGE_SETS]; /* a reduce-scatter's on the communicator's GPU */
+    /* on the communicator's GPU: the host engine's collectives on GPU memory
+     * whose writes land before their signal (comm->dev_landed) */
+    ofccl__stage_t ag_dev[OFCCL__STAGE_SETS], rs_dev[OFCCL__STAGE_SETS];
     int n_ag, n_rs;
     ofccl__ubuf_t *user;
     size_t budget; /* 0 = none */
@@ -64,8 +66,8 @@ void ofccl__pool_fini(ofccl_comm_t *comm);
  * OFCCL_ERR_AGAIN when all N are busy, OFCCL_ERR_OVER_BUDGET past the budget. */
 int ofccl__stage_acquire(ofccl_comm_t *comm, int coll, size_t bytes, int *idx,
                          ofccl__mem_ref_t *ref);
-/* The same in memory of `kind`: a device's (a reduce-scatter whose sums the
- * GPU does) comes from the GPU, registered with the transport. */
+/* The same in memory of `kind`: a device's (an algorithm on GPU memory:
+ * comm->dev_landed) comes from the GPU, registered with the transport once. */
 int ofccl__stage_acquire_on(ofccl_comm_t *comm, int coll, ofccl__mem_kind_t kind, size_t bytes,
                             int *idx, ofccl__mem_ref_t *ref);
 void ofccl__stage_release(ofccl_comm_t *comm, int coll, int idx);

@@ -266,10 +266,12 @@ int gpu_hmem(int rank, ofccl_ctx_t *ctx, ofccl_comm_t *comm)
  * peers' GPU memory itself (CUDA IPC, copies by the GPU's executor) and the
  * GPU's executor summing the reduce-scatters. Every collective right, every
  * byte of it moved as GPU memory (hmem_bytes) and none through host
- * staging; the call returning at once behind a held stream. */
+ * staging; the call returning at once behind a held stream; no registration
+ * per call. */
 int gpu_engine(int rank, ofccl_ctx_t *ctx, ofccl_comm_t *comm)
 {
     ofccl_stats_t before = {.size = sizeof(before)}, after = {.size = sizeof(after)};
+    ofccl_stats_t mid = {.size = sizeof(mid)};
     int n, bad;
 
     if (gpu_up(rank) != 0 || ofccl_comm_size(comm, &n) != 0)
@@ -279,7 +281,20 @@ int gpu_engine(int rank, ofccl_ctx_t *ctx, ofccl_comm_t *comm)
     bad = every_collective(rank, comm, n);
     if (!bad)
         bad = async_behind_held_stream(rank, n, comm);
+    /* Fresh cudaMalloc buffers each time: their collectives register
+     * nothing (the outputs land in a staging set on the GPU, registered
+     * once), so no IPC handle is made or opened per call. */
+    ofccl_ctx_stats(ctx, &mid);
+    for (int k = 0; k < 3 && !bad; k++)
+        bad = gather_once(rank, n, comm, 100003, OFCCL_F32, k == 1, 40u + (unsigned)k) ||
+              bcast_once(rank, n, comm, 300000, k % n, 50u + (unsigned)k);
     ofccl_ctx_stats(ctx, &after);
+    if (!bad && after.registrations != mid.registrations) {
+        printf(
+            "rank %d: %llu registrations for 6 collectives on fresh GPU buffers: none expected\n",
+            rank, (unsigned long long)(after.registrations - mid.registrations));
+        bad = 1;
+    }
     printf("rank %d: the host engine on GPU memory: %llu bytes through the local transport as "
            "GPU memory, %llu staged\n",
            rank, (unsigned long long)(after.hmem_bytes - before.hmem_bytes),
