@@ -366,7 +366,7 @@ typedef struct ofccl_stats {
     size_t size;               /* sizeof(ofccl_stats_t) */
     uint64_t registrations;    /* fabric registrations performed */
     uint64_t reg_cache_hits;   /* ofccl_mem_register / lookups served by the cache */
-    uint64_t staged_bytes;     /* bytes copied through staging buffers */
+    uint64_t staged_bytes;     /* bytes copied through host staging buffers */
     uint64_t pool_bytes;       /* bytes currently held by pools and staging */
     uint64_t registered_bytes; /* bytes currently registered */
     uint64_t pool_grows;       /* times a staging buffer was re-registered larger */
@@ -393,8 +393,9 @@ typedef struct ofccl_stats {
      * buffers itself (local transport, OFCCL_AG_TAKE: blocks that had not
      * reached it when it was done with its own writes). */
     uint64_t pulled_bytes;
-    /* GPU memory moved to other hosts through the fabric as GPU memory
-     * (FI_HMEM, OFCCL_GPU_FABRIC), no staging: each collective's output bytes. */
+    /* GPU memory the host engine moved as GPU memory, through a transport
+     * that takes it (the local transport by CUDA IPC, a fabric by FI_HMEM:
+     * OFCCL_GPU_FABRIC), no host staging: each collective's output bytes. */
     uint64_t hmem_bytes;
 } ofccl_stats_t;
 OFCCL_API int ofccl_ctx_stats(const ofccl_ctx_t *ctx, ofccl_stats_t *stats);
