@@ -13,7 +13,9 @@
  *
  * Memory CUDA IPC cannot share (virtual-memory allocations without a legacy
  * IPC handle: PyTorch's expandable segments) is refused at registration,
- * naming why; the engine then stages that buffer through host memory.
+ * naming why, without a warning: the engine then lands that collective in a
+ * staging set on the GPU instead. A peer's mapping goes as soon as its owner
+ * deregisters the region (ofccl__lx_dev_sweep), never under a copy.
  */
 #include <errno.h>
 #include <stdlib.h>

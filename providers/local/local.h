@@ -43,7 +43,7 @@
 /* The provider name users type in OFCCL_PROVIDER, and its one domain. */
 #define OFCCL__LOCAL_NAME "local"
 
-#define LX_MAGIC 0x31584c6c6363666full /* "ofcclLX1" little-endian */
+#define LX_MAGIC 0x32584c6c6363666full /* "ofcclLX2" little-endian (regions hold GPU handles) */
 #define LX_REGIONS 1024u               /* registrations per endpoint */
 #define LX_SLOT_BITS 16                /* low key bits: table slot */
 #define LX_RING 256u                   /* CQ-data entries per source (power of two) */

@@ -213,9 +213,9 @@ static void test_bad_names(void)
     CU_ASSERT_EQUAL(insert_with(prov, good, len + 1, msg, sizeof(msg)), OFCCL_ERR_CORRUPT);
     CU_ASSERT_EQUAL(insert_with(prov, good, 0, msg, sizeof(msg)), OFCCL_ERR_CORRUPT);
 
-    /* The magic ("ofcclLX1") opens the name. */
+    /* The magic ("ofcclLX2") opens the name. */
     memcpy(bad, good, sizeof(bad));
-    CU_ASSERT_EQUAL(memcmp(bad, "ofcclLX1", 8), 0);
+    CU_ASSERT_EQUAL(memcmp(bad, "ofcclLX2", 8), 0);
     bad[0] ^= 0x20;
     CU_ASSERT_EQUAL(insert_with(prov, bad, len, msg, sizeof(msg)), OFCCL_ERR_CORRUPT);
     CU_ASSERT_PTR_NOT_NULL(strstr(msg, "not a local-provider name"));
