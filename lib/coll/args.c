@@ -108,28 +108,28 @@ void ofccl__staged_landed(ofccl__req_t *r)
 int ofccl__resolve_device(ofccl__req_t *r, void *buf, size_t len)
 {
     ofccl_comm_t *comm = r->comm;
-    bool in_place;
+    bool on_gpu;
     int rc;
 
     if (ofccl__exec_io_on_host(r))
         return 0;
-    in_place = !r->bucket && len > 0 && ofccl__mem_find(comm, buf, len) != NULL;
+    on_gpu = !r->bucket && len > 0 && ofccl__mem_find(comm, buf, len) != NULL;
     /* Where writes land before their signal (the local transport), the
      * algorithm runs on GPU memory anyway: an unregistered output lands in
      * a staging set on the GPU (registered once, mapped by the peers once)
      * and is copied out there, as the peer class's scratch is; no
      * registration per call, no host memory. */
-    if (!in_place && !r->bucket && len > 0 && comm->dev_landed)
-        in_place = true;
-    else if (!in_place && !r->bucket && len > 0 && comm->dev_reg) {
-        /* registered with the transport; memory it cannot take (CUDA IPC
-         * cannot share virtual memory) is staged, said at info level */
+    if (!on_gpu && !r->bucket && len > 0 && comm->dev_landed)
+        on_gpu = true;
+    else if (!on_gpu && !r->bucket && len > 0 && comm->dev_reg) {
+        /* registered with the transport (FI_HMEM) for the request; memory
+         * it cannot take is staged, said at info level */
         rc = ofccl__mem_call_register(r, buf, len);
         if (rc != 0 && rc != OFCCL_ERR_NOT_SUPPORTED)
             return rc;
-        in_place = rc == 0;
+        on_gpu = rc == 0;
     }
-    if (!in_place) {
+    if (!on_gpu) {
         ofccl__exec_staged(r);
         return 0;
     }

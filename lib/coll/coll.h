@@ -168,12 +168,14 @@ int ofccl__check_room(ofccl_comm_t *comm, const char *what, const char *name, co
 int ofccl__check_redop(ofccl_comm_t *comm, const char *what, ofccl_dtype_t dtype, ofccl_redop_t op);
 bool ofccl__overlaps(const void *a, size_t alen, const void *b, size_t blen);
 const char *ofccl__dtype_name(ofccl_dtype_t dtype);
-/* Where the algorithm runs on device memory at `buf` (len bytes, the
- * buffer the peers write into): in place where it is registered with the
- * transport already, or where every rank's transport takes this GPU's
- * memory (comm->dev_reg; registered then for the request alone); otherwise,
- * and for buckets, staged in host memory. 0, or an error (a registration
- * that failed). Host memory: nothing to do. */
+/* Where the algorithm runs for device memory at `buf` (len bytes, the
+ * buffer the peers write into): on the GPU memory where it is registered
+ * with the transport already, where every write lands before its signal
+ * (comm->dev_landed: an unregistered buffer then lands in a staging set on
+ * the GPU, ofccl__stage_kind), or where every rank's transport takes this
+ * GPU's memory (comm->dev_reg: registered then for the request alone);
+ * otherwise, and for buckets, staged in host memory. 0, or an error (a
+ * registration that failed). Host memory: nothing to do. */
 int ofccl__resolve_device(ofccl__req_t *r, void *buf, size_t len);
 /* The memory kind of a request's staging: host memory, or the GPU's where
  * the algorithm runs on GPU memory (an output the transport has not

@@ -395,7 +395,8 @@ typedef struct ofccl_stats {
     uint64_t pulled_bytes;
     /* GPU memory the host engine moved as GPU memory, through a transport
      * that takes it (the local transport by CUDA IPC, a fabric by FI_HMEM:
-     * OFCCL_GPU_FABRIC), no host staging: each collective's output bytes. */
+     * OFCCL_GPU_FABRIC), no host staging: each collective's whole buffer
+     * (an all-gather's output, a reduce-scatter's input, a broadcast's). */
     uint64_t hmem_bytes;
 } ofccl_stats_t;
 OFCCL_API int ofccl_ctx_stats(const ofccl_ctx_t *ctx, ofccl_stats_t *stats);
