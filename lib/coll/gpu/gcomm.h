@@ -79,6 +79,7 @@ typedef struct ofccl__gseg {
     char **peer; /* [size]: each rank's, mapped here (this rank's own: base) */
     uint32_t serial;
     bool user;           /* the caller's memory (ofccl_gpu_register): not freed here */
+    bool engine;         /* registered with the transport (the host engine's GPU path) */
     uint64_t buffer_id;  /* user: its allocation's id, to see it freed under us */
     ofccl__gmap_t **map; /* user: [size] the peers' mappings */
     struct ofccl__gseg *next;

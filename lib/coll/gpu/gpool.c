@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "gcomm.h"
+#include "pool.h"
 #include "util.h"
 
 #define GBUF_ALIGN 256                      /* every buffer starts on 256 bytes */
@@ -28,8 +29,10 @@ static size_t round_up(size_t v, size_t a)
 
 static void seg_free(ofccl__gcomm_t *gc, ofccl__gseg_t *s)
 {
-    const ofccl_comm_t *comm = gc->comm;
+    ofccl_comm_t *comm = gc->comm;
 
+    if (s->engine)
+        (void)ofccl__pool_unregister(comm, s->base); /* its collectives are over */
     for (int r = 0; s->peer != NULL && r < comm->size; r++)
         if (s->peer[r] != NULL && s->peer[r] != s->base)
             ofccl__gpu_ipc_close(gc->g, gc->dev, s->peer[r]);
@@ -101,6 +104,16 @@ static int seg_add(ofccl__gcomm_t *gc, size_t len, ofccl__gseg_t **out)
         if (s != NULL)
             seg_free(gc, s);
         return rc ? rc : local;
+    }
+    /* The host engine's path (no peer class, a transport that takes GPU
+     * memory): the segment registered with the transport once, so that
+     * collectives on pool buffers move data in place there too. */
+    if (gc->path != OFCCL__GPATH_P2P && comm->dev_reg) {
+        if ((rc = ofccl__pool_register(comm, s->base, len)) != 0) {
+            seg_free(gc, s);
+            return rc;
+        }
+        s->engine = true;
     }
     s->len = len;
     s->serial = gc->nsegs++;
