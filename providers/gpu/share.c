@@ -307,7 +307,7 @@ int ofccl__gpu_ipc_map(ofccl__gpu_t *g, int dev, int pid, uint64_t id,
     int rc = 0;
 
     pthread_mutex_lock(&ipc_lock);
-    for (m = ipc_maps; m != NULL; m = m->next)
+    for (m = ipc_maps; id != 0 && m != NULL; m = m->next) /* no id (0): never shared */
         if (m->pid == pid && m->id == id && m->dev == dev)
             break;
     if (m == NULL && (m = calloc(1, sizeof(*m))) == NULL)
