@@ -166,16 +166,17 @@ typedef enum ofccl__cfg_type {
       "GPU broadcast: chunk of the pipelined chain; 0 = by size (1/16 of the buffer, 256 KiB to "  \
       "4 MiB)")                                                                                    \
     X(GPU_FABRIC, ENUM, AGREE, "auto", "auto|hmem|stage", 0, 0,                                    \
-      "GPU memory the GPU peer class does not serve (other hosts, a libfabric provider on one "    \
-      "host): auto = registered with the fabric provider as GPU memory (libfabric FI_HMEM) "       \
-      "where it takes CUDA memory and calls no CUDA itself (asked when CUDA is loaded as the "     \
-      "context is made), else staged through host memory, said once; hmem = FI_HMEM always, "      \
-      "and a GPU collective fails "                                                                \
-      "where it is unavailable; stage = always staged. Reduce-scatter is staged either way")       \
+      "GPU memory the GPU peer class does not serve (other hosts, no P2P, a libfabric provider "   \
+      "on one host): auto = registered with the transport as GPU memory where every peer is "      \
+      "reached so (the local transport by CUDA IPC; a fabric provider by libfabric FI_HMEM where " \
+      "it takes CUDA memory and calls no CUDA itself, asked when CUDA is loaded as the context "   \
+      "is made), else staged through host memory, said once; hmem = that always, and a GPU "       \
+      "collective fails where it is unavailable; stage = always staged. Reduce-scatter is "        \
+      "staged unless every peer is the local transport's")                                         \
     X(GPU_PEER_CLASS, BOOL, AGREE, "1", "0|1", 0, 0,                                               \
       "GPU memory of ranks on one host with P2P: 1 = the GPU peer class (stream programs, no "     \
-      "host work); 0 = the host engine, as any collective: the local transport writes peers' "    \
-      "GPU memory by CUDA IPC (OFCCL_GPU_FABRIC decides as for other hosts)")                     \
+      "host work); 0 = the host engine, as any collective: the local transport writes peers' "     \
+      "GPU memory by CUDA IPC (OFCCL_GPU_FABRIC decides as for other hosts)")                      \
     X(GPU_POOL_BYTES, SIZE, AGREE, "0", "", 0, INT64_MAX,                                          \
       "Budget of the symmetric GPU pool per communicator (its segments, mapped into every "        \
       "same-host peer); 0 = grow as needed")
