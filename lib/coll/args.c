@@ -113,15 +113,13 @@ int ofccl__resolve_device(ofccl__req_t *r, void *buf, size_t len)
 
     if (ofccl__exec_io_on_host(r))
         return 0;
-    on_gpu = !r->bucket && len > 0 && ofccl__mem_find(comm, buf, len) != NULL;
-    /* Where writes land before their signal (the local transport), the
-     * algorithm runs on GPU memory anyway: an unregistered output lands in
-     * a staging set on the GPU (registered once, mapped by the peers once)
-     * and is copied out there, as the peer class's scratch is; no
-     * registration per call, no host memory. */
-    if (!on_gpu && !r->bucket && len > 0 && comm->dev_landed)
-        on_gpu = true;
-    else if (!on_gpu && !r->bucket && len > 0 && comm->dev_reg) {
+    /* Registered memory; or, where writes land before their signal (the
+     * local transport), any: an unregistered output lands in a staging set
+     * on the GPU (registered once, mapped by the peers once) and is copied
+     * out there, as the peer class's scratch is; no registration per call,
+     * no host memory. */
+    on_gpu = !r->bucket && len > 0 && (comm->dev_landed || ofccl__mem_find(comm, buf, len) != NULL);
+    if (!on_gpu && !r->bucket && len > 0 && comm->dev_reg) {
         /* registered with the transport (FI_HMEM) for the request; memory
          * it cannot take is staged, said at info level */
         rc = ofccl__mem_call_register(r, buf, len);

@@ -126,10 +126,10 @@ static int push_bucket_locked(ofccl_push_plan_t *pl, int k, void *const *shards,
                                              (const void *const *)&buf, 1, sizeof(void *))) != 0) ||
         (rc = ofccl__coll_begin(comm, OFCCL__PUSH, &r)) != 0)
         return rc;
-    if (pl->gpu_engine && buf == NULL)
+    if (pl->gpu_engine) { /* its own buffer k % 2, checked above */
         buf = pl->buf[k % 2];
-    if (pl->gpu_engine)
         len = pl->max_recv_bytes;
+    }
     r->dtype = OFCCL_U8;
     r->esize = 1;
     r->count = (size_t)k; /* ranks posting different buckets: a count mismatch */

@@ -116,12 +116,12 @@ static int alloc_registered(ofccl_comm_t *comm, ofccl__mem_kind_t kind, size_t b
                             ofccl__mr_t **mr)
 {
     size_t len = round_up(bytes ? bytes : 1, STAGE_ALIGN);
-    void *p = kind == OFCCL__MEM_HOST ? ofccl__prov_mem_alloc(comm->ep, len) : NULL;
+    void *p;
     int rc;
 
     if (kind != OFCCL__MEM_HOST)
         return alloc_device(comm, kind, len, ptr, mr);
-    if (p == NULL) {
+    if ((p = ofccl__prov_mem_alloc(comm->ep, len)) == NULL) {
         rc = ofccl__prov_mem_error(comm->ep, len, &comm->err);
         return ofccl__comm_fail(comm, rc, "pool: %s (%zu bytes requested, rounded up to pages)",
                                 comm->err.msg, bytes);

@@ -45,16 +45,16 @@ int ofccl__gpu_push_setup(ofccl_push_plan_t *pl)
         if ((rc = ofccl__gpool_alloc(gc, OFCCL__MAX(pl->max_recv_bytes, (size_t)1), &pl->buf[b])) !=
             0)
             return rc;
-    /* The host engine's plan: the buffers registered with the transport. */
-    for (int b = 0; b < 2 && gc->path != OFCCL__GPATH_P2P; b++) {
+    /* The host engine's plan: the buffers registered with the transport
+     * (both or neither: ofccl__gpu_push_free drops them by gpu_engine). */
+    for (int b = 0; b < 2 && gc->path != OFCCL__GPATH_P2P; b++)
         if ((rc = ofccl__pool_register(comm, pl->buf[b],
                                        OFCCL__MAX(pl->max_recv_bytes, (size_t)1))) != 0) {
             if (b == 1)
                 ofccl__pool_unregister(comm, pl->buf[0]);
             return rc;
         }
-        pl->gpu_engine = true;
-    }
+    pl->gpu_engine = gc->path != OFCCL__GPATH_P2P;
     return 0;
 }
 
